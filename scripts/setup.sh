@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs every Debian package kvevict's build, tests and tools need. Idempotent; run as root
+# (or with sudo). Used by README's set-up commands and by .ci/run.
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+PKGS=(
+  build-essential cmake git pkg-config
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  libopenblas0-pthread libopenblas-dev
+  nlohmann-json3-dev libcli11-dev libfmt-dev
+)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "setup: all Debian packages present" >&2
+fi

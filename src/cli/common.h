@@ -1,0 +1,46 @@
+// Options shared by the CLI subcommands (model, policy, schedule, threads) and their parsing
+// into engine types.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "eviction/registry.h"
+#include "eviction/schedule.h"
+
+namespace kvevict::cli {
+
+/// Policy and schedule options as typed on the command line.
+struct PolicyArgs {
+  std::string policy = "random";
+  int64_t budget = 0;      ///< 0 = not given
+  int64_t recent = 64;
+  std::optional<int> sinks;
+  bool protect_prompt = false, no_protect_prompt = false;
+  std::string long_prompt = "pin-head";
+  std::string position_mode = "logical";
+  uint64_t seed = 0;
+  std::vector<std::string> params;
+};
+
+/// Adds --policy/--budget/--buffer/--sinks/--protect-prompt/--no-protect-prompt/--long-prompt/
+/// --position-mode/--seed/--param to `cmd`.
+void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy = true);
+
+/// Builds the policy named `name` with the shared overrides. Throws kvevict::Error.
+Policy build_policy(const PolicyArgs& a, const std::string& name);
+
+/// Builds the schedule config. For evicting policies --budget is required (Error otherwise).
+EvictionConfig build_eviction(const PolicyArgs& a, const Policy& p);
+
+/// Reads a whole file. Throws kvevict::Error naming the path if it cannot be read.
+std::string read_file(const std::string& path);
+
+/// Splits "a,b,c" into parts (empty parts rejected with an Error naming `option`).
+std::vector<std::string> split_list(const std::string& s, const std::string& option);
+
+
+}  // namespace kvevict::cli

@@ -1,0 +1,90 @@
+// Sequence state and the engine that advances it: prefill, decode steps, and the eviction rounds
+// the shared schedule calls for after each decode step.
+//
+// Source: eviction-spec.md §2 (no eviction in prefill; a round after a decode step when due).
+// Separation for what comes later (batching, a shared KV pool, a server): the model is
+// immutable, a Sequence owns its cache and policy state, and the Engine owns only threads and
+// scratch, so many sequences can share one model and engine.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "eviction/registry.h"
+#include "eviction/schedule.h"
+#include "kvcache/kv_cache.h"
+#include "model/forward.h"
+#include "model/llama.h"
+#include "util/thread_pool.h"
+
+namespace kvevict {
+
+/// Counters of one sequence, for summaries and benchmarks.
+struct SequenceStats {
+  int64_t rounds = 0;         ///< eviction rounds run
+  int64_t peak_slots = 0;     ///< max live slots per (layer, KV head) ever held
+  double score_ms = 0;        ///< total time in selector scoring, ms
+  double compact_ms = 0;      ///< total time in keep-set choice + compaction, ms
+  double prefill_ms = 0;      ///< time in prefill forward passes, ms
+  double decode_ms = 0;       ///< time in decode forward passes (rounds excluded), ms
+  int64_t decode_steps = 0;
+};
+
+/// One sequence: its tokens so far, KV cache, policy and policy state.
+class Sequence {
+ public:
+  uint64_t id = 0;
+  Policy policy;
+  EvictionConfig eviction;
+  int64_t prompt_len = 0;     ///< set by prefill
+  int64_t n_seen = 0;         ///< tokens processed = logical position of the next token
+  SequenceKv kv;
+  std::unique_ptr<SelectorState> state;
+  SequenceStats stats;
+  /// Keep-sets of the last round (only when keep_keep_sets was set).
+  bool record_keep_sets = false;
+  KeepSets last_keep_sets;
+
+  Sequence(uint64_t id_, Policy p, EvictionConfig e, SequenceKv kv_)
+      : id(id_), policy(std::move(p)), eviction(e), kv(std::move(kv_)) {}
+  /// True when this sequence never evicts (full, or a long prompt with LongPromptMode::Skip).
+  bool eviction_off() const { return eviction_disabled(eviction, policy, prompt_len); }
+};
+
+/// Runs sequences of one model. Not thread-safe: one caller drives it.
+class Engine {
+ public:
+  /// n_threads: worker threads for matmuls, attention and rounds (0 = all cores).
+  Engine(const LlamaModel& model, int n_threads);
+
+  const LlamaModel& model() const { return model_; }
+  ThreadPool& pool() { return pool_; }
+  KvShape kv_shape() const;
+
+  /// Creates a sequence whose cache is allocated once for a prompt of `prompt_len` tokens and up
+  /// to `max_new_tokens` decode steps (capacity from required_capacity). Validates the policy
+  /// against the budget. Throws kvevict::Error.
+  std::unique_ptr<Sequence> new_sequence(uint64_t id, const Policy& policy, const EvictionConfig& cfg,
+                                         int64_t prompt_len, int64_t max_new_tokens);
+
+  /// Runs the prompt in one pass (no eviction). logits: [n_vocab] of the last token, or
+  /// [T, n_vocab] with all_logits. Throws kvevict::Error on an empty prompt or one longer than
+  /// the capacity.
+  void prefill(Sequence& seq, std::span<const int32_t> prompt, std::vector<float>& logits,
+               bool all_logits = false);
+
+  /// Appends one token, returns next-token logits [n_vocab], then runs an eviction round if the
+  /// schedule says one is due.
+  void decode(Sequence& seq, int32_t token, std::vector<float>& logits);
+
+ private:
+  void after_step(Sequence& seq);
+  const LlamaModel& model_;
+  Rope rope_;
+  ThreadPool pool_;
+  ForwardBuffers buf_;
+};
+
+}  // namespace kvevict

@@ -1,0 +1,52 @@
+// Policy registry: maps a policy name ("random", "snapkv+prompt", ...) to its selector and its
+// default protection. Adding a selector = one file in eviction/selectors/ defining
+// `const PolicyInfo& policy_<id>()` plus one entry in KVEVICT_POLICIES (registry.cpp).
+//
+// Source: eviction-spec.md §3 (policy table, defaults) and its `+prompt` / `--sinks` rule.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "eviction/selector.h"
+
+namespace kvevict {
+
+/// Static description of one policy.
+struct PolicyInfo {
+  std::string name;          ///< CLI name, e.g. "random-unprotected"
+  std::string summary;       ///< one sentence for --help and README
+  std::string source;        ///< paper / spec section
+  bool evicts = true;        ///< false only for `full`
+  bool protect_prompt = false;  ///< default prompt pinning (spec §3)
+  int sinks = 0;             ///< default sink count (StreamingLLM: 4)
+  /// Builds the selector; reads its parameters from `params` (nullptr for `full`).
+  std::function<std::unique_ptr<Selector>(const SelectorParams& params)> make;
+};
+
+/// A policy ready to run: selector plus the protection actually in force.
+struct Policy {
+  std::string name;            ///< as given, e.g. "snapkv+prompt"
+  const PolicyInfo* info = nullptr;
+  bool evicts = true;
+  bool protect_prompt = false;  ///< pin the first min(prompt_len, K_sel - 1) positions
+  int sinks = 0;                ///< pin the first `sinks` positions
+  std::shared_ptr<const Selector> selector;  ///< null for `full`
+};
+
+/// Every registered policy, in registry order.
+const std::vector<const PolicyInfo*>& all_policies();
+
+/// Names of every policy, comma-separated (for messages).
+std::string policy_names();
+
+/// Builds a policy from `spec` = name or name+prompt. `protect_prompt` and `sinks` override the
+/// policy's defaults when set. Throws kvevict::Error for an unknown name (listing the known
+/// ones), negative sinks, or parameters the selector does not take.
+Policy make_policy(const std::string& spec, std::optional<bool> protect_prompt = std::nullopt,
+                   std::optional<int> sinks = std::nullopt, const SelectorParams& params = {});
+
+}  // namespace kvevict

@@ -1,0 +1,64 @@
+#include "eviction/selector.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace kvevict {
+
+void PerHeadSelector::score(const RoundInput& in, SelectorState* state, std::span<float> scores) const {
+  const KvShape& s = in.kv.shape();
+  const int64_t n_heads_total = int64_t{s.n_layers} * s.n_kv_heads;
+  const auto run = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int layer = static_cast<int>(i / s.n_kv_heads), head = static_cast<int>(i % s.n_kv_heads);
+      score_head(in, state, layer, head,
+                 scores.subspan(static_cast<size_t>(i * in.n_candidates), static_cast<size_t>(in.n_candidates)));
+    }
+  };
+  if (in.pool) in.pool->parallel_for(n_heads_total, run);
+  else run(0, n_heads_total);
+}
+
+SelectorParams SelectorParams::parse(const std::vector<std::string>& items) {
+  SelectorParams p;
+  for (const std::string& it : items) {
+    const auto eq = it.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw Error(fmt::format("--param '{}': expected name=value", it));
+    const std::string key = it.substr(0, eq);
+    if (p.values_.count(key)) throw Error(fmt::format("--param '{}' given twice", key));
+    p.values_[key] = it.substr(eq + 1);
+    p.used_[key] = false;
+  }
+  return p;
+}
+
+double SelectorParams::get(const std::string& key, double fallback, double lo, double hi) const {
+  auto it = values_.find(key);
+  if (it == values_.end()) return fallback;
+  used_[key] = true;
+  const char* s = it->second.c_str();
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s, &end);
+  if (end == s || *end != '\0' || errno != 0)
+    throw Error(fmt::format("--param {}={}: not a number", key, it->second));
+  if (v < lo || v > hi)
+    throw Error(fmt::format("--param {}={}: outside the allowed range [{}, {}]", key, it->second, lo, hi));
+  return v;
+}
+
+void SelectorParams::check_all_used(const std::string& policy) const {
+  std::string unused;
+  for (const auto& [k, used] : used_)
+    if (!used) unused += (unused.empty() ? "" : ", ") + k;
+  if (!unused.empty())
+    throw Error(fmt::format("policy '{}' has no parameter(s): {}", policy, unused));
+}
+
+}  // namespace kvevict

@@ -1,0 +1,106 @@
+// The policy interface: a selector scores eviction candidates; the shared schedule
+// (eviction/schedule.h) pins, takes the top K_sel, sorts and gathers.
+//
+// Source: eviction-spec.md §2 (schedule) and §3 (policies); the split mirrors kvpress's
+// ScorerPress (a policy writes only `score`, higher = kept).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "kvcache/kv_cache.h"
+
+namespace kvevict {
+
+class ThreadPool;
+
+/// What a selector needs the forward pass to produce besides the cache itself.
+struct SelectorNeeds {
+  /// Attention probabilities and post-RoPE queries of every query token, per layer
+  /// (SnapKV, H2O, TOVA, ...). When false the attention kernel stores no probabilities.
+  bool attention = false;
+};
+
+/// Attention seen by the forward pass for one query token in one layer (only delivered to
+/// selectors whose needs().attention is true).
+struct AttentionObservation {
+  int layer = 0;
+  int64_t position = 0;      ///< logical position of the query token
+  bool prefill = false;      ///< true during prefill, false in a decode step
+  int n_heads = 0;           ///< query heads
+  int group_size = 0;        ///< query heads per KV head; head h reads KV head h / group_size
+  int head_dim = 0;
+  int64_t n_slots = 0;       ///< live slots attended (same for every KV head of the layer)
+  const float* queries = nullptr;  ///< [n_heads, head_dim], post-RoPE
+  const float* probs = nullptr;    ///< [n_heads, n_slots], softmax over the slots
+};
+
+/// Per-sequence state of a selector (observation windows, accumulators). Owned by the sequence,
+/// never shared between sequences.
+class SelectorState {
+ public:
+  virtual ~SelectorState() = default;
+  /// Receives attention of one query token in one layer (only if needs().attention).
+  virtual void observe(const AttentionObservation& /*obs*/) {}
+  /// Called after (layer, kv_head) kept exactly the slots `keep` (old slot indices, ascending),
+  /// so slot-aligned state can be gathered the same way.
+  virtual void on_compact(int /*layer*/, int /*kv_head*/, std::span<const int32_t> /*keep*/) {}
+};
+
+/// Everything a selector may read in one eviction round of one sequence.
+struct RoundInput {
+  const SequenceKv& kv;
+  int64_t n_candidates = 0;  ///< candidates are slots [0, n_candidates) of every (layer, KV head)
+  int64_t prompt_len = 0;    ///< tokens of the prompt (positions [0, prompt_len))
+  int64_t n_seen = 0;        ///< tokens processed so far = logical position of the next token
+  uint64_t seed = 0;         ///< base seed of the run
+  uint64_t sequence_id = 0;  ///< sequence index, part of every random stream id
+  int64_t round = 0;         ///< 0-based index of this round within the sequence
+  ThreadPool* pool = nullptr;  ///< may be used to parallelise over (layer, KV head)
+};
+
+/// Scores eviction candidates. Stateless and const: per-sequence data lives in SelectorState.
+class Selector {
+ public:
+  virtual ~Selector() = default;
+  virtual SelectorNeeds needs() const { return {}; }
+  /// Creates this selector's per-sequence state, or nullptr when it keeps none.
+  virtual std::unique_ptr<SelectorState> make_state(const KvShape& /*shape*/) const { return nullptr; }
+  /// Writes scores [n_layers][n_kv_heads][n_candidates] (row-major) for one round; higher = kept.
+  /// Pins are applied afterwards by the schedule, so a selector never handles protection.
+  virtual void score(const RoundInput& in, SelectorState* state, std::span<float> scores) const = 0;
+};
+
+/// Convenience base for selectors whose keep-set of each (layer, KV head) depends only on that
+/// head: score_head is called for every (layer, KV head), in parallel on in.pool.
+class PerHeadSelector : public Selector {
+ public:
+  void score(const RoundInput& in, SelectorState* state, std::span<float> scores) const final;
+  /// Writes out[n_candidates] for one (layer, KV head). Must be thread-safe and must not modify
+  /// `state`.
+  virtual void score_head(const RoundInput& in, const SelectorState* state, int layer, int kv_head,
+                          std::span<float> out) const = 0;
+};
+
+/// Named numeric parameters of a selector (`--param name=value`). Every given key must be read
+/// by the selector; an unread key is an error (catches typos such as `windw=32`).
+class SelectorParams {
+ public:
+  SelectorParams() = default;
+  /// Parses "k=v" strings. Throws kvevict::Error on a missing '=' or a repeated key.
+  static SelectorParams parse(const std::vector<std::string>& items);
+  /// Value of `key` as a number, or `fallback`. Throws kvevict::Error if the value is not a number
+  /// or lies outside [lo, hi].
+  double get(const std::string& key, double fallback, double lo, double hi) const;
+  /// Throws kvevict::Error naming every key that no get() asked for.
+  void check_all_used(const std::string& policy) const;
+
+ private:
+  std::map<std::string, std::string> values_;
+  mutable std::map<std::string, bool> used_;
+};
+
+}  // namespace kvevict

@@ -1,0 +1,38 @@
+// `recency` and `streaming` (StreamingLLM): score = position, so the newest K_sel candidates are
+// kept; `streaming` adds 4 attention sinks by default (pinned by the schedule).
+// Source: StreamingLLM (arXiv 2309.17453) §3.2; eviction-spec.md §3 rows `recency`, `streaming`.
+#include "eviction/registry.h"
+
+namespace kvevict {
+namespace {
+
+class RecencySelector final : public PerHeadSelector {
+ public:
+  void score_head(const RoundInput& in, const SelectorState*, int layer, int kv_head,
+                  std::span<float> out) const override {
+    // Slots are chronological, so the slot index orders candidates by age exactly (a float
+    // position could tie beyond 2^24 tokens; the slot index stays below the capacity).
+    (void)in, (void)layer, (void)kv_head;
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(i);
+  }
+};
+
+}  // namespace
+
+const PolicyInfo& policy_recency() {
+  static const PolicyInfo info{
+      "recency", "Sliding window: keep the newest K_sel candidates (no sinks, prompt not pinned).",
+      "eviction-spec.md §3", true, false, 0,
+      [](const SelectorParams&) { return std::make_unique<RecencySelector>(); }};
+  return info;
+}
+
+const PolicyInfo& policy_streaming() {
+  static const PolicyInfo info{
+      "streaming", "StreamingLLM: the first S sink tokens (default 4) plus the newest candidates.",
+      "arXiv 2309.17453 §3.2; eviction-spec.md §3, §5", true, false, /*sinks=*/4,
+      [](const SelectorParams&) { return std::make_unique<RecencySelector>(); }};
+  return info;
+}
+
+}  // namespace kvevict

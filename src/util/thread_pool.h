@@ -1,0 +1,48 @@
+// A persistent worker pool with static partitioning.
+//
+// parallel_for splits [0, n) into one contiguous range per worker. Work items must write
+// disjoint outputs and compute each output in a fixed order, so results are bit-identical for
+// any thread count (kvevict's determinism rule).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace kvevict {
+
+/// Fixed-size pool of worker threads; the calling thread takes part as worker 0.
+class ThreadPool {
+ public:
+  /// Starts `n_threads - 1` workers (n_threads >= 1; 0 means hardware concurrency).
+  explicit ThreadPool(int n_threads = 1);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  /// Number of threads that run work, including the caller.
+  int size() const { return n_threads_; }
+
+  /// Calls fn(begin, end) on disjoint contiguous ranges covering [0, n); blocks until done.
+  /// Exceptions thrown by fn are rethrown on the calling thread (the first one wins).
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  void worker_loop(int index);
+
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_work_, cv_done_;
+  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  int64_t job_n_ = 0;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace kvevict

@@ -1,0 +1,118 @@
+// An independent, deliberately naive llama forward pass used as the reference in tests.
+//
+// It recomputes a whole token sequence from scratch with plain loops and an explicit attention
+// mask visible(t, layer, kv_head, pos): no KV cache, no compaction, no thread pool, its own RoPE
+// (float angles as llama.cpp computes them). Only the GGUF reader and dequantisation are shared
+// with the engine (those are tested separately against the `gguf` Python package).
+#pragma once
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "format/gguf.h"
+#include "model/llama.h"
+
+namespace kvevict::test {
+
+class ReferenceLlama {
+ public:
+  explicit ReferenceLlama(const LlamaModel& m) : m_(m), c_(m.config()) {}
+
+  /// Mask: may token t (0-based, its logical position) see the key/value of position p (p <= t)
+  /// in (layer, kv_head)?
+  using Visible = std::function<bool(int t, int layer, int kv_head, int p)>;
+
+  /// Logits [n_vocab] after every token: out[t] = logits predicting token t+1.
+  std::vector<std::vector<float>> run(const std::vector<int32_t>& tokens, const Visible& visible) const {
+    const int T = static_cast<int>(tokens.size()), dim = c_.dim, hd = c_.head_dim;
+    const int nh = c_.n_heads, nkv = c_.n_kv_heads, group = nh / nkv;
+    std::vector<std::vector<float>> x(T, std::vector<float>(dim));
+    for (int t = 0; t < T; ++t) x[t] = row(m_.token_embedding(), tokens[t]);
+    for (int l = 0; l < c_.n_layers; ++l) {
+      const LlamaLayer& L = m_.layers()[l];
+      std::vector<std::vector<float>> q(T), k(T), v(T);
+      for (int t = 0; t < T; ++t) {
+        const auto xn = norm(x[t], L.attn_norm);
+        q[t] = mv(L.wq, xn);
+        k[t] = mv(L.wk, xn);
+        v[t] = mv(L.wv, xn);
+        for (int h = 0; h < nh; ++h) rope(&q[t][h * hd], t);
+        for (int h = 0; h < nkv; ++h) rope(&k[t][h * hd], t);
+      }
+      for (int t = 0; t < T; ++t) {
+        std::vector<float> att(nh * hd, 0.0f);
+        for (int h = 0; h < nh; ++h) {
+          const int g = h / group;
+          std::vector<double> w(t + 1, 0.0);
+          double mx = -1e300;
+          for (int p = 0; p <= t; ++p) {
+            if (!visible(t, l, g, p)) continue;
+            double s = 0;
+            for (int d = 0; d < hd; ++d) s += double(q[t][h * hd + d]) * k[p][g * hd + d];
+            w[p] = s / std::sqrt(double(hd));
+            mx = std::max(mx, w[p]);
+          }
+          double sum = 0;
+          for (int p = 0; p <= t; ++p) {
+            w[p] = visible(t, l, g, p) ? std::exp(w[p] - mx) : 0.0;
+            sum += w[p];
+          }
+          for (int p = 0; p <= t; ++p)
+            for (int d = 0; d < hd; ++d) att[h * hd + d] += float(w[p] / sum * v[p][g * hd + d]);
+        }
+        const auto o = mv(L.wo, att);
+        for (int i = 0; i < dim; ++i) x[t][i] += o[i];
+        const auto xn = norm(x[t], L.ffn_norm);
+        auto gt = mv(L.w_gate, xn);
+        const auto up = mv(L.w_up, xn);
+        for (size_t i = 0; i < gt.size(); ++i) gt[i] = gt[i] / (1.0f + std::exp(-gt[i])) * up[i];
+        const auto dn = mv(L.w_down, gt);
+        for (int i = 0; i < dim; ++i) x[t][i] += dn[i];
+      }
+    }
+    std::vector<std::vector<float>> out(T);
+    for (int t = 0; t < T; ++t) out[t] = mv(m_.output(), norm(x[t], m_.output_norm()));
+    return out;
+  }
+
+ private:
+  std::vector<float> row(const WeightMatrix& W, int64_t r) const {
+    std::vector<float> out(static_cast<size_t>(W.cols));
+    dequantize_row(W.type, W.row(r), out.data(), W.cols);
+    return out;
+  }
+  std::vector<float> mv(const WeightMatrix& W, const std::vector<float>& x) const {
+    std::vector<float> y(static_cast<size_t>(W.rows));
+    for (int64_t r = 0; r < W.rows; ++r) {
+      const auto w = row(W, r);
+      double s = 0;
+      for (int64_t i = 0; i < W.cols; ++i) s += double(w[i]) * x[i];
+      y[r] = float(s);
+    }
+    return y;
+  }
+  std::vector<float> norm(const std::vector<float>& x, const std::vector<float>& w) const {
+    double ss = 0;
+    for (float a : x) ss += double(a) * a;
+    const double s = 1.0 / std::sqrt(ss / x.size() + c_.rms_eps);
+    std::vector<float> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = float(x[i] * s * w[i]);
+    return y;
+  }
+  void rope(float* x, int pos) const {
+    const int hd = c_.head_dim;
+    for (int i = 0; i < hd / 2; ++i) {
+      const float theta = pos * std::pow(c_.rope_theta, -2.0f * i / hd);
+      const float c = std::cos(theta), s = std::sin(theta);
+      const float a = x[2 * i], b = x[2 * i + 1];
+      x[2 * i] = a * c - b * s;
+      x[2 * i + 1] = a * s + b * c;
+    }
+  }
+  const LlamaModel& m_;
+  const LlamaConfig& c_;
+};
+
+}  // namespace kvevict::test
