@@ -50,6 +50,8 @@ EvictionConfig build_eviction(const PolicyArgs& a, const Policy& p) {
   return c;
 }
 
+void warn(const std::string& msg) { fmt::print(stderr, "kvevict: warning: {}\n", msg); }
+
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Error(fmt::format("{}: cannot open file", path));

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,6 +42,20 @@ std::string read_file(const std::string& path);
 
 /// Splits "a,b,c" into parts (empty parts rejected with an Error naming `option`).
 std::vector<std::string> split_list(const std::string& s, const std::string& option);
+
+/// Prints "kvevict: warning: <msg>" to stderr.
+void warn(const std::string& msg);
+
+/// A subcommand: its CLI11 app and what runs once it was parsed (returns the exit code).
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+
+/// Each subcommand file defines one adder; main.cpp lists them (one line per subcommand).
+void add_generate(CLI::App& root, std::vector<Command>& out);
+void add_perplexity(CLI::App& root, std::vector<Command>& out);
+void add_policies(CLI::App& root, std::vector<Command>& out);
 
 
 }  // namespace kvevict::cli

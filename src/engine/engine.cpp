@@ -12,6 +12,11 @@ using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
+// The policy state observes the forward pass only when its selector asked for it.
+SelectorState* observer(Sequence& seq) {
+  return (seq.policy.selector && seq.policy.selector->needs().any()) ? seq.state.get() : nullptr;
+}
+bool wants_probs(const Sequence& seq) { return seq.policy.selector && seq.policy.selector->needs().attention; }
 }  // namespace
 
 Engine::Engine(const LlamaModel& model, int n_threads)
@@ -37,10 +42,9 @@ std::unique_ptr<Sequence> Engine::new_sequence(uint64_t id, const Policy& policy
 void Engine::prefill(Sequence& seq, std::span<const int32_t> prompt, std::vector<float>& logits, bool all_logits) {
   if (prompt.empty()) throw Error("prefill: empty prompt");
   const auto t0 = Clock::now();
-  SelectorState* observer =
-      (seq.policy.selector && seq.policy.selector->needs().attention) ? seq.state.get() : nullptr;
   llama_forward(model_, rope_, seq.kv, prompt, seq.n_seen, seq.eviction.positions,
-                all_logits ? LogitsWanted::All : LogitsWanted::Last, logits, observer, pool_, buf_);
+                all_logits ? LogitsWanted::All : LogitsWanted::Last, logits, observer(seq),
+                wants_probs(seq), pool_, buf_);
   seq.n_seen += static_cast<int64_t>(prompt.size());
   seq.prompt_len = seq.n_seen;
   seq.stats.peak_slots = std::max(seq.stats.peak_slots, seq.kv.length(0));
@@ -49,11 +53,9 @@ void Engine::prefill(Sequence& seq, std::span<const int32_t> prompt, std::vector
 
 void Engine::decode(Sequence& seq, int32_t token, std::vector<float>& logits) {
   const auto t0 = Clock::now();
-  SelectorState* observer =
-      (seq.policy.selector && seq.policy.selector->needs().attention) ? seq.state.get() : nullptr;
   const int32_t tok[1] = {token};
   llama_forward(model_, rope_, seq.kv, tok, seq.n_seen, seq.eviction.positions, LogitsWanted::Last,
-                logits, observer, pool_, buf_);
+                logits, observer(seq), wants_probs(seq), pool_, buf_);
   seq.n_seen += 1;
   seq.stats.decode_steps += 1;
   seq.stats.decode_ms += ms_since(t0);

@@ -19,13 +19,17 @@ class ThreadPool;
 
 /// What a selector needs the forward pass to produce besides the cache itself.
 struct SelectorNeeds {
-  /// Attention probabilities and post-RoPE queries of every query token, per layer
-  /// (SnapKV, H2O, TOVA, ...). When false the attention kernel stores no probabilities.
+  /// Post-RoPE queries of every query token, per layer (SnapKV's window, TOVA, calibration).
+  /// Delivered through SelectorState::observe with probs == nullptr unless `attention` is set.
+  bool queries = false;
+  /// Attention probabilities of every query token over the live slots, per layer (H2O).
+  /// Only then does the attention kernel compute and store probabilities.
   bool attention = false;
+  bool any() const { return queries || attention; }
 };
 
-/// Attention seen by the forward pass for one query token in one layer (only delivered to
-/// selectors whose needs().attention is true).
+/// What the forward pass saw for one query token in one layer (only delivered to selectors
+/// whose needs().any() is true).
 struct AttentionObservation {
   int layer = 0;
   int64_t position = 0;      ///< logical position of the query token
@@ -35,7 +39,8 @@ struct AttentionObservation {
   int head_dim = 0;
   int64_t n_slots = 0;       ///< live slots attended (same for every KV head of the layer)
   const float* queries = nullptr;  ///< [n_heads, head_dim], post-RoPE
-  const float* probs = nullptr;    ///< [n_heads, n_slots], softmax over the slots
+  const float* probs = nullptr;    ///< [n_heads, n_slots], softmax over the slots; null
+                                   ///< unless needs().attention
 };
 
 /// Per-sequence state of a selector (observation windows, accumulators). Owned by the sequence,
@@ -43,7 +48,8 @@ struct AttentionObservation {
 class SelectorState {
  public:
   virtual ~SelectorState() = default;
-  /// Receives attention of one query token in one layer (only if needs().attention).
+  /// Receives the queries (and, if needs().attention, the probabilities) of one query token in
+  /// one layer. Called for prefill and decode tokens, in token order.
   virtual void observe(const AttentionObservation& /*obs*/) {}
   /// Called after (layer, kv_head) kept exactly the slots `keep` (old slot indices, ascending),
   /// so slot-aligned state can be gathered the same way.

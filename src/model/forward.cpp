@@ -44,7 +44,7 @@ T* sized(std::vector<T>& v, int64_t n) {
 void llama_forward(const LlamaModel& model, const Rope& rope, SequenceKv& kv,
                    std::span<const int32_t> tokens, int64_t pos0, PositionMode mode,
                    LogitsWanted wanted, std::vector<float>& logits, SelectorState* observer,
-                   ThreadPool& pool, ForwardBuffers& buf) {
+                   bool want_probs, ThreadPool& pool, ForwardBuffers& buf) {
   const LlamaConfig& c = model.config();
   const auto T = static_cast<int64_t>(tokens.size());
   if (T == 0) throw Error("forward pass called with no tokens");
@@ -65,7 +65,7 @@ void llama_forward(const LlamaModel& model, const Rope& rope, SequenceKv& kv,
   float* g = sized(buf.hidden_gate, T * c.hidden_dim);
   float* u = sized(buf.hidden_up, T * c.hidden_dim);
   float* tmp = sized(buf.tmp, T * dim);
-  float* probs = observer ? sized(buf.probs, T * nh * (len0 + T)) : nullptr;
+  float* probs = (observer && want_probs) ? sized(buf.probs, T * nh * (len0 + T)) : nullptr;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 
   for (int64_t t = 0; t < T; ++t) dequantize_row(model.token_embedding().type, model.token_embedding().row(tokens[static_cast<size_t>(t)]), x + t * dim, dim);
@@ -113,12 +113,15 @@ void llama_forward(const LlamaModel& model, const Rope& rope, SequenceKv& kv,
         obs.head_dim = hd;
         obs.n_slots = len0 + t + 1;
         obs.queries = q + t * qd;
-        // Rows of the token's heads are strided by len0 + T; repack to [n_heads, n_slots].
-        std::vector<float> packed(static_cast<size_t>(nh * obs.n_slots));
-        for (int h = 0; h < nh; ++h)
-          std::copy(probs + (t * nh + h) * (len0 + T), probs + (t * nh + h) * (len0 + T) + obs.n_slots,
-                    packed.begin() + h * obs.n_slots);
-        obs.probs = packed.data();
+        std::vector<float> packed;
+        if (probs) {
+          // Rows of the token's heads are strided by len0 + T; repack to [n_heads, n_slots].
+          packed.resize(static_cast<size_t>(nh * obs.n_slots));
+          for (int h = 0; h < nh; ++h)
+            std::copy(probs + (t * nh + h) * (len0 + T), probs + (t * nh + h) * (len0 + T) + obs.n_slots,
+                      packed.begin() + h * obs.n_slots);
+          obs.probs = packed.data();
+        }
         observer->observe(obs);
       }
     }
