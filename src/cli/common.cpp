@@ -11,8 +11,8 @@ namespace kvevict::cli {
 
 void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy) {
   if (with_policy)
-    cmd.add_option("--policy", a.policy, "Eviction policy: " + policy_names() + " (any may take +prompt)")
-        ->capture_default_str();
+    cmd.add_option("--policy", a.policy,
+                   "Eviction policy: " + policy_names() + " (any may take +prompt); default: random with --budget, else full");
   cmd.add_option("--budget,-B", a.budget, "Budget B: slots per (layer, KV head) after a round, prompt and recent buffer included");
   cmd.add_option("--buffer,-r", a.recent, "Recent buffer r: newest slots never evicted")->capture_default_str();
   cmd.add_option("--sinks", a.sinks, "Pin the first S positions (default: the policy's; streaming = 4)");
@@ -27,6 +27,11 @@ void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy) {
       ->check(CLI::IsMember({"logical", "cache"}))->capture_default_str();
   cmd.add_option("--seed", a.seed, "Base seed of every random choice")->capture_default_str();
   cmd.add_option("--param", a.params, "Selector parameter name=value (repeatable)");
+}
+
+std::string default_policy(const PolicyArgs& a) {
+  if (!a.policy.empty()) return a.policy;
+  return a.budget > 0 ? "random" : "full";
 }
 
 Policy build_policy(const PolicyArgs& a, const std::string& name) {

@@ -16,7 +16,7 @@ namespace kvevict::cli {
 
 /// Policy and schedule options as typed on the command line.
 struct PolicyArgs {
-  std::string policy = "random";
+  std::string policy;      ///< empty: `random` when --budget is given, else `full`
   int64_t budget = 0;      ///< 0 = not given
   int64_t recent = 64;
   std::optional<int> sinks;
@@ -30,6 +30,9 @@ struct PolicyArgs {
 /// Adds --policy/--budget/--buffer/--sinks/--protect-prompt/--no-protect-prompt/--long-prompt/
 /// --position-mode/--seed/--param to `cmd`.
 void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy = true);
+
+/// The policy to run when --policy was not given: `random` with a budget, `full` without.
+std::string default_policy(const PolicyArgs& a);
 
 /// Builds the policy named `name` with the shared overrides. Throws kvevict::Error.
 Policy build_policy(const PolicyArgs& a, const std::string& name);

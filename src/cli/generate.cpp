@@ -30,7 +30,7 @@ struct GenerateArgs {
 
 int run_generate(const GenerateArgs& a) {
   const auto model = LlamaModel::load(a.model);
-  const Policy policy = build_policy(a.policy, a.policy.policy);
+  const Policy policy = build_policy(a.policy, default_policy(a.policy));
   const EvictionConfig cfg = build_eviction(a.policy, policy);
   SamplerConfig sc{a.temp, a.top_p, a.top_k, a.policy.seed};
   validate_sampler(sc);

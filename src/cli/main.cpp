@@ -19,6 +19,18 @@ int main(int argc, char** argv) {
   add_perplexity(app, commands);
   add_policies(app, commands);
 
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string known;
+    bool found = false;
+    for (const Command& c : commands) {
+      known += (known.empty() ? "" : ", ") + c.app->get_name();
+      found |= c.app->get_name() == argv[1];
+    }
+    if (!found) {
+      fmt::print(stderr, "kvevict: error: unknown command '{}' (commands: {})\n", argv[1], known);
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

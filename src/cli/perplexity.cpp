@@ -37,7 +37,7 @@ int run_perplexity(const PerplexityArgs& a) {
   if (a.tokens > 0 && static_cast<int64_t>(tokens.size()) < a.tokens)
     warn(fmt::format("{} holds only {} tokens, fewer than --tokens {}", a.file, tokens.size(), a.tokens));
   const std::vector<std::string> names =
-      a.policies.empty() ? std::vector<std::string>{a.policy.policy} : split_list(a.policies, "--policies");
+      a.policies.empty() ? std::vector<std::string>{default_policy(a.policy)} : split_list(a.policies, "--policies");
   std::vector<std::pair<Policy, EvictionConfig>> runs;
   for (const std::string& n : names) {  // validate everything before the first long run
     Policy p = build_policy(a.policy, n);

@@ -91,7 +91,8 @@ float dot_lanes(int64_t n, const float* x, Load8 load8, Load1 load1) {
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    for (int k = 0; k < 4; ++k) acc[k] = _mm256_fmadd_ps(load8(i + 8 * k), _mm256_loadu_ps(x + i + 8 * k), acc[k]);
+    for (int k = 0; k < 4; ++k)
+      acc[k] = _mm256_fmadd_ps(load8(i + 8 * k), _mm256_loadu_ps(x + i + 8 * k), acc[k]);
   }
   for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(load8(i), _mm256_loadu_ps(x + i), acc[0]);
   float sum = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
@@ -118,7 +119,9 @@ float dot_f32(const float* a, const float* x, int64_t n) {
 
 float dot_f16(const uint16_t* a, const float* x, int64_t n) {
 #if defined(KVEVICT_AVX2) && defined(__F16C__)
-  auto load8 = [a](int64_t i) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i))); };
+  auto load8 = [a](int64_t i) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
+  };
   return dot_lanes(n, x, load8, [a](int64_t i) { return _cvtsh_ss(a[i]); });
 #else
   float sum = 0.0f;
@@ -200,8 +203,11 @@ float dot_q4_0(const BlockQ4_0* b, const float* x, int64_t n) {
 
 bool ggml_type_supported(uint32_t id) {
   switch (static_cast<GgmlType>(id)) {
-    case GgmlType::F32: case GgmlType::F16: case GgmlType::Q4_0: case GgmlType::Q8_0: case GgmlType::BF16:
-      return true;
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::Q4_0:
+    case GgmlType::Q8_0:
+    case GgmlType::BF16: return true;
   }
   return false;
 }
@@ -219,8 +225,11 @@ std::string ggml_type_name(uint32_t id) {
 
 int64_t ggml_block_elems(GgmlType t) {
   switch (t) {
-    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: return 1;
-    case GgmlType::Q4_0: case GgmlType::Q8_0: return kQK;
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::BF16: return 1;
+    case GgmlType::Q4_0:
+    case GgmlType::Q8_0: return kQK;
   }
   throw Error("ggml_block_elems: unknown ggml type id " + std::to_string(static_cast<uint32_t>(t)));
 }
@@ -228,7 +237,8 @@ int64_t ggml_block_elems(GgmlType t) {
 int64_t ggml_block_bytes(GgmlType t) {
   switch (t) {
     case GgmlType::F32: return 4;
-    case GgmlType::F16: case GgmlType::BF16: return 2;
+    case GgmlType::F16:
+    case GgmlType::BF16: return 2;
     case GgmlType::Q4_0: return sizeof(BlockQ4_0);
     case GgmlType::Q8_0: return sizeof(BlockQ8_0);
   }
@@ -238,7 +248,8 @@ int64_t ggml_block_bytes(GgmlType t) {
 int64_t ggml_row_bytes(GgmlType t, int64_t n) {
   check_row_length(t, n, "ggml_row_bytes");
   // n / blk * bytes <= n * 4 / 1 for every supported type; overflow only past 2^61 elements.
-  if (n > INT64_MAX / 4) throw Error("ggml_row_bytes: row of " + std::to_string(n) + " elements is too large");
+  if (n > INT64_MAX / 4)
+    throw Error("ggml_row_bytes: row of " + std::to_string(n) + " elements is too large");
   return n / ggml_block_elems(t) * ggml_block_bytes(t);
 }
 
@@ -290,9 +301,7 @@ uint16_t fp32_to_bf16(float f) {
 void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
   check_row_length(t, n, "dequantize_row");
   switch (t) {
-    case GgmlType::F32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-      return;
+    case GgmlType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
     case GgmlType::F16: {
       const auto* h = static_cast<const uint16_t*>(src);
       for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(h[i]);

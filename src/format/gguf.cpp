@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <utility>
@@ -42,12 +43,17 @@ bool valid_value_type(uint32_t id) { return id <= static_cast<uint32_t>(GgufValu
 // Smallest encoding of one value of type t: lets us reject element counts that cannot fit.
 uint64_t min_value_bytes(GgufValueType t) {
   switch (t) {
-    case GgufValueType::UINT8: case GgufValueType::INT8: case GgufValueType::BOOL: return 1;
-    case GgufValueType::UINT16: case GgufValueType::INT16: return 2;
-    case GgufValueType::UINT32: case GgufValueType::INT32: case GgufValueType::FLOAT32: return 4;
-    case GgufValueType::STRING: return 8;   // length prefix
-    case GgufValueType::ARRAY: return 12;   // element type + count
-    default: return 8;                      // 64-bit scalars
+    case GgufValueType::UINT8:
+    case GgufValueType::INT8:
+    case GgufValueType::BOOL: return 1;
+    case GgufValueType::UINT16:
+    case GgufValueType::INT16: return 2;
+    case GgufValueType::UINT32:
+    case GgufValueType::INT32:
+    case GgufValueType::FLOAT32: return 4;
+    case GgufValueType::STRING: return 8;  // length prefix
+    case GgufValueType::ARRAY: return 12;  // element type + count
+    default: return 8;                     // 64-bit scalars
   }
 }
 
@@ -70,7 +76,8 @@ std::string describe(const GgufValue& v) {
 // parsed ("header", "key 'x'", "tensor 'y'") so errors can say where the file went wrong.
 class Cursor {
  public:
-  Cursor(const std::string& path, const uint8_t* base, uint64_t size) : path_(path), base_(base), size_(size) {}
+  Cursor(const std::string& path, const uint8_t* base, uint64_t size)
+      : path_(path), base_(base), size_(size) {}
 
   uint64_t pos() const { return pos_; }
   std::string context = "the header";
@@ -79,8 +86,8 @@ class Cursor {
 
   void need(uint64_t n, const char* what) const {
     if (n > size_ - pos_) {
-      fail(cat("truncated file: reading the ", what, " of ", context, " needs ", n, " bytes at byte offset ", pos_,
-               " but the file size is ", size_));
+      fail(cat("truncated file: reading the ", what, " of ", context, " needs ", n, " bytes at byte offset ",
+               pos_, " but the file size is ", size_));
     }
   }
 
@@ -97,8 +104,8 @@ class Cursor {
     const uint64_t at = pos_;
     const uint64_t len = read<uint64_t>(what);
     if (len > size_) {
-      fail(cat("string length ", len, " of the ", what, " of ", context, " at byte offset ", at,
-               " exceeds the file size ", size_, " (corrupt or truncated file)"));
+      fail(cat("truncated or corrupt file: string length ", len, " of the ", what, " of ", context,
+               " at byte offset ", at, " exceeds the file size ", size_));
     }
     need(len, what);
     std::string s(reinterpret_cast<const char*>(base_ + pos_), len);
@@ -110,8 +117,8 @@ class Cursor {
   // returns a safe capacity hint for reserve().
   uint64_t check_count(uint64_t count, uint64_t min_bytes, const char* what, uint64_t at) const {
     if (count > size_ / min_bytes) {
-      fail(cat(what, " ", count, " of ", context, " at byte offset ", at, " exceeds what the file size ", size_,
-               " can hold (corrupt or truncated file)"));
+      fail(cat("truncated or corrupt file: ", what, " ", count, " of ", context, " at byte offset ", at,
+               " needs at least ", min_bytes, " bytes per item, more than the file size ", size_, " allows"));
     }
     return std::min(count, (size_ - pos_) / min_bytes);
   }
@@ -140,7 +147,8 @@ class Cursor {
       case GgufValueType::BOOL: v.scalar = read<uint8_t>("bool value") != 0; break;
       case GgufValueType::STRING: v.scalar = read_string("string value"); break;
       case GgufValueType::ARRAY: {
-        if (depth >= kMaxArrayDepth) fail(cat(context, " nests arrays deeper than ", kMaxArrayDepth, " levels"));
+        if (depth >= kMaxArrayDepth)
+          fail(cat(context, " nests arrays deeper than ", kMaxArrayDepth, " levels"));
         v.elem_type = read_value_type("array element type");
         const uint64_t at = pos_;
         const uint64_t n = read<uint64_t>("array length");
@@ -162,8 +170,8 @@ class Cursor {
 }  // namespace
 
 std::string gguf_value_type_name(GgufValueType t) {
-  static const char* const kNames[] = {"uint8", "int8",  "uint16", "int16", "uint32", "int32",  "float32",
-                                       "bool",  "string", "array", "uint64", "int64", "float64"};
+  static const char* const kNames[] = {"uint8", "int8",   "uint16", "int16",  "uint32", "int32",  "float32",
+                                       "bool",  "string", "array",  "uint64", "int64",  "float64"};
   const auto id = static_cast<uint32_t>(t);
   return valid_value_type(id) ? kNames[id] : "type#" + std::to_string(id);
 }
@@ -203,9 +211,9 @@ void GgufFile::parse() {
   Cursor c(path_, base_, size_);
   c.need(4, "magic");
   if (std::memcmp(base_, "GGUF", 4) != 0) {
-    std::ostringstream hex;
-    for (int i = 0; i < 4; ++i) hex << (i ? " " : "") << std::hex << static_cast<int>(base_[i] >> 4) << (base_[i] & 15);
-    c.fail("not a GGUF file: magic bytes are " + hex.str() + ", expected 47 47 55 46 (\"GGUF\")");
+    char got[16];
+    std::snprintf(got, sizeof got, "%02x %02x %02x %02x", base_[0], base_[1], base_[2], base_[3]);
+    c.fail(cat("not a GGUF file: magic bytes are ", got, ", expected 47 47 55 46 (\"GGUF\")"));
   }
   c.read<uint32_t>("magic");
   version_ = c.read<uint32_t>("version");
@@ -237,10 +245,12 @@ void GgufFile::parse() {
     t.name = c.read_string("name");
     c.context = "tensor '" + t.name + "'";
     const uint32_t n_dims = c.read<uint32_t>("n_dims");
-    if (n_dims == 0 || n_dims > kMaxDims) c.fail(cat(c.context, " has n_dims ", n_dims, " (must be 1..", kMaxDims, ")"));
+    if (n_dims == 0 || n_dims > kMaxDims)
+      c.fail(cat(c.context, " has n_dims ", n_dims, " (must be 1..", kMaxDims, ")"));
     for (uint32_t d = 0; d < n_dims; ++d) {
       const uint64_t dim = c.read<uint64_t>("dimension");
-      if (dim > static_cast<uint64_t>(INT64_MAX)) c.fail(cat(c.context, " has absurd dimension ", d, " = ", dim));
+      if (dim > static_cast<uint64_t>(INT64_MAX))
+        c.fail(cat(c.context, " has absurd dimension ", d, " = ", dim));
       t.dims.push_back(static_cast<int64_t>(dim));
     }
     t.type = c.read<uint32_t>("type");
@@ -283,7 +293,8 @@ void GgufFile::parse() {
     t.n_bytes = ggml_row_bytes(type, t.dims[0]) * (t.dims[0] == 0 ? 0 : n_elems / t.dims[0]);
     const uint64_t begin = saturating_add(data_offset_, t.offset);
     const uint64_t end = saturating_add(begin, static_cast<uint64_t>(t.n_bytes));
-    if (end > size_) c.fail(cat(what, " data [", begin, ", ", end, ") lies outside the file (size ", size_, ")"));
+    if (end > size_)
+      c.fail(cat(what, " data [", begin, ", ", end, ") lies outside the file (size ", size_, ")"));
     t.data = base_ + begin;
   }
 }
@@ -356,7 +367,8 @@ double GgufFile::get_float(const std::string& key) const {
 
 std::vector<std::string> GgufFile::get_string_array(const std::string& key) const {
   const GgufValue& v = get(key);
-  if (v.type != GgufValueType::ARRAY || v.elem_type != GgufValueType::STRING) wrong_type(path_, key, v, "array of string");
+  if (v.type != GgufValueType::ARRAY || v.elem_type != GgufValueType::STRING)
+    wrong_type(path_, key, v, "array of string");
   std::vector<std::string> out;
   out.reserve(v.array.size());
   for (const GgufValue& e : v.array) out.push_back(std::get<std::string>(e.scalar));
@@ -388,7 +400,8 @@ std::vector<int64_t> GgufFile::get_int_array(const std::string& key) const {
       continue;
     }
     const uint64_t u = std::get<uint64_t>(e.scalar);
-    if (u > static_cast<uint64_t>(INT64_MAX)) throw Error(cat(path_, ": key '", key, "' element ", u, " exceeds int64"));
+    if (u > static_cast<uint64_t>(INT64_MAX))
+      throw Error(cat(path_, ": key '", key, "' element ", u, " exceeds int64"));
     out.push_back(static_cast<int64_t>(u));
   }
   return out;
