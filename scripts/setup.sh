@@ -21,3 +21,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
 else
   echo "setup: all Debian packages present" >&2
 fi
+
+# Optional: llama.cpp's own Python GGUF reader, used by one test as an independent cross-check of
+# kvevict's GGUF parser (the test skips itself when it is missing, e.g. offline).
+if ! python3 -c "import gguf, numpy" 2>/dev/null; then
+  python3 -m pip install --quiet --disable-pip-version-check gguf numpy >/dev/null 2>&1 ||
+    echo "setup: could not pip-install gguf (the GGUF cross-check test will be skipped)" >&2
+fi

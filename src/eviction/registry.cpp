@@ -10,7 +10,14 @@
   X(random)                 \
   X(random_unprotected)     \
   X(recency)                \
-  X(streaming)
+  X(streaming)              \
+  X(random_shared)          \
+  X(snapkv)                 \
+  X(rkv)                    \
+  X(vase)                   \
+  X(h2o)                    \
+  X(tova)                   \
+  X(triattention)
 
 namespace kvevict {
 

@@ -105,14 +105,15 @@ RoundTiming run_round(SequenceKv& kv, const Policy& policy, SelectorState* state
   const int64_t n_heads_total = int64_t{shape.n_layers} * shape.n_kv_heads;
   RoundTiming timing;
 
+  const int64_t n_pinned = pinned_positions(cfg, policy, prompt_len);
   auto t0 = Clock::now();
   std::vector<float> scores(static_cast<size_t>(n_heads_total * n_cand));
-  const RoundInput in{kv, n_cand, prompt_len, n_seen, cfg.seed, sequence_id, round, pool};
+  const RoundInput in{kv,   n_cand,     prompt_len, n_seen,   cfg.seed, sequence_id, round, pool,
+                      cfg.budget, cfg.recent, n_pinned,   &rope,    cfg.positions};
   policy.selector->score(in, state, scores);
   timing.score_ms = ms_since(t0);
 
   t0 = Clock::now();
-  const int64_t n_pinned = pinned_positions(cfg, policy, prompt_len);
   KeepSets keeps(static_cast<size_t>(n_heads_total));
   const auto compact = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 
 #include "util/error.h"
@@ -51,6 +53,25 @@ double SelectorParams::get(const std::string& key, double fallback, double lo, d
   if (v < lo || v > hi)
     throw Error(fmt::format("--param {}={}: outside the allowed range [{}, {}]", key, it->second, lo, hi));
   return v;
+}
+
+int64_t SelectorParams::get_int(const std::string& key, int64_t fallback, int64_t lo, int64_t hi) const {
+  if (!values_.count(key)) return fallback;
+  const double v = get(key, 0.0, static_cast<double>(lo), static_cast<double>(hi));
+  if (v != std::floor(v))
+    throw Error(fmt::format("--param {}={}: must be an integer", key, values_.at(key)));
+  return static_cast<int64_t>(v);
+}
+
+std::string SelectorParams::get_string(const std::string& key, const std::string& fallback,
+                                       const std::vector<std::string>& allowed) const {
+  auto it = values_.find(key);
+  if (it == values_.end()) return fallback;
+  used_[key] = true;
+  if (allowed.empty() || std::find(allowed.begin(), allowed.end(), it->second) != allowed.end()) return it->second;
+  std::string list;
+  for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
+  throw Error(fmt::format("--param {}={}: must be one of {}", key, it->second, list));
 }
 
 void SelectorParams::check_all_used(const std::string& policy) const {

@@ -10,12 +10,14 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "kvcache/kv_cache.h"
 
 namespace kvevict {
 
 class ThreadPool;
+class Rope;
 
 /// What a selector needs the forward pass to produce besides the cache itself.
 struct SelectorNeeds {
@@ -66,6 +68,16 @@ struct RoundInput {
   uint64_t sequence_id = 0;  ///< sequence index, part of every random stream id
   int64_t round = 0;         ///< 0-based index of this round within the sequence
   ThreadPool* pool = nullptr;  ///< may be used to parallelise over (layer, KV head)
+  // The schedule's numbers, for selectors whose rule splits K_sel (H2O, VaSE). Defaults keep
+  // aggregate initialisers that stop at `pool` valid.
+  int64_t budget = 0;        ///< B: slots per (layer, KV head) after the round
+  int64_t recent = 0;        ///< r: newest slots, never candidates; K_sel = budget - recent
+  int64_t n_pinned = 0;      ///< positions [0, n_pinned) are forced in by the schedule
+  /// The model's RoPE (TriAttention's frequencies); null when the caller has no model.
+  const Rope* rope = nullptr;
+  /// How cached keys were rotated: by logical position, or by slot index (PositionMode::Cache).
+  PositionMode positions = PositionMode::Logical;
+  int64_t k_sel() const { return budget - recent; }
 };
 
 /// Scores eviction candidates. Stateless and const: per-sequence data lives in SelectorState.
@@ -101,6 +113,13 @@ class SelectorParams {
   /// Value of `key` as a number, or `fallback`. Throws kvevict::Error if the value is not a number
   /// or lies outside [lo, hi].
   double get(const std::string& key, double fallback, double lo, double hi) const;
+  /// Value of `key` as an integer, or `fallback`. Throws kvevict::Error if the value is not an
+  /// integer or lies outside [lo, hi].
+  int64_t get_int(const std::string& key, int64_t fallback, int64_t lo, int64_t hi) const;
+  /// Value of `key` as text, or `fallback`. When `allowed` is non-empty the value must be one of
+  /// them (kvevict::Error listing them otherwise). Used for choices and file paths.
+  std::string get_string(const std::string& key, const std::string& fallback,
+                         const std::vector<std::string>& allowed = {}) const;
   /// Throws kvevict::Error naming every key that no get() asked for.
   void check_all_used(const std::string& policy) const;
 
