@@ -44,7 +44,7 @@ void Engine::prefill(Sequence& seq, std::span<const int32_t> prompt, std::vector
   const auto t0 = Clock::now();
   llama_forward(model_, rope_, seq.kv, prompt, seq.n_seen, seq.eviction.positions,
                 all_logits ? LogitsWanted::All : LogitsWanted::Last, logits, observer(seq),
-                wants_probs(seq), pool_, buf_);
+                wants_probs(seq), /*is_prefill=*/true, pool_, buf_);
   seq.n_seen += static_cast<int64_t>(prompt.size());
   seq.prompt_len = seq.n_seen;
   seq.stats.peak_slots = std::max(seq.stats.peak_slots, seq.kv.length(0));
@@ -55,7 +55,7 @@ void Engine::decode(Sequence& seq, int32_t token, std::vector<float>& logits) {
   const auto t0 = Clock::now();
   const int32_t tok[1] = {token};
   llama_forward(model_, rope_, seq.kv, tok, seq.n_seen, seq.eviction.positions, LogitsWanted::Last,
-                logits, observer(seq), wants_probs(seq), pool_, buf_);
+                logits, observer(seq), wants_probs(seq), /*is_prefill=*/false, pool_, buf_);
   seq.n_seen += 1;
   seq.stats.decode_steps += 1;
   seq.stats.decode_ms += ms_since(t0);

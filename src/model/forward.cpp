@@ -44,7 +44,7 @@ T* sized(std::vector<T>& v, int64_t n) {
 void llama_forward(const LlamaModel& model, const Rope& rope, SequenceKv& kv,
                    std::span<const int32_t> tokens, int64_t pos0, PositionMode mode,
                    LogitsWanted wanted, std::vector<float>& logits, SelectorState* observer,
-                   bool want_probs, ThreadPool& pool, ForwardBuffers& buf) {
+                   bool want_probs, bool is_prefill, ThreadPool& pool, ForwardBuffers& buf) {
   const LlamaConfig& c = model.config();
   const auto T = static_cast<int64_t>(tokens.size());
   if (T == 0) throw Error("forward pass called with no tokens");
@@ -107,7 +107,7 @@ void llama_forward(const LlamaModel& model, const Rope& rope, SequenceKv& kv,
         AttentionObservation obs;
         obs.layer = l;
         obs.position = pos0 + t;
-        obs.prefill = T > 1;
+        obs.prefill = is_prefill;
         obs.n_heads = nh;
         obs.group_size = group;
         obs.head_dim = hd;

@@ -33,11 +33,12 @@ struct ForwardBuffers {
 /// logits: [n_vocab] (Last) or [T, n_vocab] (All), resized here.
 /// observer: when non-null, each token's post-RoPE queries are delivered per layer, and with
 /// want_probs also its attention probabilities; without want_probs none are computed.
+/// is_prefill is passed on to the observer (AttentionObservation::prefill).
 /// Throws kvevict::Error when a token id is out of range or the cache lacks room for T slots.
 void llama_forward(const LlamaModel& model, const Rope& rope, SequenceKv& kv,
                    std::span<const int32_t> tokens, int64_t pos0, PositionMode mode,
                    LogitsWanted wanted, std::vector<float>& logits, SelectorState* observer,
-                   bool want_probs, ThreadPool& pool, ForwardBuffers& buf);
+                   bool want_probs, bool is_prefill, ThreadPool& pool, ForwardBuffers& buf);
 
 /// y[T, W.rows] = x[T, W.cols] · Wᵀ, rows split across the pool (each output computed by one
 /// thread in a fixed order, so results do not depend on the thread count).
