@@ -59,6 +59,8 @@ struct Command {
 void add_generate(CLI::App& root, std::vector<Command>& out);
 void add_perplexity(CLI::App& root, std::vector<Command>& out);
 void add_policies(CLI::App& root, std::vector<Command>& out);
+void add_calibrate(CLI::App& root, std::vector<Command>& out);
+void add_keeplog(CLI::App& root, std::vector<Command>& out);
 void add_tasks(CLI::App& root, std::vector<Command>& out);
 
 

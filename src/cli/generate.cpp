@@ -5,10 +5,12 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 
 #include "cli/common.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "eval/keeplog.h"
 #include "eval/perplexity.h"
 #include "model/llama.h"
 #include "util/error.h"
@@ -25,6 +27,8 @@ struct GenerateArgs {
   int top_k = 0;
   int threads = 0;
   bool ignore_eos = false;
+  std::string keep_log;          ///< --keep-log FILE: one JSON line per round and layer
+  bool keep_log_positions = false;
   PolicyArgs policy;
 };
 
@@ -44,6 +48,8 @@ int run_generate(const GenerateArgs& a) {
 
   Engine engine(*model, a.threads);
   auto seq = engine.new_sequence(0, policy, cfg, static_cast<int64_t>(prompt.size()), a.n);
+  std::optional<KeepLogWriter> keep_log;
+  if (!a.keep_log.empty()) keep_log.emplace(a.keep_log, a.keep_log_positions);
   std::vector<float> logits;
   engine.prefill(*seq, prompt, logits);
   fmt::print("{}", a.prompt);
@@ -57,18 +63,26 @@ int run_generate(const GenerateArgs& a) {
     ++generated;
     fmt::print("{}", tok.piece(next));
     std::fflush(stdout);
-    if (i + 1 < a.n) engine.decode(*seq, next, logits);
+    if (i + 1 < a.n) {
+      const int64_t rounds = seq->stats.rounds;
+      engine.decode(*seq, next, logits);
+      if (keep_log && seq->stats.rounds != rounds) keep_log->write_round(*seq);
+    }
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   const SequenceStats& s = seq->stats;
   fmt::print("\n");
   fmt::print(
       "[kvevict] policy {} | prompt {} tok | generated {} tok | {:.1f} tok/s | eviction rounds {} | "
-      "peak slots/KV head {} (B+r = {}) | KV bytes {} | score {:.3f} ms/round | compact {:.3f} ms/round\n",
+      "peak slots/KV head {} (B+r = {}) | KV bytes {} | score {:.3f} ms/round | compact {:.3f} ms/round{}\n",
       policy.name, prompt.size(), generated, secs > 0 ? static_cast<double>(generated) / secs : 0.0, s.rounds,
       s.peak_slots, policy.evicts ? fmt::format("{}", cfg.budget + cfg.recent) : std::string("n/a"),
       seq->kv.allocated_bytes(), s.rounds ? s.score_ms / static_cast<double>(s.rounds) : 0.0,
-      s.rounds ? s.compact_ms / static_cast<double>(s.rounds) : 0.0);
+      s.rounds ? s.compact_ms / static_cast<double>(s.rounds) : 0.0,
+      // Per-token selector work (query windows, H2O's accumulation) happens outside the rounds.
+      policy.selector && policy.selector->needs().any()
+          ? fmt::format(" | observe {:.4f} ms/token", s.observe_ms / static_cast<double>(prompt.size() + static_cast<size_t>(s.decode_steps)))
+          : std::string());
   return 0;
 }
 
@@ -86,6 +100,11 @@ void add_generate(CLI::App& root, std::vector<Command>& out) {
   gen->add_option("--top-k", g->top_k, "Top-k (0 = off)")->capture_default_str();
   gen->add_option("-t,--threads", g->threads, "Threads (0 = all cores)")->capture_default_str();
   gen->add_flag("--ignore-eos", g->ignore_eos, "Keep generating after the end-of-sequence token");
+  auto* keep_log = gen->add_option("--keep-log", g->keep_log,
+                  "Write one JSON line per eviction round and layer: prompt survival per KV head, cross-head union "
+                  "survival, pairwise Jaccard, slot coverage, survival by position band (see kvevict keeplog)");
+  gen->add_flag("--keep-log-positions", g->keep_log_positions, "With --keep-log: also write the kept positions")
+      ->needs(keep_log);
   add_policy_options(*gen, g->policy);
   out.push_back({gen, [g] { return run_generate(*g); }});
 }

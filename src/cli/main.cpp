@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
   add_generate(app, commands);
   add_perplexity(app, commands);
   add_policies(app, commands);
-  add_tasks(app, commands);
+  add_calibrate(app, commands);
+  add_keeplog(app, commands);
 
   if (argc > 1 && argv[1][0] != '-') {
     std::string known;

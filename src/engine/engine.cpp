@@ -17,6 +17,23 @@ SelectorState* observer(Sequence& seq) {
   return (seq.policy.selector && seq.policy.selector->needs().any()) ? seq.state.get() : nullptr;
 }
 bool wants_probs(const Sequence& seq) { return seq.policy.selector && seq.policy.selector->needs().attention; }
+
+// Forwards observations to the sequence's state and adds the time spent to stats.observe_ms, so
+// per-token selector work is counted next to the per-round score and compaction times.
+class TimedObserver final : public SelectorState {
+ public:
+  explicit TimedObserver(Sequence& seq) : inner_(observer(seq)), ms_(seq.stats.observe_ms) {}
+  SelectorState* get() { return inner_ ? this : nullptr; }
+  void observe(const AttentionObservation& obs) override {
+    const auto t0 = Clock::now();
+    inner_->observe(obs);
+    ms_ += ms_since(t0);
+  }
+
+ private:
+  SelectorState* inner_;
+  double& ms_;
+};
 }  // namespace
 
 Engine::Engine(const LlamaModel& model, int n_threads)
@@ -42,8 +59,9 @@ std::unique_ptr<Sequence> Engine::new_sequence(uint64_t id, const Policy& policy
 void Engine::prefill(Sequence& seq, std::span<const int32_t> prompt, std::vector<float>& logits, bool all_logits) {
   if (prompt.empty()) throw Error("prefill: empty prompt");
   const auto t0 = Clock::now();
+  TimedObserver timed(seq);
   llama_forward(model_, rope_, seq.kv, prompt, seq.n_seen, seq.eviction.positions,
-                all_logits ? LogitsWanted::All : LogitsWanted::Last, logits, observer(seq),
+                all_logits ? LogitsWanted::All : LogitsWanted::Last, logits, timed.get(),
                 wants_probs(seq), /*is_prefill=*/true, pool_, buf_);
   seq.n_seen += static_cast<int64_t>(prompt.size());
   seq.prompt_len = seq.n_seen;
@@ -54,8 +72,9 @@ void Engine::prefill(Sequence& seq, std::span<const int32_t> prompt, std::vector
 void Engine::decode(Sequence& seq, int32_t token, std::vector<float>& logits) {
   const auto t0 = Clock::now();
   const int32_t tok[1] = {token};
+  TimedObserver timed(seq);
   llama_forward(model_, rope_, seq.kv, tok, seq.n_seen, seq.eviction.positions, LogitsWanted::Last,
-                logits, observer(seq), wants_probs(seq), /*is_prefill=*/false, pool_, buf_);
+                logits, timed.get(), wants_probs(seq), /*is_prefill=*/false, pool_, buf_);
   seq.n_seen += 1;
   seq.stats.decode_steps += 1;
   seq.stats.decode_ms += ms_since(t0);

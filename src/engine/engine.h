@@ -30,6 +30,9 @@ struct SequenceStats {
   double prefill_ms = 0;      ///< time in prefill forward passes, ms
   double decode_ms = 0;       ///< time in decode forward passes (rounds excluded), ms
   int64_t decode_steps = 0;
+  /// Time in SelectorState::observe (per-token selector work such as H2O's accumulation or a
+  /// query window), ms; part of prefill_ms and decode_ms. 0 for selectors that observe nothing.
+  double observe_ms = 0;
 };
 
 /// One sequence: its tokens so far, KV cache, policy and policy state.

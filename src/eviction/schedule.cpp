@@ -108,8 +108,8 @@ RoundTiming run_round(SequenceKv& kv, const Policy& policy, SelectorState* state
   const int64_t n_pinned = pinned_positions(cfg, policy, prompt_len);
   auto t0 = Clock::now();
   std::vector<float> scores(static_cast<size_t>(n_heads_total * n_cand));
-  const RoundInput in{kv,   n_cand,     prompt_len, n_seen,   cfg.seed, sequence_id, round, pool,
-                      cfg.budget, cfg.recent, n_pinned,   &rope,    cfg.positions};
+  const RoundInput in{kv,         n_cand,     prompt_len, n_seen, cfg.seed, sequence_id, round,
+                      pool,       cfg.budget, cfg.recent, n_pinned, &rope,   cfg.positions};
   policy.selector->score(in, state, scores);
   timing.score_ms = ms_since(t0);
 

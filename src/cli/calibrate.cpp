@@ -1,0 +1,61 @@
+// `kvevict calibrate`: TriAttention's query statistics from a corpus, written as JSON for
+// `--policy triattention --param stats=FILE`.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "cli/common.h"
+#include "eval/calibrate.h"
+#include "eval/perplexity.h"
+#include "model/llama.h"
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace kvevict::cli {
+namespace {
+
+struct CalibrateArgs {
+  std::string model, file, out;
+  int64_t tokens = 50000;
+  int64_t ctx = 0;
+  int threads = 0;
+  bool gutenberg = false;
+};
+
+int run_calibrate(const CalibrateArgs& a) {
+  if (a.tokens < 2) throw Error(fmt::format("--tokens {}: must be >= 2", a.tokens));
+  if (a.ctx < 0 || a.ctx == 1) throw Error(fmt::format("--ctx {}: must be 0 (the model's context) or >= 2", a.ctx));
+  const auto model = LlamaModel::load(a.model);
+  std::string text = read_file(a.file);
+  if (a.gutenberg) text = gutenberg_body(text);
+  std::vector<int32_t> tokens = model->tokenizer().encode(text, true);
+  if (static_cast<int64_t>(tokens.size()) > a.tokens) tokens.resize(static_cast<size_t>(a.tokens));
+  else if (static_cast<int64_t>(tokens.size()) < a.tokens)
+    warn(fmt::format("{} holds only {} tokens, fewer than --tokens {}", a.file, tokens.size(), a.tokens));
+  ThreadPool pool(a.threads);
+  QueryStats stats = calibrate_query_stats(*model, tokens, a.ctx, pool);
+  stats.model = a.model;
+  stats.source = a.file;
+  save_query_stats(stats, a.out);
+  const int64_t ctx = a.ctx > 0 ? a.ctx : model->config().context_length;
+  fmt::print("[kvevict] calibrate: {} tokens of {} in {} chunk(s) of <= {} | {} layers x {} query heads x {} bands -> {}\n",
+             tokens.size(), a.file, (static_cast<int64_t>(tokens.size()) + ctx - 1) / ctx, ctx, stats.n_layers,
+             stats.n_heads, stats.n_bands(), a.out);
+  return 0;
+}
+
+}  // namespace
+
+void add_calibrate(CLI::App& root, std::vector<Command>& out) {
+  auto c = std::make_shared<CalibrateArgs>();
+  auto* cmd = root.add_subcommand("calibrate", "Write TriAttention's query statistics (pre-RoPE query means per band) for a model");
+  cmd->add_option("-m,--model", c->model, "GGUF model (llama architecture)")->required();
+  cmd->add_option("-f,--file", c->file, "Calibration text (not the evaluation set)")->required();
+  cmd->add_option("-o,--output", c->out, "Statistics file to write (JSON)")->required();
+  cmd->add_option("--tokens", c->tokens, "Use the first N tokens (BOS included)")->capture_default_str();
+  cmd->add_option("--ctx", c->ctx, "Tokens per prefill chunk (0 = the model's context length)")->capture_default_str();
+  cmd->add_flag("--gutenberg-body", c->gutenberg, "Use only the text between Project Gutenberg's START/END markers");
+  cmd->add_option("-t,--threads", c->threads, "Threads (0 = all cores)")->capture_default_str();
+  out.push_back({cmd, [c] { return run_calibrate(*c); }});
+}
+
+}  // namespace kvevict::cli

@@ -1,0 +1,55 @@
+// Calibrated pre-RoPE query statistics, the input of the TriAttention selector, and their JSON
+// file format (written by `kvevict calibrate`, read by `--policy triattention --param stats=FILE`).
+//
+// A RoPE band f of a head vector x[head_dim] is the complex number x_f = x[2f] + i·x[2f+1]
+// (the adjacent-pair layout of model/rope.h), rotated at position p by exp(i·p·ω_f) with
+// ω_f = theta^(-2f/head_dim). Per (layer, query head, band) the file holds E[x_f] (real and
+// imaginary part) and E|x_f| over the pre-RoPE queries of a calibration corpus.
+//
+// Source: TriAttention (arXiv 2604.04921) §3 (query centres per frequency band);
+// eviction-spec.md §3 row `triattention`.
+//
+// File format (JSON object):
+//   "format": "kvevict-query-stats", "version": 1,
+//   "model", "source": provenance strings (file names),
+//   "n_layers", "n_heads", "n_kv_heads", "head_dim", "rope_theta", "tokens",
+//   "q_mean_re", "q_mean_im", "q_abs_mean": arrays [n_layers][n_heads][head_dim / 2].
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvevict {
+
+/// Mean pre-RoPE query per (layer, query head, band) and the mean band magnitude.
+struct QueryStats {
+  int n_layers = 0;
+  int n_heads = 0;      ///< query heads
+  int n_kv_heads = 0;
+  int head_dim = 0;     ///< bands = head_dim / 2
+  double rope_theta = 0;
+  int64_t tokens = 0;   ///< query tokens averaged (per layer and head)
+  std::string model;    ///< model file the statistics came from (provenance only)
+  std::string source;   ///< corpus file (provenance only)
+  /// [n_layers][n_heads][n_bands] row-major: E[Re q_f], E[Im q_f], E|q_f|.
+  std::vector<double> mean_re, mean_im, mean_abs;
+
+  int n_bands() const { return head_dim / 2; }
+  size_t index(int layer, int head, int band) const {
+    return (static_cast<size_t>(layer) * static_cast<size_t>(n_heads) + static_cast<size_t>(head)) *
+               static_cast<size_t>(n_bands()) + static_cast<size_t>(band);
+  }
+  /// Throws kvevict::Error (prefixed with `what`) unless the shape is positive and consistent
+  /// (even head_dim, n_heads a multiple of n_kv_heads, array sizes) and every value is finite.
+  void validate(const std::string& what) const;
+};
+
+/// Writes `stats` as JSON to `path`. Throws kvevict::Error when the file cannot be written.
+void save_query_stats(const QueryStats& stats, const std::string& path);
+
+/// Reads a file written by save_query_stats. Throws kvevict::Error naming the path and the key
+/// when the file is missing, not JSON, of another format/version, or inconsistent.
+QueryStats load_query_stats(const std::string& path);
+
+}  // namespace kvevict
