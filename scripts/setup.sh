@@ -2,14 +2,25 @@
 # Installs every Debian package kvevict's build, tests and tools need. Idempotent; run as root
 # (or with sudo). Used by README's set-up commands and by .ci/run.
 set -euo pipefail
+# Options: --train also installs what tools/train_reasoner.py needs (Debian's PyTorch, run with
+# /usr/bin/python3, and the threaded OpenBLAS it needs to be fast); CI does not train.
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+TRAIN=0
+for arg in "$@"; do
+  case "$arg" in
+    --train) TRAIN=1 ;;
+    *) echo "setup: unknown option '$arg' (valid: --train)" >&2; exit 2 ;;
+  esac
+done
 PKGS=(
   build-essential cmake git pkg-config
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libopenblas0-pthread libopenblas-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
+  python3-matplotlib
 )
+if [ "$TRAIN" = "1" ]; then PKGS+=(python3-torch libopenblas0-pthread); fi
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -61,6 +61,9 @@ void add_perplexity(CLI::App& root, std::vector<Command>& out);
 void add_policies(CLI::App& root, std::vector<Command>& out);
 void add_calibrate(CLI::App& root, std::vector<Command>& out);
 void add_keeplog(CLI::App& root, std::vector<Command>& out);
+void add_eval(CLI::App& root, std::vector<Command>& out);
+void add_merge(CLI::App& root, std::vector<Command>& out);
+void add_probe(CLI::App& root, std::vector<Command>& out);
 void add_tasks(CLI::App& root, std::vector<Command>& out);
 
 

@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
   add_policies(app, commands);
   add_calibrate(app, commands);
   add_keeplog(app, commands);
+  add_eval(app, commands);
+  add_merge(app, commands);
+  add_probe(app, commands);
 
   if (argc > 1 && argv[1][0] != '-') {
     std::string known;

@@ -1,15 +1,20 @@
-// `kvevict perplexity`: token-by-token perplexity under a policy, and llama.cpp's chunked mode.
+// `kvevict perplexity`: token-by-token perplexity under policies x budgets (with a PNG of
+// perplexity and smoothed per-position NLL vs position, the StreamingLLM figure), and
+// llama.cpp's chunked mode.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "cli/common.h"
+#include "cli/grid.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "eval/perplexity.h"
+#include "eval/plots.h"
 #include "model/llama.h"
 #include "util/error.h"
 
@@ -19,16 +24,33 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct PerplexityArgs {
-  std::string model, file, csv, policies;
+  std::string model, file, csv, policies, budgets, plot;
   int64_t tokens = 0;
   int64_t ctx = 0, chunks = 0;
   int threads = 0;
   bool gutenberg = false;
   int64_t report_every = 512;
+  int64_t smooth = 0;
   PolicyArgs policy;
 };
 
+/// policies x budgets (a policy that does not evict runs once), validated up front. Without
+/// --policies the default policy follows the first budget, as it would with --budget.
+std::vector<GridEntry> build_runs(const PerplexityArgs& a) {
+  const std::vector<int64_t> budgets = budget_grid(a.budgets, a.policy.budget);
+  PolicyArgs pick = a.policy;
+  if (!budgets.empty()) pick.budget = budgets[0];
+  const std::vector<std::string> names =
+      a.policies.empty() ? std::vector<std::string>{default_policy(pick)} : split_list(a.policies, "--policies");
+  return policy_grid(a.policy, names, budgets);
+}
+
+std::string budget_text(const GridEntry& r) { return r.policy.evicts ? std::to_string(r.eviction.budget) : std::string("-"); }
+
 int run_perplexity(const PerplexityArgs& a) {
+  const std::vector<GridEntry> runs = build_runs(a);
+  if (!a.plot.empty() && a.ctx > 0) throw Error("--plot draws the token-by-token mode; it cannot be used with -c");
+  if (a.smooth < 0) throw Error(fmt::format("--smooth {}: must be >= 0", a.smooth));
   const auto model = LlamaModel::load(a.model);
   std::string text = read_file(a.file);
   if (a.gutenberg) text = gutenberg_body(text);
@@ -36,56 +58,66 @@ int run_perplexity(const PerplexityArgs& a) {
   if (a.tokens > 0 && static_cast<int64_t>(tokens.size()) > a.tokens) tokens.resize(static_cast<size_t>(a.tokens));
   if (a.tokens > 0 && static_cast<int64_t>(tokens.size()) < a.tokens)
     warn(fmt::format("{} holds only {} tokens, fewer than --tokens {}", a.file, tokens.size(), a.tokens));
-  const std::vector<std::string> names =
-      a.policies.empty() ? std::vector<std::string>{default_policy(a.policy)} : split_list(a.policies, "--policies");
-  std::vector<std::pair<Policy, EvictionConfig>> runs;
-  for (const std::string& n : names) {  // validate everything before the first long run
-    Policy p = build_policy(a.policy, n);
-    runs.emplace_back(p, build_eviction(a.policy, p));
-  }
   Engine engine(*model, a.threads);
+  // Per-token NLL goes to --csv, and to <plot>.nll.csv for the figure.
+  std::string nll_path = a.csv;
+  if (nll_path.empty() && !a.plot.empty()) nll_path = std::filesystem::path(a.plot).replace_extension(".nll.csv").string();
+  if (!a.plot.empty()) {
+    std::error_code ec;
+    const auto parent = std::filesystem::path(a.plot).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  }
   std::ofstream csv;
-  if (!a.csv.empty()) {
-    csv.open(a.csv);
-    if (!csv) throw Error(fmt::format("{}: cannot open for writing", a.csv));
-    csv << "policy,position,token,nll\n";
+  if (!nll_path.empty()) {
+    csv.open(nll_path);
+    if (!csv) throw Error(fmt::format("{}: cannot open for writing", nll_path));
+    csv << "policy,budget,position,token,nll\n";
   }
   if (a.ctx > 0) {
-    for (auto& [p, cfg] : runs) {
-      fmt::print(stderr, "perplexity: {} tokens, {} chunks of {}, policy {}\n", tokens.size(),
+    for (const GridEntry& run : runs) {
+      fmt::print(stderr, "perplexity: {} tokens, {} chunks of {}, policy {}{}\n", tokens.size(),
                  a.chunks > 0 ? std::min<int64_t>(a.chunks, static_cast<int64_t>(tokens.size()) / a.ctx)
-                              : static_cast<int64_t>(tokens.size()) / a.ctx, a.ctx, p.name);
-      const auto r = perplexity_chunked(engine, p, cfg, tokens, a.ctx, a.chunks,
+                              : static_cast<int64_t>(tokens.size()) / a.ctx,
+                 a.ctx, run.policy.name, run.policy.evicts ? fmt::format(" at B = {}", run.eviction.budget) : "");
+      const auto r = perplexity_chunked(engine, run.policy, run.eviction, tokens, a.ctx, a.chunks,
                                         [](int64_t i, double ppl) { fmt::print("[{}]{:.4f},", i, ppl); std::fflush(stdout); });
       fmt::print("\nFinal estimate: PPL = {:.4f} +/- {:.5f}\n", r.ppl, r.ppl_stderr);
     }
     return 0;
   }
   if (tokens.size() > static_cast<size_t>(model->config().context_length))
-    for (auto& [p, cfg] : runs)
-      if (!p.evicts || cfg.positions == PositionMode::Logical)
-        if (!p.evicts) warn(fmt::format("{} tokens exceed the model's stated context of {}: '{}' will run past it",
-                                        tokens.size(), model->config().context_length, p.name));
+    for (const GridEntry& run : runs)
+      if (!run.policy.evicts)
+        warn(fmt::format("{} tokens exceed the model's stated context of {}: '{}' will run past it", tokens.size(),
+                         model->config().context_length, run.policy.name));
   fmt::print("{:<22} {:>7} {:>8} {:>12} {:>8} {:>10} {:>9}\n", "policy", "budget", "tokens", "perplexity",
              "rounds", "peak slots", "tok/s");
-  for (auto& [p, cfg] : runs) {
+  for (const GridEntry& run : runs) {
+    const Policy& p = run.policy;
     const auto t0 = Clock::now();
-    const auto r = perplexity_decode(engine, p, cfg, tokens, a.report_every, [&](int64_t i, double ppl) {
+    const auto r = perplexity_decode(engine, p, run.eviction, tokens, a.report_every, [&](int64_t i, double ppl) {
       fmt::print(stderr, "  {} [{}] running PPL {:.4f}\n", p.name, i, ppl);
     });
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    fmt::print("{:<22} {:>7} {:>8} {:>12.4f} {:>8} {:>10} {:>9.1f}\n", p.name,
-               p.evicts ? std::to_string(cfg.budget) : std::string("-"), r.nll.size(), r.ppl, r.stats.rounds,
-               r.stats.peak_slots, static_cast<double>(r.nll.size()) / secs);
+    fmt::print("{:<22} {:>7} {:>8} {:>12.4f} {:>8} {:>10} {:>9.1f}\n", p.name, budget_text(run), r.nll.size(), r.ppl,
+               r.stats.rounds, r.stats.peak_slots, static_cast<double>(r.nll.size()) / secs);
     std::fflush(stdout);
-    if (csv)
+    if (csv) {
+      const std::string budget = p.evicts ? std::to_string(run.eviction.budget) : std::string();
       for (size_t i = 0; i < r.nll.size(); ++i)
-        csv << p.name << ',' << i + 1 << ',' << tokens[i + 1] << ',' << fmt::format("{:.6f}", r.nll[i]) << '\n';
+        csv << p.name << ',' << budget << ',' << i + 1 << ',' << tokens[i + 1] << ',' << fmt::format("{:.6f}", r.nll[i]) << '\n';
+    }
   }
-  if (csv && !csv.flush()) throw Error(fmt::format("{}: write failed", a.csv));
+  if (csv && !csv.flush()) throw Error(fmt::format("{}: write failed", nll_path));
+  if (!a.plot.empty()) {
+    csv.close();
+    const std::string title = fmt::format("{} on {} ({} tokens)", std::filesystem::path(a.model).filename().string(),
+                                          std::filesystem::path(a.file).filename().string(), tokens.size());
+    const std::string why = run_plot_script({"perplexity", nll_path, a.plot, "--title", title, "--smooth", std::to_string(a.smooth)});
+    if (!why.empty()) warn("plot skipped: " + why);
+  }
   return 0;
 }
-
 
 }  // namespace
 
@@ -96,7 +128,13 @@ void add_perplexity(CLI::App& root, std::vector<Command>& out) {
   ppl->add_option("-f,--file", pp->file, "Text file")->required();
   ppl->add_option("--tokens", pp->tokens, "Use only the first N tokens (BOS included; 0 = all)");
   ppl->add_option("--policies", pp->policies, "Comma-separated policies to run in turn (overrides --policy)");
-  ppl->add_option("--csv", pp->csv, "Write policy,position,token,nll per scored token");
+  ppl->add_option("--budgets", pp->budgets, "Comma-separated budgets: every evicting policy runs at each (instead of --budget)");
+  ppl->add_option("--csv", pp->csv, "Write policy,budget,position,token,nll per scored token");
+  ppl->add_option("--plot", pp->plot,
+                  "Draw perplexity and smoothed per-position NLL vs position per policy into this PNG "
+                  "(the per-token NLL also goes to <plot>.nll.csv unless --csv is given)");
+  ppl->add_option("--smooth", pp->smooth, "Moving-average window of the NLL curve in tokens (0 = tokens/50)")
+      ->capture_default_str();
   ppl->add_option("-c,--ctx-size", pp->ctx, "Chunked mode (llama-perplexity): chunk size in tokens");
   ppl->add_option("--chunks", pp->chunks, "Chunked mode: at most this many chunks (0 = all)");
   ppl->add_option("--report-every", pp->report_every, "Print running perplexity every N tokens to stderr")->capture_default_str();

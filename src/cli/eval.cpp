@@ -1,0 +1,363 @@
+// `kvevict eval`: accuracy of policies x budgets on a task file, with the paper's statistics,
+// resumable output, shards; and `kvevict merge`: one report from several shard directories.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include "cli/common.h"
+#include "cli/grid.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "eval/plots.h"
+#include "eval/prompt.h"
+#include "eval/results.h"
+#include "eval/runner.h"
+#include "eval/summary.h"
+#include "eval/tasks.h"
+#include "model/llama.h"
+#include "util/error.h"
+
+namespace kvevict::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+struct EvalArgs {
+  std::string model, tasks, format = "auto", bad_lines = "stop", policies = "full,random", budgets,
+      reference = "full", out = "kvevict-eval", shard = "0/1", tmpl = "auto";
+  int64_t limit = 0;
+  int rollouts = 2;
+  float temp = 0.6f, top_p = 0.95f;
+  int top_k = 0;
+  int64_t max_length = 32768, max_new_tokens = 0;
+  std::optional<bool> math_suffix;
+  bool resume = true, no_plots = false;
+  int threads = 0, bootstrap = 10000;
+  int64_t debug_delay_ms = 0;
+  PolicyArgs policy;
+};
+
+/// Parses "i/N" with 0 <= i < N. Throws kvevict::Error.
+std::pair<int, int> parse_shard(const std::string& s) {
+  int i = -1, n = 0;
+  char tail = 0;
+  if (std::sscanf(s.c_str(), "%d/%d%c", &i, &n, &tail) != 2 || n < 1 || i < 0 || i >= n)
+    throw Error(fmt::format("--shard '{}': expected i/N with 0 <= i < N (e.g. 0/4)", s));
+  return {i, n};
+}
+
+json eviction_json(const PolicyArgs& a) {
+  return json{{"recent", a.recent},
+              {"sinks", a.sinks ? json(*a.sinks) : json(nullptr)},
+              {"protect_prompt", a.protect_prompt ? json(true) : a.no_protect_prompt ? json(false) : json(nullptr)},
+              {"long_prompt", a.long_prompt},
+              {"positions", a.position_mode},
+              {"params", a.params}};
+}
+
+/// Rollouts done / total, ETA and running accuracy on one stderr line (only on a terminal).
+class ProgressBar {
+ public:
+  ProgressBar(int64_t total, int64_t done, int64_t correct)
+      : enabled_(isatty(fileno(stderr)) != 0), total_(total), done_(done), correct_(correct), start_done_(done) {}
+  void add(bool correct) {
+    ++done_;
+    correct_ += correct ? 1 : 0;
+    draw();
+  }
+  void finish() {
+    if (enabled_ && drawn_) fmt::print(stderr, "\n");
+  }
+
+ private:
+  void draw() {
+    if (!enabled_) return;
+    constexpr int kWidth = 30;
+    const double frac = total_ > 0 ? static_cast<double>(done_) / static_cast<double>(total_) : 1.0;
+    const int fill = static_cast<int>(frac * kWidth);
+    const double secs = std::chrono::duration<double>(Clock::now() - t0_).count();
+    const int64_t fresh = done_ - start_done_;
+    std::string eta = "?";
+    if (fresh > 0) {
+      const auto left = static_cast<int64_t>(secs / static_cast<double>(fresh) * static_cast<double>(total_ - done_));
+      eta = left >= 3600 ? fmt::format("{}h{:02}m", left / 3600, left / 60 % 60) : fmt::format("{}m{:02}s", left / 60, left % 60);
+    }
+    fmt::print(stderr, "\r[{}{}] {}/{} rollouts | acc {:.3f} | ETA {}   ", std::string(static_cast<size_t>(fill), '#'),
+               std::string(static_cast<size_t>(kWidth - fill), '.'), done_, total_,
+               done_ > 0 ? static_cast<double>(correct_) / static_cast<double>(done_) : 0.0, eta);
+    std::fflush(stderr);
+    drawn_ = true;
+  }
+  bool enabled_;
+  int64_t total_, done_, correct_, start_done_;
+  bool drawn_ = false;
+  Clock::time_point t0_ = Clock::now();
+};
+
+/// Writes summary files, prints the table, draws the plots.
+void report(const std::string& dir, const EvalSettings& settings, const std::vector<RolloutRecord>& records,
+            bool plots) {
+  const EvalSummary s = summarize(settings, records);
+  write_summary_files(dir, s);
+  fmt::print("{}", summary_markdown(s));
+  std::fflush(stdout);
+  if (!plots) return;
+  const std::string why = run_plot_script({"eval", (fs::path(dir) / "summary.json").string(), dir});
+  if (!why.empty()) warn("plots skipped: " + why);
+}
+
+int run_eval(const EvalArgs& a) {
+  // 1. Validate every option before loading anything.
+  SamplerConfig sampler{a.temp, a.top_p, a.top_k, a.policy.seed};
+  validate_sampler(sampler);
+  if (a.rollouts < 1) throw Error(fmt::format("--rollouts {}: must be >= 1", a.rollouts));
+  if (a.max_length < 2) throw Error(fmt::format("--max-length {}: must be >= 2", a.max_length));
+  if (a.max_new_tokens < 0) throw Error(fmt::format("--max-new-tokens {}: must be >= 0", a.max_new_tokens));
+  if (a.limit < 0) throw Error(fmt::format("--limit {}: must be >= 0", a.limit));
+  if (a.bootstrap < 100) throw Error(fmt::format("--bootstrap {}: use at least 100 resamples", a.bootstrap));
+  const auto [shard_index, shard_count] = parse_shard(a.shard);
+  const std::vector<std::string> names = split_list(a.policies, "--policies");
+  std::vector<EvalCell> cells;
+  for (GridEntry& g : policy_grid(a.policy, names, budget_grid(a.budgets, a.policy.budget))) {
+    EvalCell c;
+    c.spec = {g.name, g.eviction.budget};
+    c.policy = std::move(g.policy);
+    c.eviction = g.eviction;
+    cells.push_back(std::move(c));
+  }
+  if (std::find(names.begin(), names.end(), a.reference) == names.end())
+    throw Error(fmt::format("--reference '{}' is not among --policies ({})", a.reference, a.policies));
+  const TemplateChoice tmpl = parse_template_choice(a.tmpl);
+
+  // 2. Tasks (bad lines stop or are skipped), then the model and the prompt template.
+  TaskReadOptions ro;
+  ro.format = parse_task_format(a.format);
+  if (a.bad_lines != "stop" && a.bad_lines != "skip")
+    throw Error(fmt::format("--bad-lines '{}': expected stop or skip", a.bad_lines));
+  ro.on_bad_line = a.bad_lines == "skip" ? BadLinePolicy::Skip : BadLinePolicy::Stop;
+  ro.limit = a.limit;
+  ro.warn = warn;
+  const EvalTaskFile tf = read_tasks(a.tasks, ro);
+  const auto model = LlamaModel::load(a.model);
+  PromptOptions po;
+  po.choice = tmpl;
+  po.math_suffix = a.math_suffix.value_or(tf.format != TaskFormat::Kvevict);
+  const PromptBuilder prompts(*model, po, warn);
+
+  EvalSettings st;
+  st.model_file = fs::path(a.model).filename().string();
+  st.model_bytes = fs::file_size(a.model);
+  st.tasks_file = fs::path(a.tasks).filename().string();
+  st.tasks_format = task_format_name(tf.format);
+  st.n_tasks = static_cast<int64_t>(tf.tasks.size());
+  st.tasks_digest = tasks_digest(tf.tasks);
+  for (const EvalCell& c : cells) st.cells.push_back(c.spec);
+  st.reference = a.reference;
+  st.rollouts = a.rollouts;
+  st.temperature = a.temp;
+  st.top_p = a.top_p;
+  st.top_k = a.top_k;
+  st.max_length = a.max_length;
+  st.max_new_tokens = a.max_new_tokens;
+  st.seed = a.policy.seed;
+  st.eviction = eviction_json(a.policy);
+  st.prompt_template = prompts.template_name();
+  st.math_suffix = po.math_suffix;
+  st.bootstrap_resamples = a.bootstrap;
+  st.shard_index = shard_index;
+  st.shard_count = shard_count;
+
+  // 3. The output directory: refuses another configuration; lists what is already done.
+  ResultsDir dir = ResultsDir::open(a.out, st, a.resume, warn);
+  std::set<std::string> done;
+  int64_t done_correct = 0;
+  for (const RolloutRecord& r : dir.existing()) done.insert(r.key()), done_correct += r.correct;
+
+  // 4. This shard's problems and their prompts.
+  RolloutOptions opts;
+  opts.rollouts = a.rollouts;
+  opts.sampler = sampler;
+  opts.max_length = a.max_length;
+  opts.max_new_tokens = a.max_new_tokens;
+  std::vector<EvalTask> tasks;
+  std::vector<std::vector<int32_t>> prompt_ids;
+  int64_t over_cap = 0, longest = 0;
+  for (const EvalTask& t : tf.tasks) {
+    if (!st.in_shard(t.index)) continue;
+    prompt_ids.push_back(prompts.tokens(t.problem));
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(prompt_ids.back().size()));
+    over_cap += generation_cap(opts, static_cast<int64_t>(prompt_ids.back().size())) <= 0;
+    tasks.push_back(t);
+  }
+  if (over_cap > 0)
+    warn(fmt::format("{} of {} prompts leave no room under --max-length {}: they are recorded as not answered",
+                     over_cap, tasks.size(), a.max_length));
+  for (const EvalCell& c : cells)
+    if (auto w = long_prompt_warning(c.eviction, c.policy, longest); !w.empty())
+      warn(fmt::format("{} (longest prompt): {}", c.spec.label(), w));
+  const int64_t total = static_cast<int64_t>(tasks.size()) * static_cast<int64_t>(cells.size()) * a.rollouts;
+  fmt::print(stderr, "eval: {} problems{} x {} cells x {} rollouts = {} rollouts; {} already in {}, {} to run\n",
+             tasks.size(), shard_count > 1 ? fmt::format(" (shard {}/{})", shard_index, shard_count) : std::string(),
+             cells.size(), a.rollouts, total, done.size(), a.out, total - static_cast<int64_t>(done.size()));
+
+  // 5. Run what is missing; every rollout is on disk before the next one starts.
+  std::vector<RolloutRecord> records = dir.existing();
+  ProgressBar bar(total, static_cast<int64_t>(done.size()), done_correct);
+  Engine engine(*model, a.threads);
+  run_grid(engine, tasks, prompt_ids, cells, opts, [&](const std::string& key) { return done.count(key) != 0; },
+           [&](RolloutRecord&& rec) {
+             dir.append(rec);
+             bar.add(rec.correct);
+             rec.text = std::string();  // on disk; the summary does not need it
+             records.push_back(std::move(rec));
+             if (a.debug_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.debug_delay_ms));
+           });
+  bar.finish();
+
+  // 6. Report.
+  report(a.out, st, records, !a.no_plots);
+  return 0;
+}
+
+struct MergeArgs {
+  std::vector<std::string> dirs;
+  std::string out;
+  bool no_plots = false;
+};
+
+int run_merge(const MergeArgs& a) {
+  // Every directory must hold the same run apart from its shard; shards must not repeat.
+  std::vector<EvalSettings> settings;
+  for (const std::string& d : a.dirs) settings.push_back(read_settings(d));
+  const auto without_shard = [](const EvalSettings& s) {
+    json j = s.to_json();
+    j.erase("shard");
+    return j;
+  };
+  const json base = without_shard(settings[0]);
+  std::set<int> shards;
+  for (size_t i = 0; i < settings.size(); ++i) {
+    if (const std::string d = json_difference(base, without_shard(settings[i])); !d.empty())
+      throw Error(fmt::format("{} and {} hold different runs ({}); refusing to merge them", a.dirs[0], a.dirs[i], d));
+    if (settings[i].shard_count != settings[0].shard_count)
+      throw Error(fmt::format("{} is shard {}/{} but {} is shard {}/{}", a.dirs[i], settings[i].shard_index,
+                              settings[i].shard_count, a.dirs[0], settings[0].shard_index, settings[0].shard_count));
+    if (!shards.insert(settings[i].shard_index).second)
+      throw Error(fmt::format("shard {}/{} given twice ({})", settings[i].shard_index, settings[i].shard_count, a.dirs[i]));
+  }
+  for (int s = 0; s < settings[0].shard_count; ++s)
+    if (!shards.count(s)) warn(fmt::format("shard {}/{} is missing: its problems count as not run", s, settings[0].shard_count));
+
+  std::vector<RolloutRecord> records;
+  std::set<std::string> keys;
+  for (size_t i = 0; i < a.dirs.size(); ++i) {
+    const std::string path = (fs::path(a.dirs[i]) / ResultsDir::kRollouts).string();
+    if (!fs::exists(path)) {
+      warn(fmt::format("{} holds no rollouts yet", a.dirs[i]));
+      continue;
+    }
+    auto recs = read_rollouts(path, /*keep_text=*/true, warn).records;
+    const int64_t expected = settings[i].problems_in_shard() * static_cast<int64_t>(settings[i].cells.size()) * settings[i].rollouts;
+    if (static_cast<int64_t>(recs.size()) < expected)
+      warn(fmt::format("{} holds {} of its {} rollouts (resume that shard to finish it)", a.dirs[i], recs.size(), expected));
+    for (RolloutRecord& r : recs) {
+      if (!settings[i].in_shard(r.problem_index))
+        throw Error(fmt::format("{}: problem {} does not belong to shard {}/{}", path, r.problem_index,
+                                settings[i].shard_index, settings[i].shard_count));
+      if (!keys.insert(r.key()).second)
+        throw Error(fmt::format("{}: rollout {} of problem '{}' under {} is also in another shard", path, r.rollout,
+                                r.problem_id, r.cell().label()));
+      records.push_back(std::move(r));
+    }
+  }
+  EvalSettings merged = settings[0];
+  merged.shard_index = 0;
+  merged.shard_count = 1;
+  // A stable order: problem, then the grid's cell order, then rollout.
+  std::map<std::string, size_t> cell_order;
+  for (size_t i = 0; i < merged.cells.size(); ++i) cell_order[merged.cells[i].label()] = i;
+  std::sort(records.begin(), records.end(), [&](const RolloutRecord& x, const RolloutRecord& y) {
+    const auto kx = std::make_tuple(x.problem_index, cell_order[x.cell().label()], x.rollout);
+    const auto ky = std::make_tuple(y.problem_index, cell_order[y.cell().label()], y.rollout);
+    return kx < ky;
+  });
+
+  // The merged directory is a complete unsharded output directory (it can be resumed).
+  std::error_code ec;
+  fs::create_directories(a.out, ec);
+  if (ec) throw Error(fmt::format("{}: cannot create the output directory: {}", a.out, ec.message()));
+  const std::string config_path = (fs::path(a.out) / ResultsDir::kConfig).string();
+  check_settings_match(a.out, merged);
+  for (const std::string& d : a.dirs)
+    if (fs::equivalent(d, a.out, ec)) throw Error(fmt::format("--out {} is one of the merged directories", a.out));
+  std::string lines;
+  for (const RolloutRecord& r : records) lines += r.to_json().dump() + "\n";
+  write_file_atomic((fs::path(a.out) / ResultsDir::kRollouts).string(), lines);
+  write_file_atomic(config_path, merged.to_json().dump(2) + "\n");
+  fmt::print(stderr, "merge: {} rollouts from {} directories into {}\n", records.size(), a.dirs.size(), a.out);
+  report(a.out, merged, records, !a.no_plots);
+  return 0;
+}
+
+}  // namespace
+
+void add_eval(CLI::App& root, std::vector<Command>& out) {
+  auto e = std::make_shared<EvalArgs>();
+  auto* cmd = root.add_subcommand("eval", "Accuracy of policies x budgets on a task file (resumable; paired CIs and sign tests)");
+  cmd->add_option("-m,--model", e->model, "GGUF model (llama architecture)")->required();
+  cmd->add_option("--tasks", e->tasks, "Task file, JSON lines (MATH-500, GSM8K or kvevict format)")->required();
+  cmd->add_option("--format", e->format, "Task format: auto, math500, gsm8k, kvevict")->capture_default_str();
+  cmd->add_option("--limit", e->limit, "Use only the first N problems (0 = all)")->capture_default_str();
+  cmd->add_option("--bad-lines", e->bad_lines, "A malformed task line: stop (error) or skip (warn with FILE:LINE)")
+      ->capture_default_str();
+  cmd->add_option("--policies", e->policies, "Comma-separated policies (" + policy_names() + "; any may take +prompt)")
+      ->capture_default_str();
+  cmd->add_option("--budgets", e->budgets, "Comma-separated budgets B for the evicting policies");
+  cmd->add_option("--reference", e->reference, "Policy every other one is compared with (same budget unless it is full)")
+      ->capture_default_str();
+  cmd->add_option("--rollouts", e->rollouts, "Rollouts per problem, decoded as parallel sequences")->capture_default_str();
+  cmd->add_option("--temp", e->temp, "Temperature (0 = greedy)")->capture_default_str();
+  cmd->add_option("--top-p", e->top_p, "Nucleus sampling threshold (1 = off)")->capture_default_str();
+  cmd->add_option("--top-k", e->top_k, "Top-k (0 = off, the paper's setting)")->capture_default_str();
+  cmd->add_option("--max-length", e->max_length, "Cap on prompt + generated tokens (the paper counts the prompt)")
+      ->capture_default_str();
+  cmd->add_option("--max-new-tokens", e->max_new_tokens, "Also cap generated tokens (0 = only --max-length)")
+      ->capture_default_str();
+  cmd->add_option("--template", e->tmpl, "Prompt template: auto (the GGUF's chat template if supported), plain, chat")
+      ->capture_default_str();
+  cmd->add_flag("--math-suffix,!--no-math-suffix", e->math_suffix,
+                "Append the paper's \"Please reason step by step, and put your final answer within \\boxed{}.\" "
+                "(default: on for MATH-500/GSM8K, off for kvevict tasks)");
+  cmd->add_option("-o,--out", e->out, "Output directory (rollouts.jsonl, summary.md/csv/json, PNGs)")->capture_default_str();
+  cmd->add_flag("--resume,!--no-resume", e->resume,
+                "Continue a run in --out without recomputing finished rollouts (default on; --no-resume refuses a "
+                "directory that holds results)");
+  cmd->add_option("--shard", e->shard, "Run only problems with index mod N == i (i/N); combine with `kvevict merge`")
+      ->capture_default_str();
+  cmd->add_option("--bootstrap", e->bootstrap, "Bootstrap resamples for the CIs")->capture_default_str();
+  cmd->add_flag("--no-plots", e->no_plots, "Do not draw the PNG plots");
+  cmd->add_option("-t,--threads", e->threads, "Threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--debug-delay-ms", e->debug_delay_ms, "Sleep after each rollout (tests of kill-and-resume)")
+      ->group("");
+  add_policy_options(*cmd, e->policy, /*with_policy=*/false);
+  out.push_back({cmd, [e] { return run_eval(*e); }});
+}
+
+void add_merge(CLI::App& root, std::vector<Command>& out) {
+  auto m = std::make_shared<MergeArgs>();
+  auto* cmd = root.add_subcommand("merge", "Combine `kvevict eval --shard i/N` directories into one report");
+  cmd->add_option("dirs", m->dirs, "Shard output directories")->required();
+  cmd->add_option("-o,--out", m->out, "Directory for the merged rollouts and report")->required();
+  cmd->add_flag("--no-plots", m->no_plots, "Do not draw the PNG plots");
+  out.push_back({cmd, [m] { return run_merge(*m); }});
+}
+
+}  // namespace kvevict::cli

@@ -1,0 +1,63 @@
+// Prompt construction for `kvevict eval`: an optional math suffix and a template (plain text, or
+// the model's chat template when it is one kvevict can render).
+//
+// Source: the paper's protocol (eviction-spec.md §4): math prompts end with "Please reason step
+// by step, and put your final answer within \boxed{}.". Chat templates: kvevict renders only the
+// Llama-2 form `[INST] {user} [/INST]` (Touvron et al., arXiv 2307.09288 §3; its markers are plain
+// text for the SentencePiece tokenizer, so no special-token parsing is needed). A GGUF whose
+// `tokenizer.chat_template` is anything else is run with the plain template (and a warning).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace kvevict {
+
+class LlamaModel;
+
+/// The paper's math suffix.
+inline constexpr const char* kMathSuffix = "Please reason step by step, and put your final answer within \\boxed{}.";
+
+/// Which template to use.
+enum class TemplateChoice {
+  Auto,   ///< the GGUF's chat template when supported, else plain
+  Plain,  ///< the problem text (plus suffix) as it is
+  Chat,   ///< the GGUF's chat template; an error when it has none kvevict supports
+};
+
+/// Parses "auto", "plain" or "chat". Throws kvevict::Error listing the choices.
+TemplateChoice parse_template_choice(const std::string& name);
+
+/// Options of a PromptBuilder.
+struct PromptOptions {
+  TemplateChoice choice = TemplateChoice::Auto;
+  bool math_suffix = true;  ///< append "\n" + kMathSuffix to the problem
+};
+
+/// Turns problem texts into prompt tokens for one model.
+class PromptBuilder {
+ public:
+  /// Decides the template from `model`'s GGUF metadata (`tokenizer.chat_template`). `warn`
+  /// receives one message when Auto falls back to plain although a template is present.
+  /// Throws kvevict::Error when Chat was asked for and no supported template is present.
+  PromptBuilder(const LlamaModel& model, const PromptOptions& opts,
+                const std::function<void(const std::string&)>& warn = {});
+
+  /// The user message: problem, then "\n" + kMathSuffix when math_suffix is set.
+  std::string user_text(const std::string& problem) const;
+  /// The full prompt text after templating (what is tokenized, BOS excluded).
+  std::string text(const std::string& problem) const;
+  /// Prompt token ids [T], BOS first when the model has one.
+  std::vector<int32_t> tokens(const std::string& problem) const;
+  /// "plain" or "llama2".
+  const std::string& template_name() const { return template_; }
+
+ private:
+  const LlamaModel& model_;
+  PromptOptions opts_;
+  std::string template_ = "plain";
+};
+
+}  // namespace kvevict

@@ -1,0 +1,131 @@
+#include "eval/runner.h"
+
+#include <fmt/format.h>
+
+#include "eval/grader.h"
+#include "util/error.h"
+#include "util/rng.h"
+
+namespace kvevict {
+namespace {
+
+// Tag of the sampling streams (the same as `kvevict generate`'s), so a rollout with the same
+// sequence id and seed draws as generate would.
+constexpr uint64_t kSampleTag = 0x5A4D504CULL;
+
+RolloutRecord base_record(const EvalTask& task, const EvalCell& cell, int rollout, int64_t prompt_tokens) {
+  RolloutRecord r;
+  r.policy = cell.spec.policy;
+  r.budget = cell.spec.budget;
+  r.problem_id = task.id;
+  r.problem_index = task.index;
+  r.rollout = rollout;
+  r.prompt_tokens = prompt_tokens;
+  r.gold = task.answer;
+  return r;
+}
+
+}  // namespace
+
+uint64_t rollout_sequence_id(const std::string& problem_id, int rollout) {
+  return stream_id({fnv1a64(problem_id), static_cast<uint64_t>(rollout)});
+}
+
+int64_t generation_cap(const RolloutOptions& opts, int64_t prompt_tokens) {
+  int64_t cap = opts.max_length - prompt_tokens;
+  if (opts.max_new_tokens > 0) cap = std::min(cap, opts.max_new_tokens);
+  return cap;
+}
+
+void run_rollouts(Engine& engine, const EvalTask& task, std::span<const int32_t> prompt, const EvalCell& cell,
+                  std::span<const int> todo, const RolloutOptions& opts,
+                  const std::function<void(RolloutRecord&&)>& on_finished) {
+  const auto prompt_len = static_cast<int64_t>(prompt.size());
+  const int64_t cap = generation_cap(opts, prompt_len);
+  if (cap <= 0) {
+    for (const int r : todo) {
+      RolloutRecord rec = base_record(task, cell, r, prompt_len);
+      rec.finish = "prompt_too_long";
+      on_finished(std::move(rec));
+    }
+    return;
+  }
+  const Tokenizer& tok = engine.model().tokenizer();
+  const int64_t bytes_per_slot = engine.kv_shape().bytes_per_token();
+
+  struct Live {
+    int rollout = 0;
+    std::unique_ptr<Sequence> seq;
+    std::vector<float> logits;  // [n_vocab] next-token logits
+    std::vector<int32_t> out;   // generated ids
+  };
+  std::vector<Live> live;
+  live.reserve(todo.size());
+  for (const int r : todo) {
+    Live l;
+    l.rollout = r;
+    l.seq = engine.new_sequence(rollout_sequence_id(task.id, r), cell.policy, cell.eviction, prompt_len, cap);
+    engine.prefill(*l.seq, prompt, l.logits);
+    live.push_back(std::move(l));
+  }
+  const auto finish = [&](Live& l, const char* why) {
+    RolloutRecord rec = base_record(task, cell, l.rollout, prompt_len);
+    rec.generated_tokens = static_cast<int64_t>(l.out.size());
+    rec.finish = why;
+    rec.text = tok.decode(l.out);
+    const Grade g = grade_response(rec.text, task.answer, task.grading);
+    rec.extracted = g.extracted;
+    rec.correct = g.correct;
+    const SequenceStats& s = l.seq->stats;
+    rec.rounds = s.rounds;
+    rec.peak_slots = s.peak_slots;
+    rec.peak_kv_bytes = s.peak_slots * bytes_per_slot;
+    rec.kv_bytes = l.seq->kv.allocated_bytes();
+    rec.prefill_ms = s.prefill_ms;
+    rec.decode_ms = s.decode_ms;
+    rec.score_ms = s.score_ms;
+    rec.compact_ms = s.compact_ms;
+    l.seq.reset();  // free the cache before the callback does any I/O
+    on_finished(std::move(rec));
+  };
+  // Interleave the sequences' decode steps: step t of every live rollout, then step t + 1.
+  for (int64_t step = 0; step < cap; ++step) {
+    bool any = false;
+    for (Live& l : live) {
+      if (!l.seq) continue;
+      Rng rng(stream_id({opts.sampler.seed, l.seq->id, static_cast<uint64_t>(step), kSampleTag}));
+      const int32_t next = sample_token(l.logits, opts.sampler, rng);
+      if (next == tok.eos_id()) {
+        finish(l, "eos");
+        continue;
+      }
+      l.out.push_back(next);
+      if (static_cast<int64_t>(l.out.size()) == cap) {
+        finish(l, "length");
+        continue;
+      }
+      engine.decode(*l.seq, next, l.logits);
+      any = true;
+    }
+    if (!any) break;
+  }
+}
+
+void run_grid(Engine& engine, const std::vector<EvalTask>& tasks, const std::vector<std::vector<int32_t>>& prompts,
+              const std::vector<EvalCell>& cells, const RolloutOptions& opts,
+              const std::function<bool(const std::string& key)>& is_done,
+              const std::function<void(RolloutRecord&&)>& on_finished) {
+  if (prompts.size() != tasks.size())
+    throw Error(fmt::format("run_grid: {} prompts for {} tasks", prompts.size(), tasks.size()));
+  std::vector<int> todo;
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    for (const EvalCell& cell : cells) {
+      todo.clear();
+      for (int r = 0; r < opts.rollouts; ++r)
+        if (!is_done(rollout_key(cell.spec.policy, cell.spec.budget, tasks[t].id, r))) todo.push_back(r);
+      if (!todo.empty()) run_rollouts(engine, tasks[t], prompts[t], cell, todo, opts, on_finished);
+    }
+  }
+}
+
+}  // namespace kvevict

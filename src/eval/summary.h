@@ -1,0 +1,66 @@
+// The report of an eval run: one row per (policy, budget) cell with accuracy, the paired
+// comparison against the reference policy, generated length, peak cache and decode speed;
+// rendered as Markdown (what the CLI prints), CSV and JSON (what the plot script reads).
+//
+// Source: the paper's protocol (eviction-spec.md §4): per-problem mean accuracy over rollouts;
+// for each policy vs the reference, a paired problem-clustered percentile bootstrap 95% CI of
+// the difference and an exact two-sided sign test (eval/stats.h).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "eval/results.h"
+#include "eval/stats.h"
+
+namespace kvevict {
+
+/// One row of the report.
+struct CellSummary {
+  CellSpec cell;
+  int64_t problems = 0;           ///< problems with at least one finished rollout
+  int64_t rollouts = 0;           ///< finished rollouts
+  int64_t expected_rollouts = 0;  ///< problems of the run x rollouts per problem
+  double accuracy = 0;            ///< mean over problems of the per-problem mean
+  BootstrapCi accuracy_ci;        ///< problem-clustered bootstrap CI of the accuracy (vs 0)
+  /// Against the reference cell (reference policy, same budget; `full` has one cell): absent for
+  /// the reference itself and when no problem has results in both cells.
+  std::optional<BootstrapCi> diff;
+  std::optional<SignTest> sign;
+  std::string reference_label;    ///< label of the cell compared with
+  double mean_generated = 0;      ///< generated tokens per rollout
+  double mean_length = 0;         ///< prompt + generated tokens per rollout
+  double mean_rounds = 0;         ///< eviction rounds per rollout
+  int64_t peak_slots = 0;         ///< max over rollouts of live slots per (layer, KV head)
+  int64_t peak_kv_bytes = 0;      ///< max over rollouts of peak_slots x bytes per slot (all layers and heads)
+  double decode_tok_s = 0;        ///< generated tokens / time in decode steps and rounds (per sequence)
+  int64_t no_answer = 0;          ///< rollouts without a \boxed{} answer
+  int64_t hit_cap = 0;            ///< rollouts stopped by the length cap (or with no room)
+};
+
+/// The whole report.
+struct EvalSummary {
+  EvalSettings settings;
+  std::vector<CellSummary> cells;  ///< in settings.cells order
+};
+
+/// Builds the report from `records` (any order; records of cells not in settings.cells are an
+/// error). Bootstrap streams are seeded from settings.seed and the cell labels, so the same
+/// records give the same report however they were produced (one run, resumed, or merged shards).
+/// Throws kvevict::Error for a record of an unknown cell.
+EvalSummary summarize(const EvalSettings& settings, const std::vector<RolloutRecord>& records);
+
+/// Markdown: a few header lines (model, tasks, sampling) and the table.
+std::string summary_markdown(const EvalSummary& s);
+/// CSV with one header line and one row per cell (numbers unrounded).
+std::string summary_csv(const EvalSummary& s);
+/// {"settings": ..., "cells": [...]} with every CellSummary field.
+nlohmann::json summary_json(const EvalSummary& s);
+
+/// Writes summary.md, summary.csv and summary.json into `dir` (atomically). Throws kvevict::Error.
+void write_summary_files(const std::string& dir, const EvalSummary& s);
+
+}  // namespace kvevict

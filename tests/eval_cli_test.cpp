@@ -1,0 +1,113 @@
+// Bad input to `kvevict eval`, `merge`, `probe` and `perplexity --budgets`: one line on stderr
+// starting "kvevict: error: ", exit code 2, and nothing already on disk changed. Expected
+// messages are the contract (file:line for malformed JSON, missing fields, B <= r,
+// unknown policies, an output directory holding another configuration).
+#include <gtest/gtest.h>
+
+#include "eval_cli_helpers.h"
+
+namespace kvevict {
+namespace {
+
+namespace fs = std::filesystem;
+
+int count_lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+void expect_one_line_error(const test::RunResult& r, const std::string& must_contain, const std::string& what) {
+  EXPECT_EQ(r.code, 2) << what << "\n" << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << what << "\n" << r.err;
+  EXPECT_EQ(r.err.rfind("kvevict: error: ", 0), 0u) << what << "\n" << r.err;
+  EXPECT_NE(r.err.find(must_contain), std::string::npos) << what << "\n" << r.err;
+}
+
+class EvalCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(test::stories260k())) GTEST_SKIP() << "stories260K not found under " << test::shared_dir();
+    root_ = test::fresh_dir("eval_cli");
+    tasks_ = root_ + "/tasks.jsonl";
+    std::ofstream(tasks_) << "{\"id\": \"t1\", \"problem\": \"Once upon a time\", \"answer\": \"x\"}\n"
+                             "{\"id\": \"t2\", \"problem\": \"The cat\", \"answer\": \"y\"}\n";
+  }
+  void TearDown() override {
+    if (!root_.empty()) fs::remove_all(root_);
+  }
+  std::vector<std::string> args(const std::string& tasks, const std::string& out, std::vector<std::string> extra = {}) {
+    std::vector<std::string> a = {"eval", "-m", test::stories260k(), "--tasks", tasks, "--rollouts", "1",
+                                  "--max-new-tokens", "8", "--no-plots", "-t", "1", "-o", out};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+  test::RunResult run(const std::vector<std::string>& a) { return test::run_kvevict(a, root_, "run"); }
+  std::string root_, tasks_;
+};
+
+TEST_F(EvalCli, MalformedLineStopsWithFileAndLineOrIsSkipped) {
+  const std::string bad = root_ + "/bad.jsonl";
+  std::ofstream(bad) << "{\"id\": \"t1\", \"problem\": \"Once\", \"answer\": \"x\"}\n{\"id\": \"t2\", \"problem\": \n";
+  expect_one_line_error(run(args(bad, root_ + "/o1", {"--policies", "full"})), bad + ":2: not valid JSON", "stop");
+  EXPECT_FALSE(fs::exists(root_ + "/o1")) << "a refused run must not create its output directory";
+  const test::RunResult skip = run(args(bad, root_ + "/o2", {"--policies", "full", "--bad-lines", "skip"}));
+  EXPECT_EQ(skip.code, 0) << skip.err;
+  EXPECT_NE(skip.err.find(bad + ":2:"), std::string::npos) << skip.err;
+  EXPECT_EQ(test::complete_lines(root_ + "/o2/rollouts.jsonl").size(), 1u);
+}
+
+TEST_F(EvalCli, OptionErrors) {
+  const std::string missing = root_ + "/missing.jsonl";
+  std::ofstream(missing) << "{\"id\": \"t1\", \"problem\": \"Once\"}\n";
+  const std::string out = root_ + "/never";
+  const struct {
+    std::vector<std::string> args;
+    std::string must_contain;
+  } cases[] = {
+      {args(missing, out, {"--policies", "full"}), missing + ":1: missing field 'answer'"},
+      {args(tasks_, out, {"--policies", "full,random", "--budgets", "64"}), "greater than the recent buffer"},
+      {args(tasks_, out, {"--policies", "full,random", "--budgets", "32", "--buffer", "32"}), "greater than the recent buffer"},
+      {args(tasks_, out, {"--policies", "full,nope", "--budgets", "128"}), "unknown policy 'nope'"},
+      {args(tasks_, out, {"--policies", "full,random"}), "evicts and needs --budget B or --budgets"},
+      {args(tasks_, out, {"--policies", "full,random", "--budgets", "128,x"}), "'x' is not an integer"},
+      {args(tasks_, out, {"--policies", "random", "--budgets", "128"}), "--reference 'full' is not among"},
+      {args(tasks_, out, {"--policies", "full", "--shard", "2/2"}), "--shard '2/2'"},
+      {args(tasks_, out, {"--policies", "full", "--max-length", "1"}), "--max-length 1"},
+      {args(root_ + "/nonexistent.jsonl", out, {"--policies", "full"}), "nonexistent.jsonl"},
+      {{"merge", root_ + "/nonexistent-dir", "-o", out}, "nonexistent-dir"},
+      {{"probe", "-m", test::stories260k(), "--kinds", "planted,nope", "--budgets", "128"}, "unknown probe 'nope'"},
+      {{"probe", "-m", test::stories260k(), "--kinds", "planted", "--budgets", "64"}, "greater than the recent buffer"},
+      {{"probe", "-m", test::stories260k(), "--kinds", "planted", "--budgets", "128", "--sites", "9:0"}, "9:0 is outside"},
+      {{"perplexity", "-m", test::stories260k(), "-f", tasks_, "--policies", "random", "--budgets", "64"},
+       "greater than the recent buffer"},
+      {{"perplexity", "-m", test::stories260k(), "-f", tasks_, "--budgets", "128", "--budget", "128"}, "not both"},
+  };
+  for (const auto& c : cases) expect_one_line_error(run(c.args), c.must_contain, c.args[0] + " ... " + c.must_contain);
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_F(EvalCli, OutputDirectoryOfAnotherConfigurationIsRefusedUntouched) {
+  const std::string out = root_ + "/out";
+  const test::RunResult first = run(args(tasks_, out, {"--policies", "full,random", "--budgets", "128"}));
+  ASSERT_EQ(first.code, 0) << first.err;
+  const std::string rollouts = test::slurp(out + "/rollouts.jsonl"), config = test::slurp(out + "/config.json");
+  ASSERT_EQ(count_lines(rollouts), 4);
+  const struct {
+    std::vector<std::string> args;
+    std::string must_contain;
+  } cases[] = {
+      {args(tasks_, out, {"--policies", "full,random", "--budgets", "160"}), "/cells/1/budget: 128 (there) vs 160 (here)"},
+      {args(tasks_, out, {"--policies", "full,random", "--budgets", "128", "--seed", "5"}), "/seed"},
+      {args(tasks_, out, {"--policies", "full,random", "--budgets", "128", "--temp", "0"}), "/sampler/temperature"},
+      {args(tasks_, out, {"--policies", "full,random", "--budgets", "128", "--no-resume"}), "--no-resume"},
+  };
+  for (const auto& c : cases) {
+    expect_one_line_error(run(c.args), c.must_contain, c.must_contain);
+    EXPECT_EQ(test::slurp(out + "/rollouts.jsonl"), rollouts);
+    EXPECT_EQ(test::slurp(out + "/config.json"), config);
+  }
+  // A changed task file is another configuration too.
+  std::ofstream(tasks_, std::ios::app) << "{\"id\": \"t3\", \"problem\": \"A dog\", \"answer\": \"z\"}\n";
+  expect_one_line_error(run(args(tasks_, out, {"--policies", "full,random", "--budgets", "128"})), "/tasks/", "tasks");
+  EXPECT_EQ(test::slurp(out + "/rollouts.jsonl"), rollouts);
+}
+
+}  // namespace
+}  // namespace kvevict
