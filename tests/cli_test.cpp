@@ -9,28 +9,14 @@
 #include <regex>
 #include <string>
 
+#include "cli_run.h"
 #include "test_paths.h"
 
 namespace kvevict {
 namespace {
 
-struct CliResult {
-  int code = -1;
-  std::string out;  // stdout + stderr
-};
-
-CliResult run(const std::string& args) {
-  const std::string cmd = test::kvevict_binary() + " " + args + " 2>&1";
-  CliResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using test::CliResult;
+CliResult run(const std::string& args) { return test::run_cli(args); }
 
 int lines(const std::string& s) {
   int n = 0;

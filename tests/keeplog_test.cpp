@@ -17,6 +17,7 @@
 #include "eval/keeplog.h"
 #include "format/ggml_types.h"
 #include "model_fixture.h"
+#include "cli_run.h"
 #include "test_paths.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -144,23 +145,8 @@ TEST(Calibrate, Layer0MatchesDirectQueries) {
 
 // ---- the binary ----
 
-struct CliResult {
-  int code = -1;
-  std::string out;
-};
-
-CliResult run(const std::string& args) {
-  const std::string cmd = test::kvevict_binary() + " " + args + " 2>&1";
-  CliResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using test::CliResult;
+CliResult run(const std::string& args) { return test::run_cli(args); }
 
 TEST(Cli, CalibrateGenerateKeepLogSummarize) {
   KVEVICT_REQUIRE_MODEL(m);
