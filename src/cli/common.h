@@ -59,12 +59,16 @@ struct Command {
 void add_generate(CLI::App& root, std::vector<Command>& out);
 void add_perplexity(CLI::App& root, std::vector<Command>& out);
 void add_policies(CLI::App& root, std::vector<Command>& out);
+void add_tasks(CLI::App& root, std::vector<Command>& out);
+/// `tools` (synth-gguf) — cli/tools.cpp.
+void add_tools(CLI::App& root, std::vector<Command>& out);
+/// `bench` (decode, evict-round, throughput) — cli/bench.cpp.
+void add_bench(CLI::App& root, std::vector<Command>& out);
 void add_calibrate(CLI::App& root, std::vector<Command>& out);
 void add_keeplog(CLI::App& root, std::vector<Command>& out);
 void add_eval(CLI::App& root, std::vector<Command>& out);
 void add_merge(CLI::App& root, std::vector<Command>& out);
 void add_probe(CLI::App& root, std::vector<Command>& out);
-void add_tasks(CLI::App& root, std::vector<Command>& out);
 
 
 }  // namespace kvevict::cli

@@ -26,6 +26,7 @@ struct GenerateArgs {
   float temp = 0.6f, top_p = 0.95f;
   int top_k = 0;
   int threads = 0;
+  std::string kv_type = "f32";  ///< --kv-type: element type of the KV cache
   bool ignore_eos = false;
   std::string keep_log;          ///< --keep-log FILE: one JSON line per round and layer
   bool keep_log_positions = false;
@@ -46,7 +47,7 @@ int run_generate(const GenerateArgs& a) {
     warn(fmt::format("{} tokens exceed the model's stated context of {}", prompt.size() + static_cast<size_t>(a.n),
                      model->config().context_length));
 
-  Engine engine(*model, a.threads);
+  Engine engine(*model, a.threads, parse_kv_type(a.kv_type));
   auto seq = engine.new_sequence(0, policy, cfg, static_cast<int64_t>(prompt.size()), a.n);
   std::optional<KeepLogWriter> keep_log;
   if (!a.keep_log.empty()) keep_log.emplace(a.keep_log, a.keep_log_positions);
@@ -99,6 +100,8 @@ void add_generate(CLI::App& root, std::vector<Command>& out) {
   gen->add_option("--top-p", g->top_p, "Nucleus sampling threshold (1 = off)")->capture_default_str();
   gen->add_option("--top-k", g->top_k, "Top-k (0 = off)")->capture_default_str();
   gen->add_option("-t,--threads", g->threads, "Threads (0 = all cores)")->capture_default_str();
+  gen->add_option("--kv-type", g->kv_type, "KV cache element type: f32 or f16 (half the memory)")
+      ->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
   gen->add_flag("--ignore-eos", g->ignore_eos, "Keep generating after the end-of-sequence token");
   auto* keep_log = gen->add_option("--keep-log", g->keep_log,
                   "Write one JSON line per eviction round and layer: prompt survival per KV head, cross-head union "

@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
   add_generate(app, commands);
   add_perplexity(app, commands);
   add_policies(app, commands);
+  add_tasks(app, commands);
+  add_tools(app, commands);
+  add_bench(app, commands);
   add_calibrate(app, commands);
   add_keeplog(app, commands);
   add_eval(app, commands);

@@ -36,17 +36,19 @@ class TimedObserver final : public SelectorState {
 };
 }  // namespace
 
-Engine::Engine(const LlamaModel& model, int n_threads)
-    : model_(model), rope_(model.config().head_dim, model.config().rope_theta), pool_(n_threads) {}
+Engine::Engine(const LlamaModel& model, int n_threads, KvType kv_type)
+    : model_(model), rope_(model.config().head_dim, model.config().rope_theta), pool_(n_threads), kv_type_(kv_type) {}
 
 KvShape Engine::kv_shape() const {
   const LlamaConfig& c = model_.config();
-  return KvShape{c.n_layers, c.n_kv_heads, c.head_dim};
+  return KvShape{c.n_layers, c.n_kv_heads, c.head_dim, kv_type_};
 }
 
 std::unique_ptr<Sequence> Engine::new_sequence(uint64_t id, const Policy& policy, const EvictionConfig& cfg,
                                                int64_t prompt_len, int64_t max_new_tokens) {
   validate_eviction(cfg, policy);
+  if (kv_type_ == KvType::F16 && cfg.positions == PositionMode::Cache && policy.evicts)
+    throw Error("--kv-type f16 cannot be combined with --position-mode cache (keys are re-rotated in float32)");
   if (prompt_len < 1) throw Error("a sequence needs a prompt of at least one token");
   if (max_new_tokens < 0) throw Error(fmt::format("max new tokens {} must be >= 0", max_new_tokens));
   const int64_t cap = required_capacity(cfg, policy, prompt_len, max_new_tokens);
@@ -80,6 +82,33 @@ void Engine::decode(Sequence& seq, int32_t token, std::vector<float>& logits) {
   seq.stats.decode_ms += ms_since(t0);
   seq.stats.peak_slots = std::max(seq.stats.peak_slots, seq.kv.length(0));
   after_step(seq);
+}
+
+void Engine::decode_batch(std::span<Sequence* const> seqs, std::span<const int32_t> tokens,
+                          std::vector<float>& logits) {
+  if (seqs.size() != tokens.size())
+    throw Error(fmt::format("decode_batch: {} sequences but {} tokens", seqs.size(), tokens.size()));
+  if (seqs.empty()) throw Error("decode_batch: empty batch");
+  const auto t0 = Clock::now();
+  std::vector<ForwardSegment> segs(seqs.size());
+  std::vector<std::unique_ptr<TimedObserver>> timed;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Sequence& s = *seqs[i];
+    for (size_t j = 0; j < i; ++j)
+      if (seqs[j] == seqs[i]) throw Error(fmt::format("decode_batch: sequence {} appears twice in the batch", s.id));
+    timed.push_back(std::make_unique<TimedObserver>(s));
+    segs[i] = ForwardSegment{&s.kv, tokens.subspan(i, 1), s.n_seen, s.eviction.positions, timed.back()->get(),
+                             wants_probs(s), /*is_prefill=*/false};
+  }
+  llama_forward_segments(model_, rope_, segs, LogitsWanted::Last, logits, pool_, buf_);
+  const double per_seq = ms_since(t0) / static_cast<double>(seqs.size());
+  for (Sequence* s : seqs) {
+    s->n_seen += 1;
+    s->stats.decode_steps += 1;
+    s->stats.decode_ms += per_seq;
+    s->stats.peak_slots = std::max(s->stats.peak_slots, s->kv.length(0));
+  }
+  for (Sequence* s : seqs) after_step(*s);
 }
 
 void Engine::after_step(Sequence& seq) {

@@ -60,15 +60,19 @@ class Sequence {
 class Engine {
  public:
   /// n_threads: worker threads for matmuls, attention and rounds (0 = all cores).
-  Engine(const LlamaModel& model, int n_threads);
+  /// kv_type: element type of the caches new_sequence allocates (F32 default, F16 halves them).
+  Engine(const LlamaModel& model, int n_threads, KvType kv_type = KvType::F32);
 
   const LlamaModel& model() const { return model_; }
   ThreadPool& pool() { return pool_; }
+  /// Shape (and element type) of the caches this engine allocates.
   KvShape kv_shape() const;
+  KvType kv_type() const { return kv_type_; }
 
   /// Creates a sequence whose cache is allocated once for a prompt of `prompt_len` tokens and up
   /// to `max_new_tokens` decode steps (capacity from required_capacity). Validates the policy
-  /// against the budget. Throws kvevict::Error.
+  /// against the budget. Throws kvevict::Error (also for an f16 cache with PositionMode::Cache,
+  /// whose re-rotation needs float32 keys).
   std::unique_ptr<Sequence> new_sequence(uint64_t id, const Policy& policy, const EvictionConfig& cfg,
                                          int64_t prompt_len, int64_t max_new_tokens);
 
@@ -82,11 +86,23 @@ class Engine {
   /// schedule says one is due.
   void decode(Sequence& seq, int32_t token, std::vector<float>& logits);
 
+  /// One decode step for N sequences at once: sequence i appends tokens[i]; the weights are
+  /// streamed once for the whole batch (matmuls with N rows), attention runs per sequence over
+  /// its own cache, then each sequence runs its own eviction round when due. logits:
+  /// [N, n_vocab], row i for sequence i. Results equal N calls of decode() bit for bit (every
+  /// kernel computes each row independently). The batch may differ from step to step
+  /// (sequences join after their prefill and leave whenever the caller stops passing them).
+  /// Each sequence's decode_ms grows by the step time / N. Throws kvevict::Error when the sizes
+  /// differ, a sequence appears twice, or any sequence's token/cache is invalid (then no cache
+  /// was modified).
+  void decode_batch(std::span<Sequence* const> seqs, std::span<const int32_t> tokens, std::vector<float>& logits);
+
  private:
   void after_step(Sequence& seq);
   const LlamaModel& model_;
   Rope rope_;
   ThreadPool pool_;
+  KvType kv_type_ = KvType::F32;
   ForwardBuffers buf_;
 };
 

@@ -1,4 +1,5 @@
-// Attention of one query head over one KV head's live slots.
+// Attention of one query head over one KV head's live slots (float32 cache); thin wrappers over
+// the tiled kernels of kernels/attention.h, kept for callers and tests of the single-head form.
 //
 // Source: "Attention Is All You Need" §3.2.1 (scaled dot product); the one-pass form with a
 // running maximum is the online softmax of Milakov & Gimelshein (arXiv 1805.02867).

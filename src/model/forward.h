@@ -3,13 +3,21 @@
 // Source: LLaMA (arXiv 2302.13971) §2: pre-norm RMSNorm (Zhang & Sennrich, arXiv 1910.07467),
 // SwiGLU FFN (Shazeer, arXiv 2002.05202), RoPE (model/rope.h); grouped-query attention
 // (Ainslie et al., arXiv 2305.13245): query head h reads KV head h / group_size.
-// Everything is float32, accumulated in float32.
+// Activations are float32. Kernels: kernels/matmul.h (weights of any supported type; Q8_0/Q4_0
+// weights take Q8_0-quantised activations), kernels/attention.h (tiled online softmax, one pass
+// per GQA group, f32 or f16 cache).
+//
+// Batching: a forward call runs any number of *segments* — (cache, tokens) pairs of different
+// sequences — through one set of matmuls, so each weight matrix is streamed once per call.
+// Attention runs per segment over its own cache. A segment's results do not depend on which
+// other segments share the call (every kernel computes each output row independently).
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "kernels/matmul.h"
 #include "kvcache/kv_cache.h"
 #include "model/llama.h"
 #include "model/rope.h"
@@ -25,7 +33,29 @@ enum class LogitsWanted { None, Last, All };
 /// Scratch activations reused across calls (sized on demand; one per concurrently running call).
 struct ForwardBuffers {
   std::vector<float> x, xn, q, k, v, att, hidden_gate, hidden_up, tmp, probs;
+  std::vector<float> attn_part;  ///< partial softmaxes of split attention rows
+  MatmulScratch mm;
 };
+
+/// One sequence's part of a forward call.
+struct ForwardSegment {
+  SequenceKv* kv = nullptr;             ///< its cache (appended to)
+  std::span<const int32_t> tokens;      ///< its new tokens [T_i] (T_i >= 1)
+  int64_t pos0 = 0;                     ///< logical position of tokens[0]
+  PositionMode mode = PositionMode::Logical;
+  SelectorState* observer = nullptr;    ///< receives queries (and probs with want_probs)
+  bool want_probs = false;
+  bool is_prefill = false;              ///< passed on as AttentionObservation::prefill
+};
+
+/// Runs every segment's tokens through the model in one pass (weights streamed once).
+/// Per segment the semantics are llama_forward's. logits: Last -> [n_segments, n_vocab] (each
+/// segment's last token); All -> [Σ T_i, n_vocab] in segment order; None -> untouched.
+/// allow_blas: matmuls with many rows may use BLAS (prefill; slightly different rounding).
+/// Throws kvevict::Error as llama_forward for any segment (before any cache is modified).
+void llama_forward_segments(const LlamaModel& model, const Rope& rope, std::span<const ForwardSegment> segments,
+                            LogitsWanted wanted, std::vector<float>& logits, ThreadPool& pool,
+                            ForwardBuffers& buf, bool allow_blas = false);
 
 /// Runs `tokens` [T] through the model. Token t has logical position pos0 + t and is appended at
 /// slot length(layer) + t of every (layer, KV head); it attends to slots [0, length + t] (causal).
@@ -41,8 +71,12 @@ void llama_forward(const LlamaModel& model, const Rope& rope, SequenceKv& kv,
                    bool want_probs, bool is_prefill, ThreadPool& pool, ForwardBuffers& buf);
 
 /// y[T, W.rows] = x[T, W.cols] · Wᵀ, rows split across the pool (each output computed by one
-/// thread in a fixed order, so results do not depend on the thread count).
+/// thread in a fixed order, so results do not depend on the thread count). Q8_0/Q4_0 weights
+/// use Q8_0-quantised activations (kernels/matmul.h).
 void matmul(const WeightMatrix& W, const float* x, int64_t T, float* y, ThreadPool& pool);
+
+/// The kernel view of a model weight.
+WeightView view(const WeightMatrix& W);
 
 /// out[n] = x[n] / sqrt(mean(x²) + eps) * w[n].
 void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out);

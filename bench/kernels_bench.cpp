@@ -1,0 +1,100 @@
+// Google Benchmark micro-benchmarks of kvevict's kernels (not part of ctest):
+//   make -C build kvevict_microbench && build/kvevict_microbench
+// Matrix-vector products per weight type (bytes/s = weight bytes streamed), GQA attention over
+// f32/f16 slots, and compaction of one (layer, KV head) block.
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <numeric>
+
+#include "kernels/attention.h"
+#include "kernels/matmul.h"
+#include "kvcache/kv_cache.h"
+#include "util/rng.h"
+#include "util/thread_pool.h"
+
+namespace kvevict {
+namespace {
+
+std::vector<float> random_floats(int64_t n, uint64_t seed) {
+  Rng rng(stream_id({seed, 99}));
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = static_cast<float>(2.0 * rng.uniform() - 1.0);
+  return v;
+}
+
+// Args: weight type id, rows, cols, T (activation rows), threads.
+void BM_Matmul(benchmark::State& st) {
+  const auto type = static_cast<GgmlType>(st.range(0));
+  const int64_t rows = st.range(1), cols = st.range(2), T = st.range(3);
+  const int threads = static_cast<int>(st.range(4));
+  const auto wf = random_floats(rows * cols, 1);
+  const int64_t rb = ggml_row_bytes(type, cols);
+  std::vector<uint8_t> w(static_cast<size_t>(rb * rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* dst = w.data() + r * rb;
+    const float* src = wf.data() + r * cols;
+    if (type == GgmlType::Q8_0) quantize_row_q8_0(src, dst, cols);
+    else if (type == GgmlType::Q4_0) quantize_row_q4_0(src, dst, cols);
+    else if (type == GgmlType::F16) for (int64_t i = 0; i < cols; ++i) reinterpret_cast<uint16_t*>(dst)[i] = fp32_to_fp16(src[i]);
+    else std::memcpy(dst, src, static_cast<size_t>(rb));
+  }
+  const auto x = random_floats(T * cols, 2);
+  std::vector<float> y(static_cast<size_t>(T * rows));
+  ThreadPool pool(threads);
+  MatmulScratch scratch;
+  const MatmulJob job{{type, w.data(), rows, cols, rb}, y.data()};
+  for (auto _ : st) {
+    matmul_jobs(std::span<const MatmulJob>(&job, 1), x.data(), T, pool, scratch);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * rb * rows);
+}
+
+void matmul_args(benchmark::internal::Benchmark* b) {
+  for (int type : {0, 1, 8, 2})
+    for (int threads : {1, 2}) {
+      b->Args({type, 2048, 2048, 1, threads});
+      b->Args({type, 5632, 2048, 1, threads});
+    }
+  for (int T : {4, 16}) b->Args({8, 2048, 2048, T, 2});
+}
+BENCHMARK(BM_Matmul)->Apply(matmul_args)->ArgNames({"type", "rows", "cols", "T", "threads"})->UseRealTime();
+
+// Args: slots, G (query heads per KV head), f16 (0/1). head_dim 64.
+void BM_Attention(benchmark::State& st) {
+  const int64_t n = st.range(0);
+  const int G = static_cast<int>(st.range(1));
+  const bool f16 = st.range(2) != 0;
+  const int hd = 64;
+  const auto q = random_floats(int64_t{G} * hd, 3), K = random_floats(n * hd, 4), V = random_floats(n * hd, 5);
+  std::vector<uint16_t> Kh(K.size()), Vh(V.size());
+  fp32_to_fp16_row(K.data(), Kh.data(), static_cast<int64_t>(K.size()));
+  fp32_to_fp16_row(V.data(), Vh.data(), static_cast<int64_t>(V.size()));
+  std::vector<float> out(static_cast<size_t>(G * hd));
+  for (auto _ : st) {
+    if (f16) attend_group(q.data(), G, Kh.data(), Vh.data(), n, hd, 0.125f, out.data());
+    else attend_group(q.data(), G, K.data(), V.data(), n, hd, 0.125f, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * n * hd * 2 * (f16 ? 2 : 4));
+}
+BENCHMARK(BM_Attention)->ArgsProduct({{1088, 8192}, {1, 3, 8}, {0, 1}})->ArgNames({"slots", "G", "f16"});
+
+// Args: capacity (B + r), f16. Keeps every other slot of one block, then refills (untimed).
+void BM_Compact(benchmark::State& st) {
+  const int64_t cap = st.range(0);
+  const KvShape shape{1, 1, 64, st.range(1) ? KvType::F16 : KvType::F32};
+  SequenceKv kv(shape, cap);
+  std::vector<int32_t> keep;
+  for (int64_t i = 0; i < cap; i += 2) keep.push_back(static_cast<int32_t>(i));
+  for (auto _ : st) {
+    kv.set_length(0, cap);
+    kv.compact(0, 0, keep);
+    benchmark::ClobberMemory();
+  }
+}
+BENCHMARK(BM_Compact)->ArgsProduct({{320, 1088, 4160}, {0, 1}})->ArgNames({"capacity", "f16"});
+
+}  // namespace
+}  // namespace kvevict

@@ -1,0 +1,511 @@
+#include "bench/bench.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "engine/engine.h"
+#include "eviction/registry.h"
+#include "model/llama.h"
+#include "util/error.h"
+#include "util/rng.h"
+#include "util/thread_pool.h"
+
+namespace kvevict {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+constexpr int64_t kPromptLen = 16;
+
+// Bytes of weights one decode step streams: every matrix once, the output matrix once, one
+// embedding row (the embedding matrix is read whole only when it doubles as the output).
+int64_t weight_bytes_per_step(const LlamaModel& m) {
+  const auto mat = [](const WeightMatrix& w) { return w.rows * w.row_bytes; };
+  int64_t b = 0;
+  for (const LlamaLayer& L : m.layers())
+    b += mat(L.wq) + mat(L.wk) + mat(L.wv) + mat(L.wo) + mat(L.w_gate) + mat(L.w_up) + mat(L.w_down) +
+         static_cast<int64_t>((L.attn_norm.size() + L.ffn_norm.size()) * sizeof(float));
+  b += mat(m.output()) + m.token_embedding().row_bytes;
+  return b;
+}
+
+// Bytes of keys+values one decode step reads at `slots` live slots per (layer, KV head).
+int64_t kv_bytes_per_step(const KvShape& s, int64_t slots) {
+  return slots * int64_t{s.n_layers} * s.n_kv_heads * 2 * s.head_dim * kv_type_bytes(s.type);
+}
+
+std::vector<int32_t> random_tokens(int64_t n, int32_t n_vocab, uint64_t seed) {
+  Rng rng(stream_id({seed, 0x70726F6DULL}));
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& v : t) v = static_cast<int32_t>(rng() % static_cast<uint64_t>(n_vocab));
+  return t;
+}
+
+int32_t step_token(int64_t i, int32_t n_vocab) { return static_cast<int32_t>((i * 7919 + 13) % n_vocab); }
+
+// Fast-forwards a prefilled sequence (prompt of kPromptLen tokens) to `generated` tokens seen:
+// fills slots [kPromptLen, n_slots) with synthetic rows at increasing positions ending at
+// L - 1 (n_slots = L for a sequence that never evicts, else min(L, B)), sets n_seen = L.
+void fast_forward(Sequence& seq, int64_t L, uint64_t seed) {
+  SequenceKv& kv = seq.kv;
+  const KvShape& s = kv.shape();
+  const int64_t n_slots = seq.eviction_off() ? L : std::min(L, seq.eviction.budget);
+  if (n_slots > kv.capacity()) throw Error(fmt::format("bench: {} slots exceed capacity {}", n_slots, kv.capacity()));
+  const int64_t have = kv.length(0);
+  Rng rng(stream_id({seed, 0x66667764ULL}));
+  const int64_t pool_rows = 4096;
+  std::vector<float> rows(static_cast<size_t>(pool_rows * s.head_dim));
+  for (float& v : rows) v = static_cast<float>(2.0 * rng.uniform() - 1.0);
+  for (int l = 0; l < s.n_layers; ++l)
+    for (int h = 0; h < s.n_kv_heads; ++h) {
+      int32_t* pos = kv.positions(l, h);
+      for (int64_t slot = have; slot < n_slots; ++slot) {
+        const int64_t a = (slot * 31 + l * 7 + h) % pool_rows, b = (slot * 17 + l * 3 + h + 1) % pool_rows;
+        kv.store(l, h, slot, rows.data() + a * s.head_dim, rows.data() + b * s.head_dim);
+        // Positions: evenly spread over [have, L) so the newest slot holds L - 1.
+        const int64_t span = L - have, k = n_slots - have;
+        pos[slot] = static_cast<int32_t>(have + (k <= 1 ? span - 1 : (slot - have) * (span - 1) / (k - 1)));
+      }
+    }
+  for (int l = 0; l < s.n_layers; ++l) kv.set_length(l, n_slots);
+  seq.n_seen = L;
+}
+
+struct Loaded {
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Engine> engine;
+};
+
+Loaded load(const BenchCommon& c) {
+  if (c.reps < 1) throw Error(fmt::format("--reps {}: must be >= 1", c.reps));
+  Loaded l;
+  l.model = LlamaModel::load(c.model);
+  l.engine = std::make_unique<Engine>(*l.model, c.threads, c.kv_type);
+  return l;
+}
+
+nlohmann::json header(const BenchCommon& c, const LlamaModel& m, Engine& e) {
+  const LlamaConfig& mc = m.config();
+  return {{"model", c.model},
+          {"weight_type", ggml_type_name(static_cast<uint32_t>(m.weight_type()))},
+          {"n_layers", mc.n_layers},
+          {"n_heads", mc.n_heads},
+          {"n_kv_heads", mc.n_kv_heads},
+          {"head_dim", mc.head_dim},
+          {"dim", mc.dim},
+          {"n_vocab", mc.n_vocab},
+          {"threads", e.pool().size()},
+          {"kv_type", kv_type_name(c.kv_type)},
+          {"reps", c.reps},
+          {"load_before", load_average()}};
+}
+
+Policy policy_with_params(const std::string& name, const std::vector<std::string>& params) {
+  std::vector<std::string> mine;
+  for (const std::string& p : params) {
+    const auto colon = p.find(':');
+    if (colon == std::string::npos)
+      throw Error(fmt::format("--param '{}': bench parameters are policy:key=value", p));
+    const std::string base = name.substr(0, name.find('+'));
+    if (p.substr(0, colon) == name || p.substr(0, colon) == base) mine.push_back(p.substr(colon + 1));
+  }
+  return make_policy(name, std::nullopt, std::nullopt, SelectorParams::parse(mine));
+}
+
+std::vector<std::string> policy_list(const std::vector<std::string>& given, bool evicting_only) {
+  if (!given.empty()) return given;
+  std::vector<std::string> out;
+  for (const PolicyInfo* p : all_policies())
+    if (p->evicts || !evicting_only) out.push_back(p->name);
+  return out;
+}
+
+void print_load(const char* when) { fmt::print("# load average {}: {}\n", when, load_average()); }
+
+}  // namespace
+
+nlohmann::json Summary::to_json() const {
+  return {{"median", median}, {"min", min}, {"max", max}, {"spread_pct", spread_pct()}, {"samples", samples}};
+}
+
+Summary summarize(std::vector<double> samples) {
+  if (samples.empty()) throw Error("summarize: no samples");
+  Summary s;
+  s.samples = samples;
+  std::sort(samples.begin(), samples.end());
+  const size_t n = samples.size();
+  s.median = n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
+  s.min = samples.front();
+  s.max = samples.back();
+  return s;
+}
+
+std::string load_average() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  if (!(f >> a >> b >> c)) return "? ? ?";
+  return a + " " + b + " " + c;
+}
+
+double load_average_1m() {
+  std::ifstream f("/proc/loadavg");
+  double a = -1;
+  if (!(f >> a)) return -1;
+  return a;
+}
+
+Summary copy_bandwidth_gbps(ThreadPool& pool, int64_t bytes, int reps) {
+  if (bytes < (1 << 20) || reps < 1) throw Error("copy bandwidth: need >= 1 MiB and >= 1 repetition");
+  const int64_t n = bytes / static_cast<int64_t>(sizeof(double));
+  std::vector<double> a(static_cast<size_t>(n), 1.0), b(static_cast<size_t>(n), 0.0);
+  const auto copy = [&] {
+    pool.parallel_for(64, [&](int64_t c0, int64_t c1) {
+      const int64_t i0 = n * c0 / 64, i1 = n * c1 / 64;
+      std::memcpy(b.data() + i0, a.data() + i0, static_cast<size_t>(i1 - i0) * sizeof(double));
+    });
+  };
+  copy();  // first touch / warm-up
+  std::vector<double> gbps;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    copy();
+    gbps.push_back(2.0 * static_cast<double>(n * static_cast<int64_t>(sizeof(double))) / seconds_since(t0) / 1e9);
+  }
+  return summarize(gbps);
+}
+
+Summary read_bandwidth_gbps(ThreadPool& pool, int64_t bytes, int reps) {
+  if (bytes < (1 << 20) || reps < 1) throw Error("read bandwidth: need >= 1 MiB and >= 1 repetition");
+  const int64_t n = bytes / static_cast<int64_t>(sizeof(float)) / 32 * 32;
+  std::vector<float> a(static_cast<size_t>(n), 1.0f);
+  std::vector<float> sums(64, 0.0f);
+  const auto read = [&] {
+    pool.parallel_for(64, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        const int64_t i0 = n * c / 64 / 32 * 32, i1 = n * (c + 1) / 64 / 32 * 32;
+        float acc[32] = {};
+        for (int64_t i = i0; i < i1; i += 32)
+          for (int j = 0; j < 32; ++j) acc[j] += a[static_cast<size_t>(i + j)];
+        float s = 0;
+        for (float v : acc) s += v;
+        sums[static_cast<size_t>(c)] = s;
+      }
+    });
+  };
+  read();
+  std::vector<double> gbps;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    read();
+    gbps.push_back(static_cast<double>(n * static_cast<int64_t>(sizeof(float))) / seconds_since(t0) / 1e9);
+  }
+  if (sums[0] < 0) throw Error("read bandwidth: impossible sum");  // keeps the loads alive
+  return summarize(gbps);
+}
+
+nlohmann::json bench_decode(const DecodeBenchConfig& cfg) {
+  if (cfg.steps < 1) throw Error(fmt::format("--steps {}: must be >= 1", cfg.steps));
+  Loaded L = load(cfg.common);
+  const LlamaModel& m = *L.model;
+  Engine& engine = *L.engine;
+  nlohmann::json out = header(cfg.common, m, engine);
+  print_load("before");
+  const Summary bw = copy_bandwidth_gbps(engine.pool(), int64_t{256} << 20, cfg.common.reps);
+  out["copy_bandwidth_gbps"] = bw.to_json();
+  fmt::print("# STREAM-style copy bandwidth: best {:.2f} GB/s (median {:.2f}, min {:.2f}); the roofline uses the best, as STREAM does\n",
+             bw.max, bw.median, bw.min);
+  const Summary rbw = read_bandwidth_gbps(engine.pool(), int64_t{256} << 20, cfg.common.reps);
+  out["read_bandwidth_gbps"] = rbw.to_json();
+  fmt::print("# read-only bandwidth: best {:.2f} GB/s (median {:.2f}, min {:.2f})\n", rbw.max, rbw.median, rbw.min);
+  const int64_t wbytes = weight_bytes_per_step(m);
+  const KvShape shape = engine.kv_shape();
+  const int32_t V = m.config().n_vocab;
+  const auto prompt = random_tokens(kPromptLen, V, cfg.common.seed);
+  std::vector<float> logits;
+
+  // Times reps x steps decode steps of `seq`; returns seconds per step per repetition.
+  const auto time_steps = [&](Sequence& seq, int steps) {
+    std::vector<double> per_step;
+    for (int w = 0; w < 2; ++w) engine.decode(seq, step_token(seq.n_seen, V), logits);  // warm-up
+    for (int r = 0; r < cfg.common.reps; ++r) {
+      const auto t0 = Clock::now();
+      for (int i = 0; i < steps; ++i) engine.decode(seq, step_token(seq.n_seen, V), logits);
+      per_step.push_back(seconds_since(t0) / steps);
+    }
+    return summarize(per_step);
+  };
+  const auto roofline_row = [&](const Summary& step_s, int64_t slots) {
+    const double bytes = static_cast<double>(wbytes + kv_bytes_per_step(shape, slots));
+    const double gbps = bytes / step_s.median / 1e9;
+    return nlohmann::json{{"step_ms", Summary{step_s.median * 1e3, step_s.min * 1e3, step_s.max * 1e3, {}}.to_json()},
+                          {"tok_per_s", 1.0 / step_s.median},
+                          {"bytes_per_token", bytes},
+                          {"achieved_gbps", gbps},
+                          {"roofline_pct", 100.0 * gbps / bw.max},
+                          {"read_roofline_pct", 100.0 * gbps / rbw.max},
+                          {"roofline_tok_per_s", bw.max * 1e9 / bytes}};
+  };
+
+  // 1. Short context, full cache.
+  {
+    const Policy full = make_policy("full");
+    auto seq = engine.new_sequence(0, full, {}, kPromptLen, 2 + int64_t{cfg.common.reps} * cfg.steps);
+    engine.prefill(*seq, prompt, logits);
+    const Summary s = time_steps(*seq, cfg.steps);
+    nlohmann::json row = roofline_row(s, seq->kv.length(0));
+    row["context"] = seq->kv.length(0);
+    out["short_context"] = row;
+    fmt::print("\n## decode, full cache, short context ({} tokens), {} weights {:.1f} MiB\n", kPromptLen,
+               out["weight_type"].get<std::string>(), static_cast<double>(wbytes) / (1 << 20));
+    fmt::print("| tok/s | step ms (min-max) | MB/token | GB/s | copy-roofline tok/s | % of copy roofline | % of read roofline |\n|---|---|---|---|---|---|---|\n");
+    fmt::print("| {:.2f} | {:.2f} ({:.2f}-{:.2f}) | {:.1f} | {:.2f} | {:.2f} | {:.1f}% | {:.1f}% |\n", row["tok_per_s"].get<double>(),
+               s.median * 1e3, s.min * 1e3, s.max * 1e3, row["bytes_per_token"].get<double>() / 1e6,
+               row["achieved_gbps"].get<double>(), row["roofline_tok_per_s"].get<double>(), row["roofline_pct"].get<double>(),
+               row["read_roofline_pct"].get<double>());
+  }
+
+  // 2. Step time vs generated length, full vs bounded.
+  fmt::print("\n## decode step time vs generated length (full vs {} B = {}, r = {})\n", cfg.policy, cfg.budget, cfg.common.recent);
+  fmt::print("| generated | mode | live slots | step ms (min-max) | tok/s | % of roofline | vs first length |\n|---|---|---|---|---|---|---|\n");
+  nlohmann::json sweep = nlohmann::json::array();
+  double first_full = 0, first_bounded = 0;
+  for (int64_t len : cfg.lengths) {
+    if (len > cfg.max_length) continue;
+    if (len < kPromptLen + 1) throw Error(fmt::format("--lengths: {} is below the {}-token prompt", len, kPromptLen));
+    for (const bool bounded : {false, true}) {
+      const Policy pol = bounded ? make_policy(cfg.policy) : make_policy("full");
+      EvictionConfig ec;
+      ec.budget = cfg.budget;
+      ec.recent = cfg.common.recent;
+      ec.seed = cfg.common.seed;
+      // Bounded runs time two recent buffers' worth of steps per repetition (2 rounds each).
+      const int steps = bounded ? static_cast<int>(2 * cfg.common.recent) : cfg.steps;
+      auto seq = engine.new_sequence(1, pol, ec, kPromptLen, len + 2 + int64_t{cfg.common.reps} * steps);
+      engine.prefill(*seq, prompt, logits);
+      fast_forward(*seq, len, cfg.common.seed);
+      const int64_t slots0 = seq->kv.length(0);
+      const Summary s = time_steps(*seq, steps);
+      nlohmann::json row = roofline_row(s, slots0);
+      double& first = bounded ? first_bounded : first_full;
+      if (first == 0) first = s.median;
+      row["generated"] = len;
+      row["mode"] = bounded ? "bounded" : "full";
+      row["policy"] = pol.name;
+      row["live_slots"] = slots0;
+      row["rounds"] = seq->stats.rounds;
+      row["ratio_to_first"] = s.median / first;
+      sweep.push_back(row);
+      fmt::print("| {} | {} | {} | {:.2f} ({:.2f}-{:.2f}) | {:.2f} | {:.1f}% | {:.3f}x |\n", len, bounded ? "bounded" : "full",
+                 slots0, s.median * 1e3, s.min * 1e3, s.max * 1e3, 1.0 / s.median, row["roofline_pct"].get<double>(),
+                 s.median / first);
+      std::fflush(stdout);
+    }
+  }
+  out["length_sweep"] = sweep;
+  out["budget"] = cfg.budget;
+  out["recent"] = cfg.common.recent;
+  out["load_after"] = load_average();
+  print_load("after");
+  return out;
+}
+
+nlohmann::json bench_evict_round(const EvictBenchConfig& cfg) {
+  Loaded L = load(cfg.common);
+  const LlamaModel& m = *L.model;
+  Engine& engine = *L.engine;
+  nlohmann::json out = header(cfg.common, m, engine);
+  print_load("before");
+  const int32_t V = m.config().n_vocab;
+  const int n_layers = m.config().n_layers;
+  const auto prompt = random_tokens(kPromptLen, V, cfg.common.seed);
+  std::vector<float> logits;
+  nlohmann::json rows = nlohmann::json::array(), skipped = nlohmann::json::array();
+  fmt::print("\n## eviction round cost per layer (ms; median over {} rounds, min-max), r = {}\n", cfg.common.reps, cfg.common.recent);
+  fmt::print("| policy | B | score ms/layer | compact ms/layer | total ms/layer | total (min-max) |\n|---|---|---|---|---|---|\n");
+  for (const std::string& name : policy_list(cfg.policies, true)) {
+    for (int64_t B : cfg.budgets) {
+      try {
+        const Policy pol = policy_with_params(name, cfg.params);
+        if (!pol.evicts) continue;
+        EvictionConfig ec;
+        ec.budget = B;
+        ec.recent = cfg.common.recent;
+        ec.seed = cfg.common.seed;
+        auto seq = engine.new_sequence(2, pol, ec, kPromptLen, 1 << 30);
+        engine.prefill(*seq, prompt, logits);
+        // Synthetic slots up to B + r - warmup, then real decode steps up to the first round.
+        const int64_t warm = std::min<int64_t>(cfg.warmup_steps, B + ec.recent - kPromptLen - 1);
+        fast_forward(*seq, B + ec.recent - warm, cfg.common.seed);
+        std::vector<double> score, compact, total;
+        const auto cell_t0 = Clock::now();
+        while (static_cast<int>(score.size()) < cfg.common.reps &&
+               (score.empty() || seconds_since(cell_t0) < cfg.max_cell_seconds)) {
+          const SequenceStats before = seq->stats;
+          while (seq->stats.rounds == before.rounds) engine.decode(*seq, step_token(seq->n_seen, V), logits);
+          score.push_back((seq->stats.score_ms - before.score_ms) / n_layers);
+          compact.push_back((seq->stats.compact_ms - before.compact_ms) / n_layers);
+          total.push_back(score.back() + compact.back());
+        }
+        const Summary ss = summarize(score), cs = summarize(compact), ts = summarize(total);
+        rows.push_back({{"policy", pol.name}, {"budget", B}, {"rounds_timed", score.size()}, {"score_ms_per_layer", ss.to_json()},
+                        {"compact_ms_per_layer", cs.to_json()}, {"total_ms_per_layer", ts.to_json()}});
+        fmt::print("| {} | {} | {:.4f} | {:.4f} | {:.4f} | {:.4f}-{:.4f}{} |\n", pol.name, B, ss.median, cs.median, ts.median,
+                   ts.min, ts.max,
+                   static_cast<int>(score.size()) < cfg.common.reps ? fmt::format(" ({} rounds: time cap)", score.size()) : "");
+        std::fflush(stdout);
+      } catch (const Error& e) {
+        skipped.push_back({{"policy", name}, {"budget", B}, {"reason", e.what()}});
+        fmt::print("| {} | {} | skipped: {} | | | |\n", name, B, e.what());
+      }
+    }
+  }
+  out["rows"] = rows;
+  out["skipped"] = skipped;
+  out["recent"] = cfg.common.recent;
+  out["load_after"] = load_average();
+  print_load("after");
+  return out;
+}
+
+namespace {
+
+struct ThroughputRun {
+  double tok_per_s = 0;
+  double round_ms_per_step = 0;    ///< eviction rounds (score + compact), all sequences, per timed step
+  double observe_ms_per_step = 0;  ///< selectors' per-token observation work, per timed step
+  Summary step_ms;
+  int64_t kv_bytes_per_seq = 0;
+};
+
+// Runs `batch` sequences of `pol` fast-forwarded to start_length, 64 untimed batched steps, then
+// reps x steps timed batched steps. tok/s = batch * steps / time.
+ThroughputRun run_batch(Engine& engine, const Policy& pol, const ThroughputBenchConfig& cfg, int batch) {
+  const int32_t V = engine.model().config().n_vocab;
+  EvictionConfig ec;
+  ec.budget = cfg.budget;
+  ec.recent = cfg.common.recent;
+  ec.seed = cfg.common.seed;
+  const int warm = 64;
+  const int64_t max_new = cfg.start_length + warm + int64_t{cfg.common.reps} * cfg.steps + 2;
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  std::vector<float> logits;
+  for (int i = 0; i < batch; ++i) {
+    auto s = engine.new_sequence(static_cast<uint64_t>(i), pol, ec, kPromptLen, max_new);
+    engine.prefill(*s, random_tokens(kPromptLen, V, cfg.common.seed + static_cast<uint64_t>(i)), logits);
+    fast_forward(*s, cfg.start_length, cfg.common.seed + static_cast<uint64_t>(i));
+    seqs.push_back(std::move(s));
+  }
+  std::vector<Sequence*> ptrs;
+  for (auto& s : seqs) ptrs.push_back(s.get());
+  std::vector<int32_t> toks(static_cast<size_t>(batch));
+  const auto step = [&] {
+    for (size_t i = 0; i < ptrs.size(); ++i) toks[i] = step_token(ptrs[i]->n_seen + static_cast<int64_t>(i), V);
+    engine.decode_batch(ptrs, toks, logits);
+  };
+  for (int w = 0; w < warm; ++w) step();
+  const auto selector_ms = [&](bool rounds) {
+    double t = 0;
+    for (const Sequence* s : ptrs) t += rounds ? s->stats.score_ms + s->stats.compact_ms : s->stats.observe_ms;
+    return t;
+  };
+  const double round0 = selector_ms(true), observe0 = selector_ms(false);
+  std::vector<double> ms;
+  for (int r = 0; r < cfg.common.reps; ++r) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < cfg.steps; ++i) step();
+    ms.push_back(seconds_since(t0) * 1e3 / cfg.steps);
+  }
+  ThroughputRun out;
+  const double timed_steps = static_cast<double>(cfg.common.reps) * cfg.steps;
+  out.round_ms_per_step = (selector_ms(true) - round0) / timed_steps;
+  out.observe_ms_per_step = (selector_ms(false) - observe0) / timed_steps;
+  out.step_ms = summarize(ms);
+  out.tok_per_s = batch * 1e3 / out.step_ms.median;
+  out.kv_bytes_per_seq = seqs[0]->kv.allocated_bytes();
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
+  if (cfg.batch < 1 || cfg.steps < 1 || cfg.max_batch < 1 || cfg.pool_bytes <= 0)
+    throw Error("bench throughput: --batch, --steps, --max-batch and --pool-mib must be positive");
+  Loaded L = load(cfg.common);
+  Engine& engine = *L.engine;
+  nlohmann::json out = header(cfg.common, *L.model, engine);
+  print_load("before");
+  const KvShape shape = engine.kv_shape();
+  const int64_t slot_bytes = shape.bytes_per_token();
+  out["bytes_per_slot"] = slot_bytes;
+  out["budget"] = cfg.budget;
+  out["recent"] = cfg.common.recent;
+  out["start_length"] = cfg.start_length;
+  out["pool_bytes"] = cfg.pool_bytes;
+  nlohmann::json iso_batch = nlohmann::json::array(), iso_mem = nlohmann::json::array(), skipped = nlohmann::json::array();
+
+  fmt::print("\n## iso-batch: batch {}, B = {}, r = {}, timed from {} generated tokens ({} steps x {} reps)\n", cfg.batch,
+             cfg.budget, cfg.common.recent, cfg.start_length, cfg.steps, cfg.common.reps);
+  fmt::print("| policy | tok/s | step ms (min-max) | of which rounds ms | of which observing ms | KV MiB/seq |\n|---|---|---|---|---|---|\n");
+  for (const std::string& name : cfg.iso_batch ? policy_list(cfg.policies, false) : std::vector<std::string>{}) {
+    try {
+      const Policy pol = policy_with_params(name, cfg.params);
+      const ThroughputRun r = run_batch(engine, pol, cfg, cfg.batch);
+      iso_batch.push_back({{"policy", pol.name}, {"batch", cfg.batch}, {"tok_per_s", r.tok_per_s},
+                           {"round_ms_per_step", r.round_ms_per_step}, {"observe_ms_per_step", r.observe_ms_per_step},
+                           {"step_ms", r.step_ms.to_json()}, {"kv_bytes_per_seq", r.kv_bytes_per_seq}});
+      fmt::print("| {} | {:.2f} | {:.2f} ({:.2f}-{:.2f}) | {:.2f} | {:.2f} | {:.1f} |\n", pol.name, r.tok_per_s, r.step_ms.median,
+                 r.step_ms.min, r.step_ms.max, r.round_ms_per_step, r.observe_ms_per_step,
+                 static_cast<double>(r.kv_bytes_per_seq) / (1 << 20));
+      std::fflush(stdout);
+    } catch (const Error& e) {
+      skipped.push_back({{"policy", name}, {"table", "iso-batch"}, {"reason", e.what()}});
+      fmt::print("| {} | skipped: {} | | |\n", name, e.what());
+    }
+  }
+
+  fmt::print("\n## iso-memory: KV pool {:.0f} MiB, bytes per slot across layers and heads {}\n",
+             static_cast<double>(cfg.pool_bytes) / (1 << 20), slot_bytes);
+  fmt::print("| policy | slots/seq | max batch = pool / (slots x bytes) | run batch | allocated = predicted | tok/s | rounds ms/step |\n|---|---|---|---|---|---|---|\n");
+  for (const std::string& name : cfg.iso_memory ? policy_list(cfg.policies, false) : std::vector<std::string>{}) {
+    try {
+      const Policy pol = policy_with_params(name, cfg.params);
+      EvictionConfig ec;
+      ec.budget = cfg.budget;
+      ec.recent = cfg.common.recent;
+      const int64_t max_new = cfg.start_length + 64 + int64_t{cfg.common.reps} * cfg.steps + 2;
+      // Slots each sequence holds at its peak: B + r when it evicts, else all it will see.
+      const int64_t slots = required_capacity(ec, pol, kPromptLen, max_new);
+      const int64_t max_batch = cfg.pool_bytes / (slots * slot_bytes);
+      if (max_batch < 1) throw Error("the pool does not hold one sequence");
+      const int run = static_cast<int>(std::min<int64_t>(max_batch, cfg.max_batch));
+      const ThroughputRun r = run_batch(engine, pol, cfg, run);
+      const bool exact = r.kv_bytes_per_seq == slots * slot_bytes;
+      iso_mem.push_back({{"policy", pol.name}, {"slots_per_seq", slots}, {"max_batch", max_batch}, {"run_batch", run},
+                         {"capped", run < max_batch}, {"allocated_bytes_per_seq", r.kv_bytes_per_seq},
+                         {"predicted_bytes_per_seq", slots * slot_bytes}, {"tok_per_s", r.tok_per_s},
+                         {"round_ms_per_step", r.round_ms_per_step}, {"observe_ms_per_step", r.observe_ms_per_step},
+                         {"step_ms", r.step_ms.to_json()}});
+      fmt::print("| {} | {} | {} | {}{} | {} | {:.2f} | {:.2f} |\n", pol.name, slots, max_batch, run,
+                 run < max_batch ? " (capped)" : "", exact ? "yes" : "NO", r.tok_per_s, r.round_ms_per_step);
+      std::fflush(stdout);
+    } catch (const Error& e) {
+      skipped.push_back({{"policy", name}, {"table", "iso-memory"}, {"reason", e.what()}});
+      fmt::print("| {} | skipped: {} | | | | |\n", name, e.what());
+    }
+  }
+  out["iso_batch"] = iso_batch;
+  out["iso_memory"] = iso_mem;
+  out["skipped"] = skipped;
+  out["load_after"] = load_average();
+  print_load("after");
+  return out;
+}
+
+}  // namespace kvevict

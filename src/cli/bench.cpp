@@ -1,0 +1,177 @@
+// `kvevict bench decode|evict-round|throughput`: speed measurements (bench/bench.h), printed as
+// Markdown tables and written as JSON with --json.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "bench/bench.h"
+#include "cli/common.h"
+#include "util/error.h"
+
+namespace kvevict::cli {
+namespace {
+
+struct CommonArgs {
+  std::string model, kv_type = "f32", json;
+  int threads = 0, reps = 5;
+  uint64_t seed = 0;
+  int64_t recent = 64;
+  double max_load = -1;      ///< wait until the 1-minute load is below this (negative: don't wait)
+  int max_wait_s = 600;
+};
+
+void add_common(CLI::App* cmd, CommonArgs& a) {
+  cmd->add_option("--model,-m", a.model, "GGUF model (e.g. from `kvevict tools synth-gguf`)")->required();
+  cmd->add_option("--threads,-t", a.threads, "Threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--kv-type", a.kv_type, "KV cache element type: f32 or f16")->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
+  cmd->add_option("--reps", a.reps, "Repetitions per figure (median, min, max reported)")->capture_default_str();
+  cmd->add_option("--seed", a.seed, "Seed of prompts and synthetic cache contents")->capture_default_str();
+  cmd->add_option("--buffer,-r", a.recent, "Recent buffer r")->capture_default_str();
+  cmd->add_option("--json", a.json, "Write all results (with samples and load averages) to this JSON file");
+  cmd->add_option("--max-load", a.max_load, "Wait until the 1-minute load average is below this before measuring");
+  cmd->add_option("--max-wait", a.max_wait_s, "Give up waiting for --max-load after this many seconds (then measure anyway, noted)")
+      ->capture_default_str();
+}
+
+BenchCommon common(const CommonArgs& a) {
+  BenchCommon c;
+  c.model = a.model;
+  c.threads = a.threads;
+  c.kv_type = parse_kv_type(a.kv_type);
+  c.reps = a.reps;
+  c.seed = a.seed;
+  c.recent = a.recent;
+  if (a.threads < 0) throw Error(fmt::format("--threads {}: must be >= 0", a.threads));
+  if (a.recent < 1) throw Error(fmt::format("--buffer {}: must be >= 1", a.recent));
+  return c;
+}
+
+// Waits for a quiet machine when asked; returns a note for the JSON.
+std::string wait_for_load(const CommonArgs& a) {
+  if (a.max_load < 0) return "not waited";
+  const auto t0 = std::chrono::steady_clock::now();
+  while (true) {
+    const double l = load_average_1m();
+    if (l >= 0 && l < a.max_load) return fmt::format("1-min load {:.2f} < {:.2f}", l, a.max_load);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (waited > a.max_wait_s) {
+      warn(fmt::format("load average still {} after {} s; measuring anyway", load_average(), a.max_wait_s));
+      return fmt::format("gave up after {} s at load {}", a.max_wait_s, load_average());
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+  }
+}
+
+int finish(const CommonArgs& a, nlohmann::json j, const std::string& wait_note) {
+  j["load_wait"] = wait_note;
+  if (!a.json.empty()) {
+    std::ofstream f(a.json);
+    if (!f) throw Error(fmt::format("{}: cannot open for writing", a.json));
+    f << j.dump(2) << "\n";
+    if (!f) throw Error(fmt::format("{}: write failed", a.json));
+    fmt::print("# wrote {}\n", a.json);
+  }
+  return 0;
+}
+
+std::vector<int64_t> parse_ints(const std::string& s, const std::string& option) {
+  std::vector<int64_t> out;
+  for (const std::string& p : split_list(s, option)) {
+    try {
+      size_t used = 0;
+      const long long v = std::stoll(p, &used);
+      if (used != p.size() || v <= 0) throw std::invalid_argument(p);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      throw Error(fmt::format("{} '{}': '{}' is not a positive integer", option, s, p));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void add_bench(CLI::App& root, std::vector<Command>& out) {
+  auto* bench = root.add_subcommand("bench", "Speed benchmarks: decode (roofline), evict-round, throughput");
+  bench->require_subcommand(1);
+
+  // decode
+  auto da = std::make_shared<CommonArgs>();
+  auto dc = std::make_shared<DecodeBenchConfig>();
+  auto dl = std::make_shared<std::string>("1024,2048,4096,8192,16384,32768");
+  auto* dec = bench->add_subcommand("decode", "Decode tok/s vs the copy-bandwidth roofline; step time vs generated length, full vs bounded");
+  add_common(dec, *da);
+  dec->add_option("--steps", dc->steps, "Decode steps per repetition (bounded runs: 2 r)")->capture_default_str();
+  dec->add_option("--lengths", *dl, "Generated lengths of the sweep (comma-separated)")->capture_default_str();
+  dec->add_option("--max-length", dc->max_length, "Skip sweep lengths above this")->capture_default_str();
+  dec->add_option("--budget,-B", dc->budget, "Budget B of the bounded runs")->capture_default_str();
+  dec->add_option("--policy", dc->policy, "Policy of the bounded runs")->capture_default_str();
+
+  // evict-round
+  auto ea = std::make_shared<CommonArgs>();
+  auto ec = std::make_shared<EvictBenchConfig>();
+  auto eb = std::make_shared<std::string>("256,1024,4096");
+  auto ep = std::make_shared<std::string>();
+  auto* ev = bench->add_subcommand("evict-round", "Per-layer eviction round cost (scoring, compaction) per policy and budget");
+  add_common(ev, *ea);
+  ev->add_option("--budgets", *eb, "Budgets B (comma-separated)")->capture_default_str();
+  ev->add_option("--policies", *ep, "Policies (comma-separated; default: every evicting policy)");
+  ev->add_option("--param", ec->params, "Selector parameter policy:key=value (repeatable)");
+  ev->add_option("--warmup", ec->warmup_steps, "Real decode steps before the first timed round")->capture_default_str();
+  ev->add_option("--max-cell-seconds", ec->max_cell_seconds, "Stop repeating a (policy, B) cell after this many seconds")
+      ->capture_default_str();
+
+  // throughput
+  auto ta = std::make_shared<CommonArgs>();
+  auto tc = std::make_shared<ThroughputBenchConfig>();
+  auto tp = std::make_shared<std::string>();
+  auto pool_mib = std::make_shared<int64_t>(2048);
+  auto* tp_cmd = bench->add_subcommand("throughput", "Batched decode tok/s: iso-batch and iso-memory, per policy");
+  add_common(tp_cmd, *ta);
+  ta->reps = 3;
+  tp_cmd->add_option("--batch", tc->batch, "Iso-batch size")->capture_default_str();
+  tp_cmd->add_option("--budget,-B", tc->budget, "Budget B")->capture_default_str();
+  tp_cmd->add_option("--start-length", tc->start_length, "Generated tokens before timing starts")->capture_default_str();
+  tp_cmd->add_option("--steps", tc->steps, "Timed batched steps per repetition")->capture_default_str();
+  tp_cmd->add_option("--pool-mib", *pool_mib, "Iso-memory KV pool (MiB)")->capture_default_str();
+  tp_cmd->add_option("--max-batch", tc->max_batch, "Largest batch actually run in iso-memory")->capture_default_str();
+  tp_cmd->add_option("--policies", *tp, "Policies (comma-separated; default: all)");
+  tp_cmd->add_option("--param", tc->params, "Selector parameter policy:key=value (repeatable)");
+  auto tables = std::make_shared<std::string>("iso-batch,iso-memory");
+  tp_cmd->add_option("--tables", *tables, "Tables to run: iso-batch, iso-memory (comma-separated)")->capture_default_str();
+
+  out.push_back({bench, [=] {
+                   if (dec->parsed()) {
+                     dc->common = common(*da);
+                     dc->lengths = parse_ints(*dl, "--lengths");
+                     const std::string note = wait_for_load(*da);
+                     return finish(*da, bench_decode(*dc), note);
+                   }
+                   if (ev->parsed()) {
+                     ec->common = common(*ea);
+                     ec->budgets = parse_ints(*eb, "--budgets");
+                     if (!ep->empty()) ec->policies = split_list(*ep, "--policies");
+                     const std::string note = wait_for_load(*ea);
+                     return finish(*ea, bench_evict_round(*ec), note);
+                   }
+                   if (tp_cmd->parsed()) {
+                     tc->common = common(*ta);
+                     tc->pool_bytes = *pool_mib * (int64_t{1} << 20);
+                     if (!tp->empty()) tc->policies = split_list(*tp, "--policies");
+                     tc->iso_batch = tc->iso_memory = false;
+                     for (const std::string& t : split_list(*tables, "--tables")) {
+                       if (t == "iso-batch") tc->iso_batch = true;
+                       else if (t == "iso-memory") tc->iso_memory = true;
+                       else throw Error(fmt::format("--tables: unknown table '{}' (iso-batch, iso-memory)", t));
+                     }
+                     const std::string note = wait_for_load(*ta);
+                     return finish(*ta, bench_throughput(*tc), note);
+                   }
+                   return 2;
+                 }});
+}
+
+}  // namespace kvevict::cli

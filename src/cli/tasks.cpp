@@ -1,0 +1,175 @@
+// `kvevict tasks gen`: writes generated tasks as JSON lines (tasks/generator.h).
+// `kvevict tasks eval`: greedy full-cache accuracy of a model on generated tasks — a small check
+// for the shipped model's card, not the evaluation harness (that is `kvevict eval`).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "cli/common.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "model/llama.h"
+#include "tasks/generator.h"
+#include "tasks/solve.h"
+#include "util/error.h"
+
+namespace kvevict::cli {
+namespace {
+
+struct SizeArgs {
+  std::string steps, facts;
+  int64_t length = 0;  ///< trace tokens; 0 = not given
+};
+
+struct GenArgs {
+  std::string family = "chain";
+  int64_t n = 10;
+  uint64_t seed = 0;
+  uint64_t first = 0;
+  SizeArgs size;
+  std::string out;
+};
+
+struct EvalArgs {
+  std::string model, input;
+  std::string families = "chain,running,once";
+  int64_t n = 100;
+  uint64_t seed = 1000;
+  SizeArgs size;
+  int jobs = 1;
+  bool show_failures = false;
+};
+
+void add_size_options(CLI::App& cmd, SizeArgs& s) {
+  cmd.add_option("--steps", s.steps, "Steps N: a number or a range LO-HI drawn per task (default from --length)");
+  cmd.add_option("--length", s.length, "Target trace length in tokens; N is chosen to come closest");
+  cmd.add_option("--facts", s.facts, "Facts M (cycle length, 2-26): a number or LO-HI (default 20)");
+}
+
+/// Resolves the size options for one family into ranges. Errors name the options.
+std::pair<IntRange, IntRange> resolve_size(const SizeArgs& s, TaskFamily f) {
+  if (!s.steps.empty() && s.length > 0) throw Error("give either --steps or --length, not both");
+  IntRange steps{};
+  if (!s.steps.empty()) {
+    steps = parse_int_range(s.steps, "--steps");
+  } else if (s.length != 0) {
+    const int64_t n = steps_for_trace_length(f, s.length);
+    steps = {n, n};
+  } else {
+    throw Error("give --steps N (or LO-HI) or --length TOKENS");
+  }
+  const IntRange facts = s.facts.empty() ? IntRange{kDefaultFacts, kDefaultFacts} : parse_int_range(s.facts, "--facts");
+  return {steps, facts};
+}
+
+int run_gen(const GenArgs& a) {
+  const TaskFamily f = parse_task_family(a.family);
+  const auto [steps, facts] = resolve_size(a.size, f);
+  const auto tasks = generate_tasks(f, steps, facts, a.seed, a.n, a.first);
+  std::ofstream file;
+  if (!a.out.empty()) {
+    file.open(a.out);
+    if (!file) throw Error(fmt::format("-o {}: cannot open for writing", a.out));
+  }
+  std::ostream& os = a.out.empty() ? std::cout : file;
+  for (const Task& t : tasks) os << task_to_json(t) << '\n';
+  os.flush();
+  if (!os) throw Error(fmt::format("writing tasks to {} failed", a.out.empty() ? "stdout" : a.out));
+  return 0;
+}
+
+int run_eval(const EvalArgs& a) {
+  if (a.jobs < 1) throw Error(fmt::format("--jobs {}: must be >= 1", a.jobs));
+  const auto model = LlamaModel::load(a.model);
+  std::vector<Task> tasks;
+  if (!a.input.empty()) {
+    std::ifstream in(a.input);
+    if (!in) throw Error(fmt::format("-i {}: cannot open", a.input));
+    std::string line;
+    while (std::getline(in, line))
+      if (!line.empty()) tasks.push_back(task_from_json(line));
+  } else {
+    for (const std::string& name : split_list(a.families, "--family")) {
+      const TaskFamily f = parse_task_family(name);
+      const auto [steps, facts] = resolve_size(a.size, f);
+      auto part = generate_tasks(f, steps, facts, a.seed, a.n);
+      tasks.insert(tasks.end(), part.begin(), part.end());
+    }
+  }
+  std::vector<std::string> outputs(tasks.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    Engine engine(*model, 1);
+    for (size_t i = next++; i < tasks.size(); i = next++) {
+      const Task& t = tasks[i];
+      outputs[i] = greedy_solve(engine, *model, t, default_max_new(t), i);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int j = 1; j < a.jobs; ++j) threads.emplace_back(worker);
+  worker();
+  for (auto& th : threads) th.join();
+
+  fmt::print("{:<8} {:>6} {:>6} {:>8} {:>12} {:>12}\n", "family", "n", "right", "accuracy", "steps", "trace_tok");
+  for (TaskFamily f : all_task_families()) {
+    int64_t n = 0, right = 0, smin = kMaxSteps + 1, smax = 0, tmin = 1 << 30, tmax = 0;
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      const Task& t = tasks[i];
+      if (t.family != f) continue;
+      ++n;
+      const auto got = last_boxed(outputs[i]);
+      const bool ok = got && *got == t.answer;
+      right += ok;
+      smin = std::min(smin, t.size.steps);
+      smax = std::max(smax, t.size.steps);
+      const int64_t tl = trace_length(f, t.size.steps);
+      tmin = std::min(tmin, tl);
+      tmax = std::max(tmax, tl);
+      if (!ok && a.show_failures)
+        fmt::print(stderr, "FAIL {} gold {} got {}\n{}{}\n", t.id, t.answer, got ? *got : "(none)", t.problem, outputs[i]);
+    }
+    if (n == 0) continue;
+    fmt::print("{:<8} {:>6} {:>6} {:>8.4f} {:>12} {:>12}\n", task_family_name(f), n, right,
+               static_cast<double>(right) / static_cast<double>(n), fmt::format("{}-{}", smin, smax),
+               fmt::format("{}-{}", tmin, tmax));
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_tasks(CLI::App& root, std::vector<Command>& out) {
+  auto* tasks = root.add_subcommand("tasks", "Generate the synthetic reasoning tasks, or check a model on them");
+  tasks->require_subcommand(1);
+
+  auto g = std::make_shared<GenArgs>();
+  auto* gen = tasks->add_subcommand("gen", "Write generated tasks as JSON lines (deterministic by seed)");
+  gen->add_option("--family", g->family, "chain | running | once")->capture_default_str();
+  gen->add_option("--n", g->n, "Number of tasks")->capture_default_str();
+  gen->add_option("--seed", g->seed, "Seed")->capture_default_str();
+  gen->add_option("--first", g->first, "Index of the first task (tasks are numbered per seed)")->capture_default_str();
+  add_size_options(*gen, g->size);
+  gen->add_option("-o,--output", g->out, "Output file (default stdout)");
+
+  auto e = std::make_shared<EvalArgs>();
+  auto* ev = tasks->add_subcommand("eval", "Greedy full-cache accuracy of a model on generated tasks");
+  ev->add_option("-m,--model", e->model, "GGUF model")->required();
+  ev->add_option("-i,--input", e->input, "Task file (JSON lines) instead of generating");
+  ev->add_option("--family", e->families, "Families, comma-separated")->capture_default_str();
+  ev->add_option("--n", e->n, "Tasks per family")->capture_default_str();
+  ev->add_option("--seed", e->seed, "Seed (training uses seeds < 1000)")->capture_default_str();
+  add_size_options(*ev, e->size);
+  ev->add_option("-j,--jobs", e->jobs, "Tasks decoded in parallel (one thread each)")->capture_default_str();
+  ev->add_flag("--show-failures", e->show_failures, "Print each wrong task and the model's output to stderr");
+  // One entry for `tasks` (main.cpp matches top-level names); it runs whichever subcommand parsed.
+  out.push_back({tasks, [gen, g, e] { return gen->parsed() ? run_gen(*g) : run_eval(*e); }});
+}
+
+}  // namespace kvevict::cli

@@ -1,0 +1,166 @@
+#include "model/synth.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "format/gguf_writer.h"
+#include "util/error.h"
+#include "util/rng.h"
+
+namespace kvevict {
+namespace {
+
+const std::vector<SynthShape>& shapes() {
+  static const std::vector<SynthShape> list = {
+      {"smollm2-135m", 49152, 576, 30, 9, 3, 1536, 8192, 100000.0f, 1e-5f, true},
+      {"smollm2-360m", 49152, 960, 32, 15, 5, 2560, 8192, 100000.0f, 1e-5f, true},
+      {"tinyllama-1.1b", 32000, 2048, 22, 32, 4, 5632, 2048, 10000.0f, 1e-5f, false},
+      {"tiny", 320, 64, 2, 4, 2, 128, 4096, 10000.0f, 1e-5f, false},
+  };
+  return list;
+}
+
+// Fills a [rows, cols] matrix of `type` with uniform(-a, a) values, one RNG stream per row.
+GgufWriter::Fill random_matrix(GgmlType type, int64_t rows, int64_t cols, uint64_t seed, uint64_t tensor) {
+  return [=](uint8_t* dst, int64_t n_bytes) {
+    const int64_t row_bytes = ggml_row_bytes(type, cols);
+    if (row_bytes * rows != n_bytes) throw Error("synth: tensor size mismatch");
+    const float a = std::sqrt(3.0f / static_cast<float>(cols));
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      Rng rng(stream_id({seed, tensor, static_cast<uint64_t>(r)}));
+      for (float& v : row) v = static_cast<float>((2.0 * rng.uniform() - 1.0) * a);
+      uint8_t* out = dst + r * row_bytes;
+      switch (type) {
+        case GgmlType::F32: std::memcpy(out, row.data(), static_cast<size_t>(row_bytes)); break;
+        case GgmlType::F16:
+          for (int64_t i = 0; i < cols; ++i) {
+            const uint16_t h = fp32_to_fp16(row[static_cast<size_t>(i)]);
+            std::memcpy(out + 2 * i, &h, 2);
+          }
+          break;
+        case GgmlType::BF16:
+          for (int64_t i = 0; i < cols; ++i) {
+            const uint16_t h = fp32_to_bf16(row[static_cast<size_t>(i)]);
+            std::memcpy(out + 2 * i, &h, 2);
+          }
+          break;
+        case GgmlType::Q8_0: quantize_row_q8_0(row.data(), out, cols); break;
+        case GgmlType::Q4_0: quantize_row_q4_0(row.data(), out, cols); break;
+      }
+    }
+  };
+}
+
+GgufWriter::Fill ones(int64_t n) {
+  return [n](uint8_t* dst, int64_t n_bytes) {
+    if (n_bytes != n * 4) throw Error("synth: norm size mismatch");
+    const float one = 1.0f;
+    for (int64_t i = 0; i < n; ++i) std::memcpy(dst + 4 * i, &one, 4);
+  };
+}
+
+}  // namespace
+
+int64_t SynthShape::n_params() const {
+  const int64_t hd = dim / n_heads, qd = int64_t{n_heads} * hd, kvd = int64_t{n_kv_heads} * hd;
+  const int64_t per_layer = 2 * int64_t{dim} + qd * dim * 2 + kvd * dim * 2 + 3 * int64_t{hidden_dim} * dim;
+  return int64_t{n_vocab} * dim * (tied_embeddings ? 1 : 2) + dim + per_layer * n_layers;
+}
+
+std::vector<std::string> synth_shape_names() {
+  std::vector<std::string> out;
+  for (const SynthShape& s : shapes()) out.push_back(s.name);
+  return out;
+}
+
+SynthShape synth_shape(const std::string& name) {
+  std::string known;
+  for (const SynthShape& s : shapes()) {
+    if (s.name == name) return s;
+    known += (known.empty() ? "" : ", ") + s.name;
+  }
+  throw Error(fmt::format("unknown model shape '{}' (known: {})", name, known));
+}
+
+GgmlType parse_synth_type(const std::string& name) {
+  if (name == "f32") return GgmlType::F32;
+  if (name == "f16") return GgmlType::F16;
+  if (name == "q8_0") return GgmlType::Q8_0;
+  if (name == "q4_0") return GgmlType::Q4_0;
+  throw Error(fmt::format("weight type '{}' is not supported for synthetic models (f32, f16, q8_0, q4_0)", name));
+}
+
+void write_synth_gguf(const SynthShape& s, GgmlType type, uint64_t seed, const std::string& path) {
+  if (s.n_heads <= 0 || s.n_kv_heads <= 0 || s.dim % s.n_heads != 0 || s.n_heads % s.n_kv_heads != 0)
+    throw Error(fmt::format("synth shape '{}': need dim % heads == 0 and heads % kv_heads == 0", s.name));
+  const int64_t blk = ggml_block_elems(type);
+  if (s.dim % blk != 0 || s.hidden_dim % blk != 0)
+    throw Error(fmt::format("synth shape '{}': dim {} and FFN {} must be multiples of {} for {}", s.name, s.dim,
+                            s.hidden_dim, blk, ggml_type_name(static_cast<uint32_t>(type))));
+  if (s.n_vocab < 260) throw Error(fmt::format("synth shape '{}': vocabulary {} < 260 (specials, bytes, space)", s.name, s.n_vocab));
+  const int hd = s.dim / s.n_heads;
+  const int64_t qd = int64_t{s.n_heads} * hd, kvd = int64_t{s.n_kv_heads} * hd;
+
+  GgufWriter w;
+  w.add_string("general.architecture", "llama");
+  w.add_string("general.name", fmt::format("kvevict synthetic {} ({}, seed {})", s.name,
+                                           ggml_type_name(static_cast<uint32_t>(type)), seed));
+  w.add_uint32("general.file_type", type == GgmlType::F32 ? 0 : type == GgmlType::F16 ? 1 : type == GgmlType::Q4_0 ? 2 : 7);
+  w.add_uint32("llama.context_length", static_cast<uint32_t>(s.context_length));
+  w.add_uint32("llama.embedding_length", static_cast<uint32_t>(s.dim));
+  w.add_uint32("llama.block_count", static_cast<uint32_t>(s.n_layers));
+  w.add_uint32("llama.feed_forward_length", static_cast<uint32_t>(s.hidden_dim));
+  w.add_uint32("llama.attention.head_count", static_cast<uint32_t>(s.n_heads));
+  w.add_uint32("llama.attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
+  w.add_uint32("llama.rope.dimension_count", static_cast<uint32_t>(hd));
+  w.add_float32("llama.rope.freq_base", s.rope_theta);
+  w.add_float32("llama.attention.layer_norm_rms_epsilon", s.rms_eps);
+  w.add_uint32("llama.vocab_size", static_cast<uint32_t>(s.n_vocab));
+
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};
+  for (int b = 0; b < 256; ++b) {
+    tokens.push_back(fmt::format("<0x{:02X}>", b));
+    types.push_back(6);
+  }
+  tokens.push_back("\xE2\x96\x81");  // U+2581, the SPM space, so spaces decode as spaces
+  types.push_back(1);
+  for (int i = static_cast<int>(tokens.size()); i < s.n_vocab; ++i) {
+    tokens.push_back(fmt::format("<synth{}>", i));
+    types.push_back(1);
+  }
+  std::vector<float> scores(tokens.size(), 0.0f);
+  w.add_string("tokenizer.ggml.model", "llama");
+  w.add_string_array("tokenizer.ggml.tokens", tokens);
+  w.add_float32_array("tokenizer.ggml.scores", scores);
+  w.add_int32_array("tokenizer.ggml.token_type", types);
+  w.add_uint32("tokenizer.ggml.unknown_token_id", 0);
+  w.add_uint32("tokenizer.ggml.bos_token_id", 1);
+  w.add_uint32("tokenizer.ggml.eos_token_id", 2);
+
+  uint64_t tensor = 0;
+  const auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
+    w.add_tensor(name, {cols, rows}, type, random_matrix(type, rows, cols, seed, tensor++));
+  };
+  matrix("token_embd.weight", s.n_vocab, s.dim);
+  w.add_tensor("output_norm.weight", {s.dim}, GgmlType::F32, ones(s.dim));
+  if (!s.tied_embeddings) matrix("output.weight", s.n_vocab, s.dim);
+  for (int l = 0; l < s.n_layers; ++l) {
+    const std::string p = fmt::format("blk.{}.", l);
+    w.add_tensor(p + "attn_norm.weight", {s.dim}, GgmlType::F32, ones(s.dim));
+    matrix(p + "attn_q.weight", qd, s.dim);
+    matrix(p + "attn_k.weight", kvd, s.dim);
+    matrix(p + "attn_v.weight", kvd, s.dim);
+    matrix(p + "attn_output.weight", s.dim, qd);
+    w.add_tensor(p + "ffn_norm.weight", {s.dim}, GgmlType::F32, ones(s.dim));
+    matrix(p + "ffn_gate.weight", s.hidden_dim, s.dim);
+    matrix(p + "ffn_up.weight", s.hidden_dim, s.dim);
+    matrix(p + "ffn_down.weight", s.dim, s.hidden_dim);
+  }
+  w.write(path);
+}
+
+}  // namespace kvevict

@@ -1,0 +1,221 @@
+// Task generator: determinism, answers checked by an independent solver, length scaling, format,
+// and the CLI's error handling.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tasks/generator.h"
+#include "test_paths.h"
+#include "util/error.h"
+
+namespace kvevict {
+namespace {
+
+/// Independent re-solver: parses the problem text (not the generator's internals) and follows
+/// the rules of tasks/generator.h. Returns the expected answer and the expected trace.
+struct Solved {
+  std::string answer, trace;
+};
+
+Solved resolve(const std::string& problem) {
+  std::istringstream in(problem);
+  std::string line;
+  std::map<char, std::pair<char, int>> fact;  // key -> (value, digit)
+  char marker = 0, start = 0;
+  int steps = 0;
+  while (std::getline(in, line)) {
+    if (line.size() == 3 && std::isupper(static_cast<unsigned char>(line[0]))) {
+      EXPECT_EQ(fact.count(line[0]), 0u) << "duplicate key " << line[0];
+      fact[line[0]] = {line[1], line[2] - '0'};
+    } else {
+      EXPECT_EQ(line.size(), 5u) << line;
+      marker = line[0];
+      start = line[1];
+      steps = std::stoi(line.substr(2));
+    }
+  }
+  Solved s;
+  char cur = start;
+  int sum = 0, pass = -1;
+  char buf[32];
+  for (int i = 1; i <= steps; ++i) {
+    const auto [next, d] = fact.at(cur);
+    std::snprintf(buf, sizeof buf, "%03d%c%c", steps - i, cur, next);
+    s.trace += buf;
+    if (marker == '$' || (marker == '@' && i <= 2)) {
+      sum = (sum + d) % 10;
+      s.trace += std::to_string(d) + std::to_string(sum);
+    }
+    s.trace += "\n";
+    if (marker == '@' && i == 2) {
+      pass = sum;
+      s.trace += "#" + std::to_string(pass) + "\n";
+    }
+    cur = next;
+  }
+  s.answer = std::string(1, cur);
+  if (marker == '$') s.answer += std::to_string(sum);
+  if (marker == '@') s.answer += std::to_string(pass);
+  s.trace += "\\boxed{" + s.answer + "}";
+  return s;
+}
+
+TEST(Tasks, DeterministicBySeedAndIndependentOfBatch) {
+  for (TaskFamily f : all_task_families()) {
+    const auto a = generate_tasks(f, {3, 40}, {5, 26}, 7, 20);
+    const auto b = generate_tasks(f, {3, 40}, {5, 26}, 7, 20);
+    const auto c = generate_tasks(f, {3, 40}, {5, 26}, 7, 5, 15);  // tasks 15..19 alone
+    const auto d = generate_tasks(f, {3, 40}, {5, 26}, 8, 20);
+    ASSERT_EQ(a.size(), 20u);
+    int differ = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(task_to_json(a[i]), task_to_json(b[i]));
+      differ += a[i].problem != d[i].problem;
+    }
+    for (size_t i = 0; i < c.size(); ++i) EXPECT_EQ(task_to_json(c[i]), task_to_json(a[15 + i]));
+    EXPECT_GE(differ, 18) << "another seed should give other tasks";
+  }
+}
+
+TEST(Tasks, AnswersAndTracesMatchAnIndependentSolver) {
+  for (TaskFamily f : all_task_families()) {
+    for (const Task& t : generate_tasks(f, {min_steps(f), 300}, {2, 26}, 3, 200)) {
+      const Solved s = resolve(t.problem);
+      ASSERT_EQ(t.answer, s.answer) << t.id;
+      ASSERT_EQ(t.trace, s.trace) << t.id;
+      ASSERT_EQ(last_boxed(t.trace), t.answer);
+      EXPECT_EQ(static_cast<int64_t>(t.trace.size()), trace_length(f, t.size.steps));
+      EXPECT_EQ(static_cast<int64_t>(t.problem.size()), problem_length(t.size.facts));
+    }
+  }
+}
+
+TEST(Tasks, FactsFormOneCycleAndEveryKeyIsFollowedByItsValue) {
+  const Task t = generate_task(TaskFamily::Chain, {30, 26}, 11, 0);
+  std::map<char, char> next;
+  std::istringstream in(t.problem);
+  std::string line;
+  while (std::getline(in, line) && line.size() == 3) next[line[0]] = line[1];
+  ASSERT_EQ(next.size(), 26u);
+  std::set<char> seen;
+  char c = 'A';
+  for (int i = 0; i < 26; ++i) {
+    seen.insert(c);
+    c = next.at(c);
+  }
+  EXPECT_EQ(c, 'A');
+  EXPECT_EQ(seen.size(), 26u);
+  // Every key in the trace is immediately followed by its value, as in the prompt.
+  std::istringstream tr(t.trace);
+  int lines = 0;
+  while (std::getline(tr, line) && line.size() == 5) {
+    EXPECT_EQ(next.at(line[3]), line[4]) << line;
+    ++lines;
+  }
+  EXPECT_EQ(lines, 30);
+}
+
+TEST(Tasks, LengthKnobScalesFromBelowSmallBudgetToEightTimesIt) {
+  for (TaskFamily f : all_task_families()) {
+    const int64_t shortest = trace_length(f, min_steps(f));
+    EXPECT_LT(shortest, 64) << task_family_name(f);
+    const int64_t n = steps_for_trace_length(f, 8 * 64);
+    EXPECT_GE(trace_length(f, n) + 11, 8 * 64);
+    EXPECT_GE(trace_length(f, kMaxSteps), 8 * 256);
+    int64_t prev = 0;
+    for (int64_t len : {50, 100, 200, 400, 800, 1600}) {
+      const int64_t steps = steps_for_trace_length(f, len);
+      const Task t = generate_task(f, {steps, kDefaultFacts}, 1, 0);
+      EXPECT_GT(static_cast<int64_t>(t.trace.size()), prev);
+      EXPECT_LE(std::llabs(static_cast<int64_t>(t.trace.size()) - len), 11) << task_family_name(f) << " " << len;
+      prev = static_cast<int64_t>(t.trace.size());
+    }
+  }
+}
+
+TEST(Tasks, OncePasscodeIsWrittenOnceAndRunningSumEveryStep) {
+  const Task once = generate_task(TaskFamily::Once, {50, 20}, 5, 1);
+  ASSERT_NE(once.trace.find('#'), std::string::npos);
+  EXPECT_EQ(once.trace.find('#'), once.trace.rfind('#'));
+  std::istringstream in(once.trace);
+  std::string line;
+  std::vector<size_t> widths;
+  while (std::getline(in, line)) widths.push_back(line.size());
+  ASSERT_EQ(widths.size(), 52u);  // 50 steps, the passcode line, the boxed answer
+  EXPECT_EQ(widths[0], 7u);       // running line "cccXYds"
+  EXPECT_EQ(widths[1], 7u);
+  EXPECT_EQ(widths[2], 2u);       // "#P"
+  for (size_t i = 3; i < 51; ++i) EXPECT_EQ(widths[i], 5u);
+  const Task run = generate_task(TaskFamily::Running, {50, 20}, 5, 1);
+  EXPECT_EQ(static_cast<int64_t>(run.trace.size()), 8 * 50 + 10);
+}
+
+TEST(Tasks, JsonRoundTripAndBoxedParsing) {
+  const Task t = generate_task(TaskFamily::Running, {7, 9}, 2, 3);
+  const Task u = task_from_json(task_to_json(t));
+  EXPECT_EQ(u.id, t.id);
+  EXPECT_EQ(u.family, t.family);
+  EXPECT_EQ(u.problem, t.problem);
+  EXPECT_EQ(u.trace, t.trace);
+  EXPECT_EQ(u.answer, t.answer);
+  EXPECT_EQ(u.size.steps, 7);
+  EXPECT_EQ(u.size.facts, 9);
+  EXPECT_EQ(last_boxed("a \\boxed{1} b \\boxed{XY} c"), "XY");
+  EXPECT_EQ(last_boxed("\\boxed{X"), std::nullopt);
+  EXPECT_EQ(last_boxed("none"), std::nullopt);
+  EXPECT_THROW(task_from_json("{"), Error);
+  EXPECT_THROW(task_from_json(R"({"id":"x","family":"nope","problem":"","answer":""})"), Error);
+}
+
+TEST(Tasks, BadInputIsAnError) {
+  EXPECT_THROW(parse_task_family("lookup"), Error);
+  EXPECT_THROW(generate_task(TaskFamily::Chain, {0, 10}, 1, 0), Error);
+  EXPECT_THROW(generate_task(TaskFamily::Once, {2, 10}, 1, 0), Error);
+  EXPECT_THROW(generate_task(TaskFamily::Chain, {5, 27}, 1, 0), Error);
+  EXPECT_THROW(generate_task(TaskFamily::Chain, {1000, 10}, 1, 0), Error);
+  EXPECT_THROW(parse_int_range("5-3", "--steps"), Error);
+  EXPECT_THROW(parse_int_range("x", "--steps"), Error);
+  EXPECT_THROW(parse_int_range("-3", "--steps"), Error);
+  EXPECT_EQ(parse_int_range("4-9", "--steps").hi, 9);
+  EXPECT_THROW(steps_for_trace_length(TaskFamily::Chain, 0), Error);
+  EXPECT_THROW(generate_tasks(TaskFamily::Chain, {1, 2}, {5, 5}, 1, -1), Error);
+}
+
+TEST(Tasks, CliWritesJsonLinesAndRejectsBadOptions) {
+  const std::string bin = test::kvevict_binary();
+  const std::string cmd = bin + " tasks gen --family once --n 3 --seed 9 --length 200";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  EXPECT_EQ(pclose(p), 0);
+  std::istringstream in(out);
+  std::string line;
+  int count = 0;
+  while (std::getline(in, line)) {
+    const Task t = task_from_json(line);
+    const Task g = generate_task(TaskFamily::Once, t.size, 9, static_cast<uint64_t>(count));
+    EXPECT_EQ(task_to_json(t), task_to_json(g));
+    ++count;
+  }
+  EXPECT_EQ(count, 3);
+  for (const char* bad : {" tasks gen --family nope --n 1 --steps 3", " tasks gen --family chain --n 1",
+                          " tasks gen --family chain --n 1 --steps 5 --length 50",
+                          " tasks gen --family chain --n 1 --steps 3 --facts 40"}) {
+    const int rc = std::system((bin + bad + " >/dev/null 2>&1").c_str());
+    EXPECT_EQ(WEXITSTATUS(rc), 2) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace kvevict

@@ -1,0 +1,166 @@
+"""The small llama-architecture decoder kvevict ships, and its character vocabulary.
+
+Shared by tools/train_reasoner.py and tools/export_gguf.py. The layout matches what kvevict's
+GGUF loader expects (src/model/llama.cpp): RMSNorm, RoPE in the GGUF adjacent-pair layout
+(pairs x[2i], x[2i+1] rotated by pos * theta^(-2i/d), applied directly, so Q/K rows need no
+permutation on export), grouped-query attention, SwiGLU feed-forward, tied input/output
+embeddings (no output.weight tensor).
+"""
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# ---------------------------------------------------------------------------------------------
+# Vocabulary: llama SPM layout. 0 <unk>, 1 <s>, 2 </s>, 3..258 the byte-fallback tokens <0xNN>,
+# then one token per character of the task alphabet (tasks/generator.h). Space is stored as
+# U+2581 like every SPM vocabulary, so plain text with spaces still tokenizes.
+UNK, BOS, EOS = 0, 1, 2
+CHARS = (list("ABCDEFGHIJKLMNOPQRSTUVWXYZ") + list("0123456789")
+         + ["\n", ">", "+", "=", "#", "?", "$", "@", "\\", "b", "o", "x", "e", "d", "{", "}", "\u2581"])
+TOKEN_TYPE_NORMAL, TOKEN_TYPE_UNKNOWN, TOKEN_TYPE_CONTROL, TOKEN_TYPE_BYTE = 1, 2, 3, 6
+
+
+def vocab_pieces():
+    """(pieces, token_types) of the whole vocabulary, in id order."""
+    pieces = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + CHARS
+    types = ([TOKEN_TYPE_UNKNOWN, TOKEN_TYPE_CONTROL, TOKEN_TYPE_CONTROL] + [TOKEN_TYPE_BYTE] * 256
+             + [TOKEN_TYPE_NORMAL] * len(CHARS))
+    return pieces, types
+
+
+PIECES, TYPES = vocab_pieces()
+CHAR_ID = {c: 259 + i for i, c in enumerate(CHARS)}
+CHAR_ID[" "] = CHAR_ID["\u2581"]
+VOCAB_SIZE = len(PIECES)
+
+
+def encode(text):
+    """Token ids of `text` (no BOS). Every character of the task alphabet is one token; this is
+    exactly what kvevict's SPM tokenizer produces for this vocabulary with add_space_prefix=false
+    (no multi-character pieces exist, so no merges happen). Raises KeyError on other characters."""
+    return [CHAR_ID[c] for c in text]
+
+
+def decode(ids):
+    out = []
+    for i in ids:
+        if i >= 259:
+            p = PIECES[i]
+            out.append(" " if p == "\u2581" else p)
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+class Config:
+    def __init__(self, dim=128, n_layers=3, n_heads=4, n_kv_heads=2, hidden_dim=384, context_length=2048,
+                 rope_theta=10000.0, rms_eps=1e-5, vocab_size=VOCAB_SIZE):
+        self.dim, self.n_layers, self.n_heads, self.n_kv_heads = dim, n_layers, n_heads, n_kv_heads
+        self.hidden_dim, self.context_length, self.rope_theta, self.rms_eps = hidden_dim, context_length, rope_theta, rms_eps
+        self.vocab_size = vocab_size
+        self.head_dim = dim // n_heads
+
+    def to_dict(self):
+        return dict(self.__dict__)
+
+    @staticmethod
+    def from_dict(d):
+        d = dict(d)
+        d.pop("head_dim", None)
+        return Config(**d)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rope_tables(head_dim, length, theta):
+    """cos, sin of shape [length, head_dim/2] for pair i at position p: p * theta^(-2i/d)."""
+    inv = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    ang = torch.arange(length, dtype=torch.float64)[:, None] * inv[None, :]
+    return torch.cos(ang).float(), torch.sin(ang).float()
+
+
+def apply_rope(x, cos, sin):
+    """x: [B, H, T, D]; rotates adjacent pairs (x[2i], x[2i+1]) (GGUF / llama.cpp 'normal' mode)."""
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    r0 = x0 * cos - x1 * sin
+    r1 = x0 * sin + x1 * cos
+    return torch.stack((r0, r1), dim=-1).flatten(-2)
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        self.attn_norm = RMSNorm(c.dim, c.rms_eps)
+        self.wq = nn.Linear(c.dim, c.n_heads * c.head_dim, bias=False)
+        self.wk = nn.Linear(c.dim, c.n_kv_heads * c.head_dim, bias=False)
+        self.wv = nn.Linear(c.dim, c.n_kv_heads * c.head_dim, bias=False)
+        self.wo = nn.Linear(c.n_heads * c.head_dim, c.dim, bias=False)
+        self.ffn_norm = RMSNorm(c.dim, c.rms_eps)
+        self.w_gate = nn.Linear(c.dim, c.hidden_dim, bias=False)
+        self.w_up = nn.Linear(c.dim, c.hidden_dim, bias=False)
+        self.w_down = nn.Linear(c.hidden_dim, c.dim, bias=False)
+
+    def forward(self, x, cos, sin, mask):
+        c = self.c
+        B, T, _ = x.shape
+        h = self.attn_norm(x)
+        q = self.wq(h).view(B, T, c.n_heads, c.head_dim).transpose(1, 2)
+        k = self.wk(h).view(B, T, c.n_kv_heads, c.head_dim).transpose(1, 2)
+        v = self.wv(h).view(B, T, c.n_kv_heads, c.head_dim).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        group = c.n_heads // c.n_kv_heads
+        # GQA: query heads [g*group, (g+1)*group) share KV head g.
+        q = q.view(B, c.n_kv_heads, group, T, c.head_dim)
+        att = torch.matmul(q, k.unsqueeze(2).transpose(-1, -2)) / math.sqrt(c.head_dim)
+        att = att + mask
+        att = torch.softmax(att, dim=-1)
+        o = torch.matmul(att, v.unsqueeze(2)).reshape(B, c.n_heads, T, c.head_dim)
+        o = o.transpose(1, 2).reshape(B, T, c.n_heads * c.head_dim)
+        x = x + self.wo(o)
+        h = self.ffn_norm(x)
+        return x + self.w_down(F.silu(self.w_gate(h)) * self.w_up(h))
+
+
+class Reasoner(nn.Module):
+    def __init__(self, c, shared_embed=0.0):
+        """shared_embed: initial value of embedding dimension 0 for every token (0 = plain init).
+        A component shared by all tokens lets attention form position-only (e.g. previous-token)
+        patterns from the start, which the lookup's induction circuit needs."""
+        super().__init__()
+        self.c = c
+        self.tok = nn.Embedding(c.vocab_size, c.dim)
+        self.blocks = nn.ModuleList([Block(c) for _ in range(c.n_layers)])
+        self.norm = RMSNorm(c.dim, c.rms_eps)
+        cos, sin = rope_tables(c.head_dim, c.context_length, c.rope_theta)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+        nn.init.normal_(self.tok.weight, std=0.02)
+        if shared_embed:
+            with torch.no_grad():
+                self.tok.weight[:, 0] = shared_embed
+        for b in self.blocks:
+            for lin in (b.wq, b.wk, b.wv, b.w_gate, b.w_up):
+                nn.init.normal_(lin.weight, std=0.02)
+            for lin in (b.wo, b.w_down):
+                nn.init.normal_(lin.weight, std=0.02 / math.sqrt(2 * c.n_layers))
+
+    def forward(self, ids):
+        """ids: [B, T] -> logits [B, T, vocab]. Causal; right padding needs no extra mask."""
+        B, T = ids.shape
+        x = self.tok(ids)
+        cos, sin = self.cos[:T], self.sin[:T]
+        mask = torch.full((T, T), float("-inf")).triu(1)
+        for b in self.blocks:
+            x = b(x, cos, sin, mask)
+        return F.linear(self.norm(x), self.tok.weight)

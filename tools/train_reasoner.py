@@ -1,0 +1,279 @@
+#!/usr/bin/python3
+"""Trains kvevict's default reasoning model on `kvevict tasks gen` output.
+
+Usage (CPU, Debian's python3-torch; see MODEL_CARD.md for the exact command that made the
+shipped model):
+    /usr/bin/python3 tools/train_reasoner.py --kvevict build/kvevict --out runs/reasoner
+    /usr/bin/python3 tools/train_reasoner.py --kvevict build/kvevict --out runs/reasoner --resume
+
+Curriculum: first the lookup alone (chain family, small alphabets), then stages of growing alphabets (facts M) and chains (steps N); a stage ends when the
+lookup-token accuracy and the overall token accuracy of the recent steps pass its gate (after a
+minimum number of steps) or after its maximum. "Lookup" in the gate is the worse of the two prompt
+lookups (successor letter, attached digit). The last stage covers traces up to ~1,000 tokens and
+decays the learning rate. Each instance is its own sequence (right-padded; causal attention never
+looks at padding, and padded targets are masked). Loss is on the trace and EOS only.
+
+Outputs in --out: ckpt.pt (resumable: model, optimizer, stage, step, data cursors, RNG state,
+CPU seconds), curve.csv (one row per --log-every steps), final.pt (weights + config) at the end.
+"""
+
+import argparse
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from reasoner_model import BOS, CHAR_ID, EOS, Config, Reasoner, encode  # noqa: E402
+
+FAMILIES = ["chain", "running", "once"]
+
+# (facts range, {family: steps range}, batch tokens, min steps, max steps, gate lookup, gate all)
+STAGES = [
+    ("3-8", {"chain": "2-8"}, 4096, 150, 20000, 0.95, 0.95),
+    ("3-8", {"chain": "1-4", "running": "1-4", "once": "3-5"}, 4096, 100, 2000, 0.95, 0.95),
+    ("4-12", {"chain": "1-12", "running": "1-8", "once": "3-12"}, 2048, 100, 3000, 0.98, 0.98),
+    ("6-20", {"chain": "1-32", "running": "1-24", "once": "3-32"}, 6144, 80, 300, 0.985, 0.985),
+    ("10-26", {"chain": "1-64", "running": "1-48", "once": "3-64"}, 6144, 80, 300, 0.99, 0.99),
+    ("12-26", {"chain": "1-118", "running": "1-88", "once": "3-118"}, 6144, None, None, None, None),
+]
+
+KIND_OTHER, KIND_LOOKUP, KIND_DIGIT, KIND_SUM, KIND_PASS, KIND_ANSWER = 0, 1, 2, 3, 4, 5
+KIND_NAMES = ["other", "lookup", "digit", "sum", "pass", "answer"]
+
+
+def token_kinds(trace):
+    """Per trace character: which skill predicts it (tasks/generator.h line formats).
+    lookup = the successor letter Y of a line "cccXY..." (an induction lookup in the prompt);
+    digit = d of a running line "cccXYds" (looked up after Y in the prompt); sum = s; pass = P of
+    the "#P" line; answer = the characters inside the final \\boxed{}."""
+    kinds = [KIND_OTHER] * len(trace)
+    pos = 0
+    for line in trace.split("\n"):
+        if len(line) >= 5 and line[:3].isdigit():
+            kinds[pos + 4] = KIND_LOOKUP
+            if len(line) == 7:
+                kinds[pos + 5] = KIND_DIGIT
+                kinds[pos + 6] = KIND_SUM
+        elif len(line) == 2 and line[0] == "#":
+            kinds[pos + 1] = KIND_PASS
+        pos += len(line) + 1
+    b = trace.rfind("\\boxed{")
+    for i in range(b + 7, len(trace) - 1):
+        kinds[i] = KIND_ANSWER
+    return kinds
+
+
+class Data:
+    """Instances from the kvevict binary, per (stage, family), with persistent cursors."""
+
+    def __init__(self, binary, cursors):
+        self.binary = binary
+        self.cursors = cursors  # "stage:family" -> next task index
+        self.pool = {}
+
+    def take(self, stage, family, k):
+        key = f"{stage}:{family}"
+        pool = self.pool.setdefault(key, [])
+        while len(pool) < k:
+            first = self.cursors.get(key, 0)
+            n = 2000
+            facts, steps = STAGES[stage][0], STAGES[stage][1][family]
+            # Training seeds are 1..999 (held-out evaluation uses seed >= 1000).
+            cmd = [self.binary, "tasks", "gen", "--family", family, "--n", str(n), "--seed", str(100 + stage),
+                   "--first", str(first), "--steps", steps, "--facts", facts]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            pool.extend(json.loads(line) for line in out.splitlines() if line)
+            self.cursors[key] = first + n
+        taken, self.pool[key] = pool[:k], pool[k:]
+        return taken
+
+
+def make_batch(tasks):
+    seqs, masks, kinds = [], [], []
+    for t in tasks:
+        p = [BOS] + encode(t["problem"])
+        tr = encode(t["trace"]) + [EOS]
+        seq = p + tr
+        # target j = seq[j+1]; trace targets start at j = len(p) - 1
+        m = [0] * (len(p) - 1) + [1] * len(tr)
+        kd = [0] * (len(p) - 1) + token_kinds(t["trace"]) + [KIND_OTHER]
+        seqs.append(seq)
+        masks.append(m)
+        kinds.append(kd)
+    T = max(len(s) for s in seqs) - 1
+    ids = torch.zeros(len(seqs), T, dtype=torch.long)
+    tgt = torch.zeros(len(seqs), T, dtype=torch.long)
+    msk = torch.zeros(len(seqs), T)
+    knd = torch.zeros(len(seqs), T, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        n = len(s) - 1
+        ids[i, :n] = torch.tensor(s[:-1])
+        tgt[i, :n] = torch.tensor(s[1:])
+        msk[i, :n] = torch.tensor(masks[i], dtype=torch.float)
+        knd[i, :n] = torch.tensor(kinds[i])
+    return ids, tgt, msk, knd
+
+
+def sample_batch(data, stage, gen, batch_tokens):
+    """Draws instances (family chosen uniformly per instance among the stage's families) until the padded batch would exceed
+    batch_tokens."""
+    tasks, longest = [], 0
+    while True:
+        fams = [f for f in FAMILIES if f in STAGES[stage][1]]
+        fam = fams[int(torch.randint(0, len(fams), (1,), generator=gen))]
+        t = data.take(stage, fam, 1)[0]
+        L = len(t["problem"]) + len(t["trace"]) + 2
+        if tasks and max(longest, L) * (len(tasks) + 1) > batch_tokens:
+            data.pool[f"{stage}:{fam}"].insert(0, t)
+            break
+        tasks.append(t)
+        longest = max(longest, L)
+    return tasks
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kvevict", required=True, help="path to the built kvevict binary")
+    ap.add_argument("--out", required=True, help="run folder (checkpoint, curve)")
+    ap.add_argument("--resume", action="store_true", help="continue from <out>/ckpt.pt")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--final-steps", type=int, default=600, help="steps of the last stage (lr decays over them)")
+    ap.add_argument("--stop-after-min", type=float, default=0, help="checkpoint and exit after this many wall minutes (0 = off)")
+    ap.add_argument("--force-stage", type=int, default=-1, help="with --resume: restart the curriculum at this stage")
+    ap.add_argument("--log-every", type=int, default=10)
+    ap.add_argument("--ckpt-every-s", type=float, default=120)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--shared-embed", type=float, default=0.05,
+                    help="initial value of embedding dim 0 for all tokens (see reasoner_model.Reasoner)")
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.set_num_interop_threads(1)
+    os.makedirs(args.out, exist_ok=True)
+    ckpt_path = os.path.join(args.out, "ckpt.pt")
+    curve_path = os.path.join(args.out, "curve.csv")
+
+    torch.manual_seed(args.seed)
+    cfg = Config(dim=args.dim, n_layers=args.layers)
+    model = Reasoner(cfg, shared_embed=args.shared_embed)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    gen = torch.Generator().manual_seed(args.seed)
+    state = {"step": 0, "stage": 0, "stage_step": 0, "cpu_s": 0.0, "wall_s": 0.0, "tokens": 0, "cursors": {}}
+    if args.resume:
+        ck = torch.load(ckpt_path)
+        cfg = Config.from_dict(ck["config"])
+        model = Reasoner(cfg)
+        model.load_state_dict(ck["model"])
+        opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
+        opt.load_state_dict(ck["opt"])
+        gen.set_state(ck["gen"])
+        torch.set_rng_state(ck["torch_rng"])
+        state = ck["state"]
+        if args.force_stage >= 0:
+            state["stage"], state["stage_step"] = args.force_stage, 0
+        print(f"resumed at step {state['step']} stage {state['stage']} cpu {state['cpu_s']:.0f}s", flush=True)
+    else:
+        with open(curve_path, "w", newline="") as f:
+            csv.writer(f).writerow(["step", "stage", "tokens", "cpu_s", "wall_s", "lr", "loss", "acc"]
+                                   + [f"acc_{k}" for k in KIND_NAMES[1:]])
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"model: {n_params} parameters, config {cfg.to_dict()}", flush=True)
+
+    data = Data(args.kvevict, state["cursors"])
+    cpu0, wall0 = time.process_time(), time.time()
+    cpu_base, wall_base = state["cpu_s"], state["wall_s"]
+    last_ckpt = time.time()
+    win = {"loss": 0.0, "n": 0, "right": torch.zeros(len(KIND_NAMES)), "count": torch.zeros(len(KIND_NAMES)), "steps": 0}
+    recent = []  # (lookup acc, all acc) of the last log windows, for the stage gate
+
+    def save(path=ckpt_path):
+        state["cpu_s"] = cpu_base + time.process_time() - cpu0
+        state["wall_s"] = wall_base + time.time() - wall0
+        tmp = path + ".tmp"
+        torch.save({"config": cfg.to_dict(), "model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
+                    "torch_rng": torch.get_rng_state(), "state": state}, tmp)
+        os.replace(tmp, path)
+
+    last = len(STAGES) - 1
+    while True:
+        st = state["stage"]
+        if st == last and state["stage_step"] >= args.final_steps:
+            break
+        facts, _, batch_tokens, min_steps, max_steps, gate_lookup, gate_all = STAGES[st]
+        # lr: linear warm-up over 100 steps, constant, cosine decay to 10% over the last stage
+        step = state["step"]
+        lr = args.lr * min(1.0, (step + 1) / 100)
+        if st == last:
+            frac = state["stage_step"] / max(1, args.final_steps)
+            lr = args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        tasks = sample_batch(data, st, gen, batch_tokens)
+        ids, tgt, msk, knd = make_batch(tasks)
+        logits = model(ids)
+        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), reduction="none").view_as(msk)
+        loss = (ce * msk).sum() / msk.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        with torch.no_grad():
+            right = (logits.argmax(-1) == tgt).float() * msk
+            for k in range(len(KIND_NAMES)):
+                sel = (knd == k).float() * msk
+                win["right"][k] += (right * sel).sum()
+                win["count"][k] += sel.sum()
+        win["loss"] += float(loss)
+        win["n"] += 1
+        state["step"] += 1
+        state["stage_step"] += 1
+        state["tokens"] += int((ids != 0).sum())
+
+        if state["step"] % args.log_every == 0:
+            acc_k = (win["right"] / win["count"].clamp(min=1)).tolist()
+            acc_all = float(win["right"].sum() / win["count"].sum())
+            cpu = cpu_base + time.process_time() - cpu0
+            wall = wall_base + time.time() - wall0
+            row = [state["step"], st, state["tokens"], round(cpu, 1), round(wall, 1), f"{lr:.2e}",
+                   f"{win['loss'] / win['n']:.4f}", f"{acc_all:.4f}"] + [f"{a:.4f}" for a in acc_k[1:]]
+            with open(curve_path, "a", newline="") as f:
+                csv.writer(f).writerow(row)
+            print(" ".join(str(x) for x in row), flush=True)
+            # tokens of a kind absent from the stage (e.g. digits in the chain-only stage) count as passed
+            acc_digit = acc_k[KIND_DIGIT] if win["count"][KIND_DIGIT] > 0 else 1.0
+            recent.append((min(acc_k[KIND_LOOKUP], acc_digit), acc_all))
+            recent = recent[-3:]
+            win = {"loss": 0.0, "n": 0, "right": torch.zeros(len(KIND_NAMES)), "count": torch.zeros(len(KIND_NAMES)), "steps": 0}
+            if st < last and state["stage_step"] >= min_steps:
+                passed = len(recent) == 3 and all(l >= gate_lookup and a >= gate_all for l, a in recent)
+                if passed or state["stage_step"] >= max_steps:
+                    print(f"stage {st} -> {st + 1} at step {state['step']} ({'gate passed' if passed else 'max steps'})", flush=True)
+                    state["stage"] += 1
+                    state["stage_step"] = 0
+                    recent = []
+                    save()
+                    save(os.path.join(args.out, f"stage{st}.pt"))
+        if time.time() - last_ckpt > args.ckpt_every_s:
+            save()
+            last_ckpt = time.time()
+        if args.stop_after_min and time.time() - wall0 > 60 * args.stop_after_min:
+            save()
+            print("stopping (time limit); resume with --resume", flush=True)
+            return
+    save()
+    torch.save({"config": cfg.to_dict(), "model": model.state_dict(), "state": state}, os.path.join(args.out, "final.pt"))
+    print(f"done: step {state['step']} cpu {state['cpu_s']:.0f}s wall {state['wall_s']:.0f}s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
