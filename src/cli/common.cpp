@@ -34,12 +34,13 @@ std::string default_policy(const PolicyArgs& a) {
   return a.budget > 0 ? "random" : "full";
 }
 
-Policy build_policy(const PolicyArgs& a, const std::string& name) {
+Policy build_policy(const PolicyArgs& a, const std::string& name, const SelectorParams* params) {
   if (a.protect_prompt && a.no_protect_prompt)
     throw Error("--protect-prompt and --no-protect-prompt are mutually exclusive");
   std::optional<bool> protect;
   if (a.protect_prompt) protect = true;
   if (a.no_protect_prompt) protect = false;
+  if (params) return make_policy(name, protect, a.sinks, *params, /*check_params=*/false);
   return make_policy(name, protect, a.sinks, SelectorParams::parse(a.params));
 }
 

@@ -35,7 +35,9 @@ void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy = true);
 std::string default_policy(const PolicyArgs& a);
 
 /// Builds the policy named `name` with the shared overrides. Throws kvevict::Error.
-Policy build_policy(const PolicyArgs& a, const std::string& name);
+/// With `params` given, selector parameters are read from (and marked used in) that object and
+/// not checked here: the caller checks once for a whole grid.
+Policy build_policy(const PolicyArgs& a, const std::string& name, const SelectorParams* params = nullptr);
 
 /// Builds the schedule config. For evicting policies --budget is required (Error otherwise).
 EvictionConfig build_eviction(const PolicyArgs& a, const Policy& p);

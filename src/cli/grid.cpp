@@ -40,6 +40,7 @@ std::vector<GridEntry> policy_grid(const PolicyArgs& a, const std::vector<std::s
                                    const std::vector<int64_t>& budgets) {
   std::vector<GridEntry> grid;
   std::set<std::string> seen;
+  const SelectorParams params = SelectorParams::parse(a.params);
   const auto add = [&](const std::string& name, const Policy& p, int64_t budget) {
     PolicyArgs with = a;
     with.budget = budget;
@@ -51,7 +52,7 @@ std::vector<GridEntry> policy_grid(const PolicyArgs& a, const std::vector<std::s
   };
   for (const std::string& name : names) {
     if (!seen.insert(name).second) throw Error(fmt::format("--policies: '{}' given twice", name));
-    const Policy p = build_policy(a, name);
+    const Policy p = build_policy(a, name, &params);
     if (!p.evicts) {
       add(name, p, 0);
       continue;
@@ -60,6 +61,7 @@ std::vector<GridEntry> policy_grid(const PolicyArgs& a, const std::vector<std::s
       throw Error(fmt::format("policy '{}' evicts and needs --budget B or --budgets B1,B2,...", name));
     for (const int64_t b : budgets) add(name, p, b);
   }
+  params.check_all_used("--policies " + fmt::format("{}", fmt::join(names, ",")));
   return grid;
 }
 

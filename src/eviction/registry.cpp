@@ -39,7 +39,7 @@ std::string policy_names() {
 }
 
 Policy make_policy(const std::string& spec, std::optional<bool> protect_prompt,
-                   std::optional<int> sinks, const SelectorParams& params) {
+                   std::optional<int> sinks, const SelectorParams& params, bool check_params) {
   std::string name = spec;
   bool plus_prompt = false;
   if (const auto plus = spec.rfind("+prompt"); plus != std::string::npos && plus + 7 == spec.size()) {
@@ -60,7 +60,7 @@ Policy make_policy(const std::string& spec, std::optional<bool> protect_prompt,
   p.protect_prompt = plus_prompt || protect_prompt.value_or(info->protect_prompt);
   p.sinks = sinks.value_or(info->sinks);
   if (info->make) p.selector = info->make(params);
-  params.check_all_used(spec);
+  if (check_params) params.check_all_used(spec);
   return p;
 }
 

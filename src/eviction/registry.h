@@ -45,8 +45,11 @@ std::string policy_names();
 
 /// Builds a policy from `spec` = name or name+prompt. `protect_prompt` and `sinks` override the
 /// policy's defaults when set. Throws kvevict::Error for an unknown name (listing the known
-/// ones), negative sinks, or parameters the selector does not take.
+/// ones), negative sinks, or (with check_params) parameters the selector does not take. A grid
+/// of policies passes check_params = false and calls params.check_all_used once at the end, so a
+/// parameter needs only one policy of the grid that takes it.
 Policy make_policy(const std::string& spec, std::optional<bool> protect_prompt = std::nullopt,
-                   std::optional<int> sinks = std::nullopt, const SelectorParams& params = {});
+                   std::optional<int> sinks = std::nullopt, const SelectorParams& params = {},
+                   bool check_params = true);
 
 }  // namespace kvevict
