@@ -8,6 +8,7 @@
 
 #include "engine/engine.h"
 #include "model/llama.h"
+#include "eval/grader.h"
 #include "tasks/generator.h"
 #include "tasks/solve.h"
 
@@ -44,7 +45,7 @@ TEST(Reasoner, SolvesHeldOutTasksWithFullCache) {
       for (uint64_t i = 0; i < 10; ++i) {
         const Task t = generate_task(f, {steps, kDefaultFacts}, 5000, i);
         const std::string out = greedy_solve(engine, *model, t, default_max_new(t), i);
-        const auto got = last_boxed(out);
+        const auto got = extract_last_boxed(out);
         const bool ok = got && *got == t.answer;
         right += ok;
         if (!ok) std::fprintf(stderr, "wrong: %s gold %s got %s\n", t.id.c_str(), t.answer.c_str(), got ? got->c_str() : "(none)");

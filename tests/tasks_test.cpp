@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "eval/grader.h"
 #include "tasks/generator.h"
 #include "test_paths.h"
 #include "util/error.h"
@@ -92,7 +93,7 @@ TEST(Tasks, AnswersAndTracesMatchAnIndependentSolver) {
       const Solved s = resolve(t.problem);
       ASSERT_EQ(t.answer, s.answer) << t.id;
       ASSERT_EQ(t.trace, s.trace) << t.id;
-      ASSERT_EQ(last_boxed(t.trace), t.answer);
+      ASSERT_EQ(extract_last_boxed(t.trace), t.answer);
       EXPECT_EQ(static_cast<int64_t>(t.trace.size()), trace_length(f, t.size.steps));
       EXPECT_EQ(static_cast<int64_t>(t.problem.size()), problem_length(t.size.facts));
     }
@@ -169,9 +170,9 @@ TEST(Tasks, JsonRoundTripAndBoxedParsing) {
   EXPECT_EQ(u.answer, t.answer);
   EXPECT_EQ(u.size.steps, 7);
   EXPECT_EQ(u.size.facts, 9);
-  EXPECT_EQ(last_boxed("a \\boxed{1} b \\boxed{XY} c"), "XY");
-  EXPECT_EQ(last_boxed("\\boxed{X"), std::nullopt);
-  EXPECT_EQ(last_boxed("none"), std::nullopt);
+  EXPECT_EQ(extract_last_boxed("a \\boxed{1} b \\boxed{XY} c"), "XY");
+  EXPECT_EQ(extract_last_boxed("\\boxed{X"), std::nullopt);
+  EXPECT_EQ(extract_last_boxed("none"), std::nullopt);
   EXPECT_THROW(task_from_json("{"), Error);
   EXPECT_THROW(task_from_json(R"({"id":"x","family":"nope","problem":"","answer":""})"), Error);
 }

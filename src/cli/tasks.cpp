@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "model/llama.h"
+#include "eval/grader.h"
 #include "tasks/generator.h"
 #include "tasks/solve.h"
 #include "util/error.h"
@@ -124,7 +125,7 @@ int run_eval(const EvalArgs& a) {
       const Task& t = tasks[i];
       if (t.family != f) continue;
       ++n;
-      const auto got = last_boxed(outputs[i]);
+      const auto got = extract_last_boxed(outputs[i]);
       const bool ok = got && *got == t.answer;
       right += ok;
       smin = std::min(smin, t.size.steps);

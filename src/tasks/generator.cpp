@@ -210,14 +210,4 @@ Task task_from_json(const std::string& line) {
   }
 }
 
-std::optional<std::string> last_boxed(const std::string& text) {
-  static const std::string open = "\\boxed{";
-  const auto pos = text.rfind(open);
-  if (pos == std::string::npos) return std::nullopt;
-  const auto begin = pos + open.size();
-  const auto end = text.find('}', begin);
-  if (end == std::string::npos) return std::nullopt;
-  return text.substr(begin, end - begin);
-}
-
 }  // namespace kvevict

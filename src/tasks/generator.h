@@ -114,8 +114,4 @@ std::string task_to_json(const Task& t);
 /// JSON, a missing field or an unknown family.
 Task task_from_json(const std::string& line);
 
-/// Text inside the last "\boxed{...}" of `text` (up to the first '}' after it), or nullopt when
-/// there is none or it is unterminated.
-std::optional<std::string> last_boxed(const std::string& text);
-
 }  // namespace kvevict

@@ -1,4 +1,5 @@
 // Greedy full-cache decoding of one task: see solve.h.
+#include "eval/grader.h"
 #include "tasks/solve.h"
 
 #include <fmt/format.h>
@@ -24,7 +25,7 @@ std::string greedy_solve(Engine& engine, const LlamaModel& model, const Task& ta
     const int32_t next = argmax(logits);
     if (next == tok.eos_id()) break;
     out += tok.piece(next);
-    if (out.back() == '}' && last_boxed(out)) break;
+    if (out.back() == '}' && extract_last_boxed(out)) break;
     if (i + 1 < max_new) engine.decode(*seq, next, logits);
   }
   return out;
