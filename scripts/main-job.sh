@@ -20,7 +20,7 @@ POLICIES=$($KV policies | awk 'NR > 1 {print $1}' | paste -sd, -)
 
 # TriAttention's query statistics come from tasks that are not in the evaluation set (seed 7).
 for f in chain running once; do
-  $KV tasks gen --family "$f" --n 20 --seed 7 --length 600
+  $KV tasks gen --family "$f" --n 25 --seed 7 --length 600
 done | python3 -c 'import json, sys
 for line in sys.stdin:
     t = json.loads(line)
