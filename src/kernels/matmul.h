@@ -23,13 +23,15 @@ namespace kvevict {
 
 class ThreadPool;
 
-/// A weight matrix [rows, cols] stored row-major in a ggml type (rows of row_bytes bytes).
+/// A weight matrix [rows, cols] stored row-major in a ggml type (rows of row_bytes bytes), in
+/// place (e.g. inside a GGUF mapping). The model's weights are these views (model/llama.h).
 struct WeightView {
   GgmlType type = GgmlType::F32;
   const uint8_t* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t row_bytes = 0;
+  const uint8_t* row(int64_t r) const { return data + r * row_bytes; }
 };
 
 /// One product of a fused matmul call: y[t * rows + r] = dot(W row r, x row t).

@@ -13,11 +13,9 @@
 
 namespace kvevict {
 
-WeightView view(const WeightMatrix& W) { return WeightView{W.type, W.data, W.rows, W.cols, W.row_bytes}; }
-
 void matmul(const WeightMatrix& W, const float* x, int64_t T, float* y, ThreadPool& pool) {
   MatmulScratch scratch;
-  const MatmulJob job{view(W), y};
+  const MatmulJob job{W, y};
   matmul_jobs(std::span<const MatmulJob>(&job, 1), x, T, pool, scratch);
 }
 
@@ -148,7 +146,7 @@ void llama_forward_segments(const LlamaModel& model, const Rope& rope, std::span
   for (int l = 0; l < c.n_layers; ++l) {
     const LlamaLayer& L = model.layers()[static_cast<size_t>(l)];
     for (int64_t t = 0; t < T; ++t) rmsnorm(x + t * dim, L.attn_norm.data(), dim, c.rms_eps, xn + t * dim);
-    run_jobs({{view(L.wq), q}, {view(L.wk), k}, {view(L.wv), v}}, xn, T, pool, buf, allow_blas);
+    run_jobs({{L.wq, q}, {L.wk, k}, {L.wv, v}}, xn, T, pool, buf, allow_blas);
     for (int64_t s = 0; s < n_seg; ++s) {
       const ForwardSegment& seg = segments[static_cast<size_t>(s)];
       const int64_t Ts = static_cast<int64_t>(seg.tokens.size()), base = len0[static_cast<size_t>(s)];
@@ -267,13 +265,13 @@ void llama_forward_segments(const LlamaModel& model, const Rope& rope, std::span
         seg.observer->observe(obs);
       }
     }
-    run_jobs({{view(L.wo), tmp}}, att, T, pool, buf, allow_blas);
+    run_jobs({{L.wo, tmp}}, att, T, pool, buf, allow_blas);
     for (int64_t i = 0; i < T * dim; ++i) x[i] += tmp[i];
 
     for (int64_t t = 0; t < T; ++t) rmsnorm(x + t * dim, L.ffn_norm.data(), dim, c.rms_eps, xn + t * dim);
-    run_jobs({{view(L.w_gate), g}, {view(L.w_up), u}}, xn, T, pool, buf, allow_blas);
+    run_jobs({{L.w_gate, g}, {L.w_up, u}}, xn, T, pool, buf, allow_blas);
     for (int64_t i = 0; i < T * c.hidden_dim; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];  // SiLU(g)·u
-    run_jobs({{view(L.w_down), tmp}}, g, T, pool, buf, allow_blas);
+    run_jobs({{L.w_down, tmp}}, g, T, pool, buf, allow_blas);
     for (int64_t i = 0; i < T * dim; ++i) x[i] += tmp[i];
   }
 
@@ -289,7 +287,7 @@ void llama_forward_segments(const LlamaModel& model, const Rope& rope, std::span
   for (int64_t i = 0; i < n_out; ++i)
     rmsnorm(x + out_rows[static_cast<size_t>(i)] * dim, model.output_norm().data(), dim, c.rms_eps, xn + i * dim);
   logits.resize(static_cast<size_t>(n_out * c.n_vocab));
-  run_jobs({{view(model.output()), logits.data()}}, xn, n_out, pool, buf, allow_blas);
+  run_jobs({{model.output(), logits.data()}}, xn, n_out, pool, buf, allow_blas);
 }
 
 void llama_forward(const LlamaModel& model, const Rope& rope, SequenceKv& kv,

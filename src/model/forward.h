@@ -75,9 +75,6 @@ void llama_forward(const LlamaModel& model, const Rope& rope, SequenceKv& kv,
 /// use Q8_0-quantised activations (kernels/matmul.h).
 void matmul(const WeightMatrix& W, const float* x, int64_t T, float* y, ThreadPool& pool);
 
-/// The kernel view of a model weight.
-WeightView view(const WeightMatrix& W);
-
 /// out[n] = x[n] / sqrt(mean(x²) + eps) * w[n].
 void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out);
 

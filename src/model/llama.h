@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "format/gguf.h"
+#include "kernels/matmul.h"
 #include "model/tokenizer.h"
 
 namespace kvevict {
@@ -31,15 +32,9 @@ struct LlamaConfig {
   int group_size() const { return n_heads / n_kv_heads; }  ///< query heads per KV head
 };
 
-/// A 2-D weight [rows, cols] stored row-major in its GGUF type (cols = GGUF dims[0]).
-struct WeightMatrix {
-  GgmlType type = GgmlType::F32;
-  const uint8_t* data = nullptr;
-  int64_t rows = 0;
-  int64_t cols = 0;
-  int64_t row_bytes = 0;
-  const uint8_t* row(int64_t r) const { return data + r * row_bytes; }
-};
+/// A 2-D weight [rows, cols] stored row-major in its GGUF type (cols = GGUF dims[0]); the same
+/// view the matmul kernels take.
+using WeightMatrix = WeightView;
 
 /// Weights of one transformer block. Norm weights are converted to float32 at load.
 struct LlamaLayer {
