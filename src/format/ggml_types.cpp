@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "util/error.h"
+#include "util/simd.h"
 
 #if defined(__AVX2__) || defined(__F16C__)
 #include <immintrin.h>
@@ -74,12 +75,6 @@ inline float scale_of(uint16_t d) {
 }
 
 #ifdef KVEVICT_AVX2
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // Eight int8 (the low 8 bytes of v) widened to floats.
 inline __m256 i8x8_to_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
@@ -95,7 +90,7 @@ float dot_lanes(int64_t n, const float* x, Load8 load8, Load1 load1) {
       acc[k] = _mm256_fmadd_ps(load8(i + 8 * k), _mm256_loadu_ps(x + i + 8 * k), acc[k]);
   }
   for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(load8(i), _mm256_loadu_ps(x + i), acc[0]);
-  float sum = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  float sum = hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
   for (; i < n; ++i) sum += load1(i) * x[i];
   return sum;
 }
@@ -156,7 +151,7 @@ float dot_q8_0(const BlockQ8_0* b, const float* x, int64_t n) {
     s = _mm256_fmadd_ps(i8x8_to_ps(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(x + 24), s);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(scale_of(b[ib].d)), s, acc);
   }
-  return hsum(acc);
+  return hsum8(acc);
 #else
   float sum = 0.0f;
   for (int64_t ib = 0; ib < nb; ++ib, x += kQK) {
@@ -184,7 +179,7 @@ float dot_q4_0(const BlockQ4_0* b, const float* x, int64_t n) {
     s = _mm256_fmadd_ps(i8x8_to_ps(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(x + 24), s);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(scale_of(b[ib].d)), s, acc);
   }
-  return hsum(acc);
+  return hsum8(acc);
 #else
   float sum = 0.0f;
   for (int64_t ib = 0; ib < nb; ++ib, x += kQK) {

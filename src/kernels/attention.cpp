@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "format/ggml_types.h"
+#include "util/simd.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -54,12 +55,6 @@ inline __m256 exp_ps(__m256 x) {
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 #endif
@@ -76,7 +71,7 @@ inline float dot_qk(const float* q, const E* k, int hd) {
   if (hd >= 8) {
     __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(q), load8(k));
     for (d = 8; d + 8 <= hd; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8(k + d), acc);
-    s = hsum(acc);
+    s = hsum8(acc);
   }
 #endif
   for (; d < hd; ++d) s += q[d] * load1(k + d);
@@ -150,7 +145,7 @@ inline float exp_shift(float* p, const float* s, int n, float m) {
     _mm256_storeu_ps(p + j, e);
     acc = _mm256_add_ps(acc, e);
   }
-  sum = hsum(acc);
+  sum = hsum8(acc);
 #endif
   for (; j < n; ++j) {
     p[j] = exp_scalar(s[j] - m);

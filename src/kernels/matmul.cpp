@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "util/error.h"
+#include "util/simd.h"
 #include "util/thread_pool.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -42,12 +43,6 @@ inline float half_to_float(uint16_t h) {
 }
 
 #ifdef KVEVICT_KERNELS_AVX2
-inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 // Σ a_i · b_i over 32 signed bytes as 8 int32 lanes (|a| · sign(b, a) keeps maddubs' unsigned
 // operand non-negative; |q| <= 127 for Q8_0 so no int16 pair sum saturates, and Q4_0 values are
 // in [-8, 7]).
