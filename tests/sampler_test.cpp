@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "engine/sampler.h"
@@ -95,6 +96,30 @@ TEST(ThreadPool, CoversRangeOnceAndPropagatesErrors) {
       total += static_cast<int>(e - b);
     });
     EXPECT_EQ(total, 5);
+  }
+}
+
+// Below kMinParallelWork the whole range runs as one call on the calling thread; at or above it
+// (or with no estimate) it is split across the workers.
+TEST(ThreadPool, SmallWorkRunsOnTheCallingThread) {
+  ThreadPool pool(2);
+  std::mutex mu;
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  std::vector<std::thread::id> ids;
+  const auto record = [&](int64_t b, int64_t e) {
+    std::lock_guard<std::mutex> l(mu);
+    calls.emplace_back(b, e);
+    ids.push_back(std::this_thread::get_id());
+  };
+  pool.parallel_for(8, record, ThreadPool::kMinParallelWork - 1);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0], std::make_pair(int64_t{0}, int64_t{8}));
+  EXPECT_EQ(ids[0], std::this_thread::get_id());
+  for (int64_t work : {int64_t{-1}, ThreadPool::kMinParallelWork}) {
+    calls.clear();
+    ids.clear();
+    pool.parallel_for(8, record, work);
+    EXPECT_EQ(calls.size(), 2u) << "work " << work;
   }
 }
 

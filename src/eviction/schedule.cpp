@@ -131,7 +131,8 @@ RoundTiming run_round(SequenceKv& kv, const Policy& policy, SelectorState* state
       }
     }
   };
-  if (pool) pool->parallel_for(n_heads_total, compact);
+  // Work estimate: keys and values of every slot moved once.
+  if (pool) pool->parallel_for(n_heads_total, compact, n_heads_total * length * shape.head_dim * 2);
   else compact(0, n_heads_total);
   const auto new_len = static_cast<int64_t>(keeps[0].size());
   for (int l = 0; l < shape.n_layers; ++l) kv.set_length(l, new_len);

@@ -22,7 +22,8 @@ void PerHeadSelector::score(const RoundInput& in, SelectorState* state, std::spa
                  scores.subspan(static_cast<size_t>(i * in.n_candidates), static_cast<size_t>(in.n_candidates)));
     }
   };
-  if (in.pool) in.pool->parallel_for(n_heads_total, run);
+  // Work estimate: one pass over every candidate's key (most per-head scorers do about that).
+  if (in.pool) in.pool->parallel_for(n_heads_total, run, n_heads_total * in.n_candidates * s.head_dim);
   else run(0, n_heads_total);
 }
 

@@ -17,7 +17,10 @@
 namespace kvevict {
 namespace {
 
-constexpr int kTile = 32;
+// Slots per online-softmax step. 256 rather than 32: with the cache streamed from DRAM (batched
+// decode), fewer, longer K and V passes were 10% faster per step (SmolLM2-135M shape, batch 16,
+// 1088 slots: 161 vs 178 ms); a 256 x 128-dim f32 key tile still fits L2.
+constexpr int kTile = 256;
 constexpr float kLog2e = 1.44269504088896341f;
 constexpr float kLn2Hi = 0.693145751953125f;       // ln 2 split so n * hi is exact
 constexpr float kLn2Lo = 1.428606765330187e-06f;

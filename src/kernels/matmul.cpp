@@ -221,10 +221,6 @@ void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, Thr
   };
   int64_t work = 0;
   for (const MatmulJob& j : jobs) work += j.w.rows * cols * T;
-  if (work < 32768) {
-    body(0, n_items);
-    return;
-  }
   // Threads claim items from a shared counter (not a static split): a thread that is
   // descheduled on a busy machine does not hold up the others. Which thread computes an item
   // never changes its result.
@@ -232,7 +228,7 @@ void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, Thr
   pool.parallel_for(pool.size(), [&](int64_t, int64_t) {
     for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n_items; i = next.fetch_add(1, std::memory_order_relaxed))
       body(i, i + 1);
-  });
+  }, work);
 }
 
 }  // namespace kvevict

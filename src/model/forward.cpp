@@ -184,6 +184,8 @@ void llama_forward_segments(const LlamaModel& model, const Rope& rope, std::span
     float* part = scratch_floats > 0 ? sized(buf.attn_part, scratch_floats) : nullptr;
     std::atomic<int64_t> next{0};
     const auto n_items = static_cast<int64_t>(items.size());
+    int64_t attn_work = 0;  // multiply-adds: scores and values, every query head
+    for (const AttnItem& it : items) attn_work += (it.end - it.begin) * int64_t{group} * hd * 2;
     pool.parallel_for(std::min<int64_t>(pool.size(), n_items), [&](int64_t, int64_t) {
       for (int64_t i = next.fetch_add(1); i < n_items; i = next.fetch_add(1)) {
         const AttnItem& it = items[static_cast<size_t>(i)];
@@ -215,7 +217,7 @@ void llama_forward_segments(const LlamaModel& model, const Rope& rope, std::span
           else attend_group_partial(qg, group, kv.keys(l, kvh) + off, kv.values(l, kvh) + off, n, hd, scale, acc, mm, ll);
         }
       }
-    });
+    }, attn_work);
     // Merge split rows: items of one (row, KV head) are consecutive, in chunk order; their
     // scratch blocks are consecutive too (acc, m, l per chunk), so gather m/l then merge.
     for (size_t i = 0; i < items.size();) {

@@ -52,9 +52,9 @@ void ThreadPool::worker_loop(int index) {
   }
 }
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t work) {
   if (n <= 0) return;
-  if (n_threads_ == 1 || n == 1) {
+  if (n_threads_ == 1 || n == 1 || (work >= 0 && work < kMinParallelWork)) {
     fn(0, n);
     return;
   }

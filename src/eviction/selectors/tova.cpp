@@ -33,7 +33,7 @@ class TovaSelector final : public Selector {
     const auto run = [&](int64_t l0, int64_t l1) {
       for (int layer = static_cast<int>(l0); layer < l1; ++layer) score_layer(in, w, layer, scores);
     };
-    if (in.pool) in.pool->parallel_for(s.n_layers, run);
+    if (in.pool) in.pool->parallel_for(s.n_layers, run, int64_t{s.n_layers} * s.n_kv_heads * in.n_candidates * s.head_dim);
     else run(0, s.n_layers);
   }
 

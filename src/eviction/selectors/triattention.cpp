@@ -76,7 +76,7 @@ class TriAttentionSelector final : public Selector {
     const auto run = [&](int64_t h0, int64_t h1) {
       for (int kvh = static_cast<int>(h0); kvh < h1; ++kvh) score_kv_head(in, kvh, phase, pin_extent, scores);
     };
-    if (in.pool) in.pool->parallel_for(s.n_kv_heads, run);
+    if (in.pool) in.pool->parallel_for(s.n_kv_heads, run, int64_t{s.n_kv_heads} * in.n_candidates * s.head_dim);
     else run(0, s.n_kv_heads);
   }
 
