@@ -98,6 +98,8 @@ TEST(Kernels, MatmulMatchesReferenceAndIgnoresThreadCount) {
       {GgmlType::F32, 37, 24, 1},   {GgmlType::F32, 37, 24, 3},   {GgmlType::F32, 50, 40, 20},
       {GgmlType::F16, 19, 72, 3},   {GgmlType::BF16, 17, 16, 2},  {GgmlType::Q8_0, 37, 96, 1},
       {GgmlType::Q8_0, 70, 64, 20}, {GgmlType::Q4_0, 33, 128, 3}, {GgmlType::Q4_0, 40, 64, 17},
+      // Above ThreadPool::kMinParallelWork, so 2 and 3 threads really split the rows.
+      {GgmlType::Q8_0, 517, 512, 4}, {GgmlType::Q4_0, 517, 512, 4}, {GgmlType::F32, 1031, 1024, 1},
   };
   for (const MatmulCase& c : cases) {
     for (bool blas : {false, true}) {
@@ -132,6 +134,30 @@ TEST(Kernels, MatmulMatchesReferenceAndIgnoresThreadCount) {
           EXPECT_NEAR(ys[0][static_cast<size_t>(t * c.rows + r)], ref, tol) << "t " << t << " r " << r;
         }
     }
+  }
+}
+
+TEST(Kernels, QuantisedMatmulEqualsOneRowDots) {
+  // Expected: the matmul's four-row kernel gives every output bit-identical to the one-row dot
+  // kernels (checked against their scalar twins above) on the Q8_0-quantised activations.
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_0}) {
+    const int64_t rows = 46, cols = 96, T = 3;
+    const auto wb = make_weights(type, random_floats(rows * cols, 10), rows, cols, 0);
+    const WeightView W{type, wb.data(), rows, cols, ggml_row_bytes(type, cols)};
+    const auto x = random_floats(T * cols, 11);
+    std::vector<uint8_t> xq(static_cast<size_t>(T * ggml_row_bytes(GgmlType::Q8_0, cols)));
+    quantize_rows_q8_0(x.data(), T, cols, xq.data());
+    ThreadPool pool(1);
+    MatmulScratch scratch;
+    std::vector<float> y(static_cast<size_t>(T * rows));
+    const MatmulJob job{W, y.data()};
+    matmul_jobs(std::span<const MatmulJob>(&job, 1), x.data(), T, pool, scratch);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* xr = xq.data() + t * ggml_row_bytes(GgmlType::Q8_0, cols);
+        const float want = type == GgmlType::Q8_0 ? dot_q8_0_q8_0(W.row(r), xr, cols) : dot_q4_0_q8_0(W.row(r), xr, cols);
+        EXPECT_EQ(y[static_cast<size_t>(t * rows + r)], want) << ggml_type_name(static_cast<uint32_t>(type)) << " t " << t << " r " << r;
+      }
   }
 }
 

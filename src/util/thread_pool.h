@@ -1,10 +1,12 @@
-// A persistent worker pool with static partitioning.
+// A persistent worker pool with static partitioning. Idle workers spin briefly (100 us) before
+// sleeping, so back-to-back calls of a decode step do not each pay a wake-up.
 //
 // parallel_for splits [0, n) into one contiguous range per worker. Work items must write
 // disjoint outputs and compute each output in a fixed order, so results are bit-identical for
 // any thread count (kvevict's determinism rule).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -45,12 +47,12 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable cv_work_, cv_done_;
-  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  const std::function<void(int64_t, int64_t)>* job_ = nullptr;  // published by generation_
   int64_t job_n_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
-  std::exception_ptr error_;
+  std::atomic<uint64_t> generation_{0};  // bumped once per parallel call
+  std::atomic<int> pending_{0};          // workers still running the current call
+  std::atomic<bool> stop_{false};
+  std::exception_ptr error_;             // guarded by mu_
 };
 
 }  // namespace kvevict
