@@ -55,8 +55,13 @@ inline __m256i dot_i8x32(__m256i a, __m256i b) {
 #endif
 
 
-// Chunk of output rows one work item computes. Fixed (not derived from the thread count).
+// Chunk of output rows one work item computes: at least kRowChunk rows and about kChunkBytes of
+// weights, fixed by the shape (never by the thread count). Large chunks keep each thread's
+// weight stream sequential for the hardware prefetcher: with 16-row (16 KiB) chunks two threads
+// decoded SmolLM2-360M Q8_0 slower than one (26.1 vs 23.0 ms/token); with 256 KiB chunks two
+// threads take 16.0 ms.
 constexpr int64_t kRowChunk = 16;
+constexpr int64_t kChunkBytes = int64_t{1} << 18;
 constexpr int64_t kBlasMinRows = 16;
 constexpr int64_t kBlasTile = 64;  // weight rows dequantised per sgemm call
 
@@ -176,7 +181,7 @@ void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, Thr
   const uint8_t* xq = scratch.xq.data();
 
   // Work items: fixed chunks of rows of each job, concatenated.
-  const int64_t chunk = blas ? kBlasTile : kRowChunk;
+  const int64_t chunk = blas ? kBlasTile : std::max(kRowChunk, kChunkBytes / std::max<int64_t>(1, jobs[0].w.row_bytes));
   std::vector<int64_t> first_item(jobs.size() + 1, 0);
   for (size_t j = 0; j < jobs.size(); ++j)
     first_item[j + 1] = first_item[j] + (jobs[j].w.rows + chunk - 1) / chunk;
