@@ -450,9 +450,11 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
   out["pool_bytes"] = cfg.pool_bytes;
   nlohmann::json iso_batch = nlohmann::json::array(), iso_mem = nlohmann::json::array(), skipped = nlohmann::json::array();
 
-  fmt::print("\n## iso-batch: batch {}, B = {}, r = {}, timed from {} generated tokens ({} steps x {} reps)\n", cfg.batch,
-             cfg.budget, cfg.common.recent, cfg.start_length, cfg.steps, cfg.common.reps);
-  fmt::print("| policy | tok/s | step ms (min-max) | of which rounds ms | of which observing ms | KV MiB/seq |\n|---|---|---|---|---|---|\n");
+  if (cfg.iso_batch) {
+    fmt::print("\n## iso-batch: batch {}, B = {}, r = {}, timed from {} generated tokens ({} steps x {} reps)\n", cfg.batch,
+               cfg.budget, cfg.common.recent, cfg.start_length, cfg.steps, cfg.common.reps);
+    fmt::print("| policy | tok/s | step ms (min-max) | of which rounds ms | of which observing ms | KV MiB/seq |\n|---|---|---|---|---|---|\n");
+  }
   for (const std::string& name : cfg.iso_batch ? policy_list(cfg.policies, false) : std::vector<std::string>{}) {
     try {
       const Policy pol = policy_with_params(name, cfg.params);
@@ -470,9 +472,11 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
     }
   }
 
-  fmt::print("\n## iso-memory: KV pool {:.0f} MiB, bytes per slot across layers and heads {}\n",
-             static_cast<double>(cfg.pool_bytes) / (1 << 20), slot_bytes);
-  fmt::print("| policy | slots/seq | max batch = pool / (slots x bytes) | run batch | allocated = predicted | tok/s | rounds ms/step |\n|---|---|---|---|---|---|---|\n");
+  if (cfg.iso_memory) {
+    fmt::print("\n## iso-memory: KV pool {:.0f} MiB, bytes per slot across layers and heads {}\n",
+               static_cast<double>(cfg.pool_bytes) / (1 << 20), slot_bytes);
+    fmt::print("| policy | slots/seq | max batch = pool / (slots x bytes) | run batch | allocated = predicted | tok/s | rounds ms/step |\n|---|---|---|---|---|---|---|\n");
+  }
   for (const std::string& name : cfg.iso_memory ? policy_list(cfg.policies, false) : std::vector<std::string>{}) {
     try {
       const Policy pol = policy_with_params(name, cfg.params);
