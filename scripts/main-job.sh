@@ -3,8 +3,10 @@
 # the project's own reasoning model (models/reasoner/reasoner.gguf): held-out generated tasks of
 # each family, every policy at two budgets, greedy decoding, accuracy with paired 95% CIs against
 # `full`. Results go to out/main-job/<family>/ (summary.md, summary.csv, summary.json, PNGs).
-# Environment: N (problems per family, default 15), BUDGETS (default 128,256), THREADS (default 1:
-# the model is so small that a second thread costs more in synchronisation than it saves),
+# Policies: every registered one, plus each unprotected scored selector with the prompt pinned
+# ("+prompt": the paper's matched-protection rows, so random is compared with equally protected
+# selectors). Environment: N (problems per family, default 30), BUDGETS (default 128,256), THREADS
+# (default 1: the model is so small that every kernel call runs on one thread anyway),
 # SKIP_BUILD=1 to reuse an existing ./build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,13 +14,15 @@ cd "$(dirname "$0")/.."
 [ "${SKIP_BUILD:-0}" = 1 ] || bash scripts/build.sh >/dev/null
 KV=./build/kvevict
 MODEL=models/reasoner/reasoner.gguf
-N="${N:-15}"
+N="${N:-30}"
 BUDGETS="${BUDGETS:-128,256}"
 THREADS="${THREADS:-1}"
 OUT=out/main-job
 mkdir -p "$OUT"
 echo "== kvevict main job: models/reasoner/reasoner.gguf, $N held-out problems per family, budgets $BUDGETS" >&2
 POLICIES=$($KV policies | awk 'NR > 1 {print $1}' | paste -sd, -)
+MATCHED=$($KV policies | awk 'NR > 1 && $2 == "-" && $1 !~ /^(random-unprotected|recency|streaming)$/ {print $1 "+prompt"}' | paste -sd, -)
+POLICIES="$POLICIES,$MATCHED"
 
 # TriAttention's query statistics come from tasks that are not in the evaluation set (seed 7).
 for f in chain running once; do

@@ -30,18 +30,18 @@ struct Solved {
 Solved resolve(const std::string& problem) {
   std::istringstream in(problem);
   std::string line;
-  std::map<char, std::pair<char, int>> fact;  // key -> (value, digit)
+  std::map<char, char> fact;  // key -> value
   char marker = 0, start = 0;
   int steps = 0;
   while (std::getline(in, line)) {
-    if (line.size() == 3 && std::isupper(static_cast<unsigned char>(line[0]))) {
+    if (line.size() == 2 && std::isupper(static_cast<unsigned char>(line[0]))) {
       EXPECT_EQ(fact.count(line[0]), 0u) << "duplicate key " << line[0];
-      fact[line[0]] = {line[1], line[2] - '0'};
+      fact[line[0]] = line[1];
     } else {
       EXPECT_EQ(line.size(), 5u) << line;
       marker = line[0];
-      start = line[1];
-      steps = std::stoi(line.substr(2));
+      steps = std::stoi(line.substr(1, 3));
+      start = line[4];
     }
   }
   Solved s;
@@ -49,8 +49,9 @@ Solved resolve(const std::string& problem) {
   int sum = 0, pass = -1;
   char buf[32];
   for (int i = 1; i <= steps; ++i) {
-    const auto [next, d] = fact.at(cur);
-    std::snprintf(buf, sizeof buf, "%03d%c%c", steps - i, cur, next);
+    const char next = fact.at(cur);
+    const int d = (next - 'A') % 10;  // the letter's value, as generator.h defines it
+    std::snprintf(buf, sizeof buf, "%03d%c=%c", steps - i, cur, next);
     s.trace += buf;
     if (marker == '$' || (marker == '@' && i <= 2)) {
       sum = (sum + d) % 10;
@@ -100,29 +101,49 @@ TEST(Tasks, AnswersAndTracesMatchAnIndependentSolver) {
   }
 }
 
-TEST(Tasks, FactsFormOneCycleAndEveryKeyIsFollowedByItsValue) {
-  const Task t = generate_task(TaskFamily::Chain, {30, 26}, 11, 0);
-  std::map<char, char> next;
-  std::istringstream in(t.problem);
-  std::string line;
-  while (std::getline(in, line) && line.size() == 3) next[line[0]] = line[1];
-  ASSERT_EQ(next.size(), 26u);
-  std::set<char> seen;
-  char c = 'A';
-  for (int i = 0; i < 26; ++i) {
-    seen.insert(c);
-    c = next.at(c);
+TEST(Tasks, FactsFormOneCycleAndOnlyThePromptAnswersALookup) {
+  for (TaskFamily f : all_task_families()) {
+    const Task t = generate_task(f, {300, 26}, 11, 0);
+    std::map<char, char> next;
+    std::istringstream in(t.problem);
+    std::string line;
+    while (std::getline(in, line) && line.size() == 2) next[line[0]] = line[1];
+    ASSERT_EQ(next.size(), 26u);
+    std::set<char> seen;
+    char c = 'A';
+    for (int i = 0; i < 26; ++i) {
+      seen.insert(c);
+      c = next.at(c);
+    }
+    EXPECT_EQ(c, 'A');
+    EXPECT_EQ(seen.size(), 26u);
+    // A step's lookup, as generator.h states it: "the letter right after X". In the prompt +
+    // trace text it has exactly one answer, and it lies in the prompt, even though a 300-step
+    // trace goes round the 26-cycle 11 times.
+    const std::string text = t.problem + t.trace;
+    const auto p_len = t.problem.size();
+    for (char key = 'A'; key <= 'Z'; ++key) {
+      int letters = 0;
+      for (size_t i = 1; i < text.size(); ++i) {
+        if (text[i - 1] != key || !std::isupper(static_cast<unsigned char>(text[i]))) continue;
+        EXPECT_LT(i, p_len) << task_family_name(f) << ": '" << key << text[i] << "' in the trace";
+        ++letters;
+      }
+      EXPECT_EQ(letters, 1) << key;
+    }
+    // The trace restates the state: every line is the countdown, then "X=Y" with Y = next(X).
+    std::istringstream tr(t.trace);
+    int lines = 0;
+    while (std::getline(tr, line) && line[0] != '\\') {
+      if (line[0] == '#') continue;
+      ASSERT_GE(line.size(), 6u) << line;
+      EXPECT_EQ(line[4], '=') << line;
+      EXPECT_EQ(next.at(line[3]), line[5]) << line;
+      EXPECT_EQ(std::stoi(line.substr(0, 3)), 300 - 1 - lines) << line;
+      ++lines;
+    }
+    EXPECT_EQ(lines, 300);
   }
-  EXPECT_EQ(c, 'A');
-  EXPECT_EQ(seen.size(), 26u);
-  // Every key in the trace is immediately followed by its value, as in the prompt.
-  std::istringstream tr(t.trace);
-  int lines = 0;
-  while (std::getline(tr, line) && line.size() == 5) {
-    EXPECT_EQ(next.at(line[3]), line[4]) << line;
-    ++lines;
-  }
-  EXPECT_EQ(lines, 30);
 }
 
 TEST(Tasks, LengthKnobScalesFromBelowSmallBudgetToEightTimesIt) {
@@ -152,12 +173,12 @@ TEST(Tasks, OncePasscodeIsWrittenOnceAndRunningSumEveryStep) {
   std::vector<size_t> widths;
   while (std::getline(in, line)) widths.push_back(line.size());
   ASSERT_EQ(widths.size(), 52u);  // 50 steps, the passcode line, the boxed answer
-  EXPECT_EQ(widths[0], 7u);       // running line "cccXYds"
-  EXPECT_EQ(widths[1], 7u);
+  EXPECT_EQ(widths[0], 8u);       // running line "cccX=Yds"
+  EXPECT_EQ(widths[1], 8u);
   EXPECT_EQ(widths[2], 2u);       // "#P"
-  for (size_t i = 3; i < 51; ++i) EXPECT_EQ(widths[i], 5u);
+  for (size_t i = 3; i < 51; ++i) EXPECT_EQ(widths[i], 6u);  // chain line "cccX=Y"
   const Task run = generate_task(TaskFamily::Running, {50, 20}, 5, 1);
-  EXPECT_EQ(static_cast<int64_t>(run.trace.size()), 8 * 50 + 10);
+  EXPECT_EQ(static_cast<int64_t>(run.trace.size()), 9 * 50 + 10);
 }
 
 TEST(Tasks, JsonRoundTripAndBoxedParsing) {

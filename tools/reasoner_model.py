@@ -155,12 +155,16 @@ class Reasoner(nn.Module):
             for lin in (b.wo, b.w_down):
                 nn.init.normal_(lin.weight, std=0.02 / math.sqrt(2 * c.n_layers))
 
-    def forward(self, ids):
-        """ids: [B, T] -> logits [B, T, vocab]. Causal; right padding needs no extra mask."""
+    def forward(self, ids, hide=None):
+        """ids: [B, T] -> logits [B, T, vocab]. Causal; right padding needs no extra mask.
+        hide: optional bool [B, T, T], True where query position i must not see key position j
+        (on top of causality; used by tools/ablate_prompt.py)."""
         B, T = ids.shape
         x = self.tok(ids)
         cos, sin = self.cos[:T], self.sin[:T]
         mask = torch.full((T, T), float("-inf")).triu(1)
+        if hide is not None:
+            mask = mask.expand(B, T, T).masked_fill(hide, float("-inf"))[:, None, None]
         for b in self.blocks:
             x = b(x, cos, sin, mask)
         return F.linear(self.norm(x), self.tok.weight)

@@ -8,8 +8,8 @@ shipped model):
 
 Curriculum: first the lookup alone (chain family, small alphabets), then stages of growing alphabets (facts M) and chains (steps N); a stage ends when the
 lookup-token accuracy and the overall token accuracy of the recent steps pass its gate (after a
-minimum number of steps) or after its maximum. "Lookup" in the gate is the worse of the two prompt
-lookups (successor letter, attached digit). The last stage covers traces up to ~1,000 tokens and
+minimum number of steps) or after its maximum. "Lookup" in the gate is the worse of the prompt
+lookup (successor letter) and the letter value d. The last stage covers traces up to ~720 tokens and
 decays the learning rate. Each instance is its own sequence (right-padded; causal attention never
 looks at padding, and padded targets are masked). Loss is on the trace and EOS only.
 
@@ -38,10 +38,10 @@ FAMILIES = ["chain", "running", "once"]
 STAGES = [
     ("3-8", {"chain": "2-8"}, 4096, 150, 20000, 0.95, 0.95),
     ("3-8", {"chain": "1-4", "running": "1-4", "once": "3-5"}, 4096, 100, 2000, 0.95, 0.95),
-    ("4-12", {"chain": "1-12", "running": "1-8", "once": "3-12"}, 2048, 100, 3000, 0.98, 0.98),
-    ("6-20", {"chain": "1-32", "running": "1-24", "once": "3-32"}, 6144, 80, 300, 0.985, 0.985),
-    ("10-26", {"chain": "1-64", "running": "1-48", "once": "3-64"}, 6144, 80, 300, 0.99, 0.99),
-    ("12-26", {"chain": "1-118", "running": "1-88", "once": "3-118"}, 6144, None, None, None, None),
+    ("4-12", {"chain": "1-10", "running": "1-8", "once": "3-10"}, 2048, 100, 3000, 0.98, 0.98),
+    ("6-20", {"chain": "1-36", "running": "1-28", "once": "3-36"}, 6144, 80, 300, 0.985, 0.985),
+    ("10-26", {"chain": "1-66", "running": "1-51", "once": "3-66"}, 6144, 80, 300, 0.99, 0.99),
+    ("12-26", {"chain": "1-101", "running": "1-79", "once": "3-100"}, 6144, None, None, None, None),
 ]
 
 KIND_OTHER, KIND_LOOKUP, KIND_DIGIT, KIND_SUM, KIND_PASS, KIND_ANSWER = 0, 1, 2, 3, 4, 5
@@ -50,17 +50,17 @@ KIND_NAMES = ["other", "lookup", "digit", "sum", "pass", "answer"]
 
 def token_kinds(trace):
     """Per trace character: which skill predicts it (tasks/generator.h line formats).
-    lookup = the successor letter Y of a line "cccXY..." (an induction lookup in the prompt);
-    digit = d of a running line "cccXYds" (looked up after Y in the prompt); sum = s; pass = P of
-    the "#P" line; answer = the characters inside the final \\boxed{}."""
+    lookup = Y of a line "cccX=Y..." (the letter after X in the prompt); digit = d of a running
+    line "cccX=Yds" (the value of Y, a fixed function); sum = s; pass = P of the "#P" line;
+    answer = the characters inside the final \\boxed{}."""
     kinds = [KIND_OTHER] * len(trace)
     pos = 0
     for line in trace.split("\n"):
-        if len(line) >= 5 and line[:3].isdigit():
-            kinds[pos + 4] = KIND_LOOKUP
-            if len(line) == 7:
-                kinds[pos + 5] = KIND_DIGIT
-                kinds[pos + 6] = KIND_SUM
+        if len(line) >= 6 and line[:3].isdigit():
+            kinds[pos + 5] = KIND_LOOKUP
+            if len(line) == 8:
+                kinds[pos + 6] = KIND_DIGIT
+                kinds[pos + 7] = KIND_SUM
         elif len(line) == 2 and line[0] == "#":
             kinds[pos + 1] = KIND_PASS
         pos += len(line) + 1
@@ -153,6 +153,9 @@ def main():
     ap.add_argument("--ckpt-every-s", type=float, default=120)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--init", help="start from these weights (a final.pt or ckpt.pt of the same shape) with a "
+                    "fresh optimizer and curriculum, instead of random initialisation")
+    ap.add_argument("--first-stage", type=int, default=0, help="curriculum stage to start at (with --init)")
     ap.add_argument("--shared-embed", type=float, default=0.05,
                     help="initial value of embedding dim 0 for all tokens (see reasoner_model.Reasoner)")
     args = ap.parse_args()
@@ -168,7 +171,14 @@ def main():
     model = Reasoner(cfg, shared_embed=args.shared_embed)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     gen = torch.Generator().manual_seed(args.seed)
-    state = {"step": 0, "stage": 0, "stage_step": 0, "cpu_s": 0.0, "wall_s": 0.0, "tokens": 0, "cursors": {}}
+    state = {"step": 0, "stage": args.first_stage, "stage_step": 0, "cpu_s": 0.0, "wall_s": 0.0, "tokens": 0,
+             "cursors": {}}
+    if args.init and not args.resume:
+        init = torch.load(args.init)
+        if Config.from_dict(init["config"]).to_dict() != cfg.to_dict():
+            sys.exit(f"--init {args.init}: config {init['config']} differs from {cfg.to_dict()}")
+        model.load_state_dict(init["model"])
+        print(f"initialised from {args.init}", flush=True)
     if args.resume:
         ck = torch.load(ckpt_path)
         cfg = Config.from_dict(ck["config"])

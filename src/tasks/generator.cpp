@@ -82,14 +82,16 @@ void validate_task_size(TaskFamily f, const TaskSize& size) {
 
 int64_t trace_length(TaskFamily f, int64_t steps) {
   switch (f) {
-    case TaskFamily::Chain: return 6 * steps + 9;
-    case TaskFamily::Running: return 8 * steps + 10;
-    case TaskFamily::Once: return 6 * steps + 17;
+    case TaskFamily::Chain: return 7 * steps + 9;
+    case TaskFamily::Running: return 9 * steps + 10;
+    case TaskFamily::Once: return 7 * steps + 17;
   }
   return 0;
 }
 
-int64_t problem_length(int64_t facts) { return 4 * facts + 6; }
+int64_t problem_length(int64_t facts) { return 3 * facts + 6; }
+
+int letter_value(char letter) { return (letter - 'A') % 10; }
 
 int64_t steps_for_trace_length(TaskFamily f, int64_t tokens) {
   if (tokens < 1) throw Error(fmt::format("--length {}: must be >= 1 (trace tokens)", tokens));
@@ -109,8 +111,6 @@ Task generate_task(TaskFamily family, const TaskSize& size, uint64_t seed, uint6
   for (int64_t i = 0; i < m; ++i) std::swap(letters[static_cast<size_t>(i)],
                                             letters[static_cast<size_t>(i + below(rng, 26 - i))]);
   const std::string sym = letters.substr(0, static_cast<size_t>(m));
-  std::vector<int> digit(static_cast<size_t>(m));  // digit of the step sym[i] -> sym[i+1]
-  for (int& d : digit) d = static_cast<int>(below(rng, 10));
   std::vector<int64_t> order(static_cast<size_t>(m));
   for (int64_t i = 0; i < m; ++i) order[static_cast<size_t>(i)] = i;
   for (int64_t i = m - 1; i > 0; --i) std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(below(rng, i + 1))]);
@@ -124,21 +124,21 @@ Task generate_task(TaskFamily family, const TaskSize& size, uint64_t seed, uint6
     const auto u = static_cast<size_t>(i);
     t.problem += sym[u];
     t.problem += sym[static_cast<size_t>((i + 1) % m)];
-    t.problem += static_cast<char>('0' + digit[u]);
     t.problem += '\n';
   }
-  t.problem += fmt::format("{}{}{:03d}\n", family_marker(family), sym[static_cast<size_t>(start)], n);
+  t.problem += fmt::format("{}{:03d}{}\n", family_marker(family), n, sym[static_cast<size_t>(start)]);
 
   int64_t cur = start;
   int sum = 0, passcode = 0;
   for (int64_t i = 1; i <= n; ++i) {
-    const auto u = static_cast<size_t>(cur);
     const int64_t next = (cur + 1) % m;
-    t.trace += fmt::format("{:03d}{}{}", n - i, sym[u], sym[static_cast<size_t>(next)]);
+    // "X=Y", never "XY": the trace must not answer the prompt's lookups (see generator.h).
+    const char y = sym[static_cast<size_t>(next)];
+    t.trace += fmt::format("{:03d}{}={}", n - i, sym[static_cast<size_t>(cur)], y);
     const bool with_sum = family == TaskFamily::Running || (family == TaskFamily::Once && i <= 2);
     if (with_sum) {
-      sum = (sum + digit[u]) % 10;
-      t.trace += fmt::format("{}{}", digit[u], sum);
+      sum = (sum + letter_value(y)) % 10;
+      t.trace += fmt::format("{}{}", letter_value(y), sum);
     }
     t.trace += '\n';
     if (family == TaskFamily::Once && i == 2) {

@@ -5,25 +5,33 @@
 // Source: issue 6 and shared/docs/reasoner-notes.md (layout lessons). The format is kvevict's own.
 //
 // Format, shared by every family (one character = one token of the model's vocabulary):
-//   problem = M fact lines "XYd\n", shuffled, then one question line "<marker>S<NNN>\n".
+//   problem = M fact lines "XY\n", shuffled, then one question line "<marker><NNN>S\n".
 //     X, Y are distinct upper-case letters; the facts form ONE random cycle over M letters
-//     (X -> Y), d is a digit attached to the step X -> Y. S is the start letter, NNN the number
-//     of steps N, zero-padded to three digits. The marker names the family: '?' chain,
-//     '$' running, '@' once.
+//     (X -> Y). NNN is the number of steps N, zero-padded to three digits, S the start letter
+//     (last, so that no letter outside a fact line is followed by a letter). The marker names
+//     the family: '?' chain, '$' running, '@' once.
 //   trace = one line per step i = 1..N with a zero-padded countdown c = N - i, then
-//     "\boxed{answer}".
-//     chain:   "<ccc>XY\n"                             answer: the letter after N steps
-//     running: "<ccc>XYds\n"  d = the digit of fact X, s = running sum of d mod 10 (from 0)
-//                                                      answer: final letter, then final s
+//     "\boxed{answer}". X is the current letter, Y = the next one (looked up in the prompt).
+//     chain:   "<ccc>X=Y\n"                                      answer: the letter after N steps
+//     running: "<ccc>X=Yds\n"  d = letter_value(Y), s = running sum of the d's mod 10 (from 0)
+//                                                               answer: final letter, then final s
 //     once:    steps 1-2 as running lines, then "#P\n" (P = their sum mod 10, written only
-//              there), steps 3..N as chain lines      answer: final letter, then P
-//   Every earlier occurrence of a key, in the prompt or the trace, is immediately followed by its
-//   value (and every value Y by the digit of the step into it), so a previous-token head plus an
-//   induction head suffice for every lookup (shared/docs/reasoner-notes.md: a first layout that
-//   wrote the trace pair as "X>Y" left the lookup at chance for 1.2M training tokens).
-//   Redundancy, by design of each family: chain and running restate every fact they use in the
-//   trace, so once the chain has gone around the cycle (M steps) the trace holds every fact;
-//   before that, each step needs the prompt. once's passcode exists only in its "#P" line.
+//              there), steps 3..N as chain lines                 answer: final letter, then P
+//   What makes the prompt needed throughout: a step's lookup is "the letter right after X". In
+//   the prompt every key is immediately followed by its value ("XY"); in the trace never — a
+//   letter there is preceded by a countdown digit or '=' and followed by '=', a digit or a
+//   newline. However long the trace, the lookup has exactly one answer in the text, in the
+//   prompt's fact lines, so a model that learned the key-then-value lookup (a previous-token head
+//   plus an induction head) must read the prompt at every step, while the trace restates the
+//   state it carries (X, Y and, in running, the sum).
+//   The trace does still spell each fact out as "X=Y": with a cycle of M facts and N > M steps no
+//   format can keep a step's fact out of the trace's history; whether the model reads it there
+//   is measured, not assumed (tools/ablate_prompt.py, models/reasoner/MODEL_CARD.md).
+//   shared/docs/reasoner-notes.md: an earlier format wrote "cccXY", so after one cycle of M steps
+//   the trace answered the lookups itself; a variant with a digit per fact in the prompt ("XYd",
+//   the digit to add looked up too) did not learn the digit lookup in 4,500 fine-tuning steps,
+//   so a letter's value is a fixed function the model learns instead. once's passcode exists
+//   only in its "#P" line.
 #pragma once
 
 #include <cstdint>
@@ -61,7 +69,7 @@ struct TaskSize {
   int64_t facts = 0;
 };
 
-/// Default number of facts (M) when none is given: 20 facts = a prompt of 87 tokens with BOS.
+/// Default number of facts (M) when none is given: 20 facts = a prompt of 67 tokens with BOS.
 inline constexpr int64_t kDefaultFacts = 20;
 /// Largest / smallest allowed N and M.
 inline constexpr int64_t kMaxSteps = 999, kMaxFacts = 26, kMinFacts = 2;
@@ -73,11 +81,15 @@ int64_t min_steps(TaskFamily f);
 void validate_task_size(TaskFamily f, const TaskSize& size);
 
 /// Number of characters (= model tokens) of the trace of a task of family `f` with N = `steps`,
-/// including "\boxed{...}" and excluding BOS/EOS. Exact: chain 6N+9, running 8N+10, once 6N+17.
+/// including "\boxed{...}" and excluding BOS/EOS. Exact: chain 7N+9, running 9N+10, once 7N+17.
 int64_t trace_length(TaskFamily f, int64_t steps);
 
-/// Number of characters of the problem: 4M + 6 (excluding BOS).
+/// Number of characters of the problem: 3M + 6 (excluding BOS).
 int64_t problem_length(int64_t facts);
+
+/// The value a running line adds for letter `letter` ('A'..'Z'): its alphabet index mod 10
+/// (A = 0, ..., J = 9, K = 0, ...). Fixed, so the model learns it (not a lookup).
+int letter_value(char letter);
 
 /// The N whose trace length is closest to `tokens` (at least min_steps(f), at most kMaxSteps).
 /// Throws kvevict::Error when `tokens` < 1.

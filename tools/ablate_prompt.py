@@ -1,0 +1,93 @@
+#!/usr/bin/python3
+"""Is the prompt needed throughout? Teacher-forced lookups of a trained reasoner with and without
+the prompt's fact lines visible.
+
+For held-out tasks (`kvevict tasks gen`, seed 2000) the model reads BOS + problem + gold trace in
+one pass (PyTorch, the training code's model, independent of kvevict's engine). Lookup tokens (Y
+of "cccX=Y"; tasks/generator.h) on trace lines after the first full cycle (line > M, so the
+trace has already spelled out every fact as "X=Y") are scored under two attention masks:
+  full         causal attention, as trained;
+  prompt-hidden  the same, but those lines cannot attend to the fact lines of the prompt (BOS,
+               the question line and the whole trace stay visible).
+If accuracy stays high when hidden, the model reads the facts from the trace; if it falls to
+chance (1 / M), the prompt is needed at every step.
+
+Usage: /usr/bin/python3 tools/ablate_prompt.py --kvevict build/kvevict --weights RUN/final.pt
+       [--n 50] [--length 600] [--facts 20]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from reasoner_model import BOS, Config, Reasoner, encode  # noqa: E402
+
+
+def lookup_positions(trace, facts):
+    """Trace offsets of the letter lookups (Y of "cccX=Y") on lines after the first cycle."""
+    letters = []
+    pos, line_no = 0, 0
+    for line in trace.split("\n"):
+        if len(line) >= 6 and line[:3].isdigit():
+            line_no += 1
+            if line_no > facts:
+                letters.append(pos + 5)
+        pos += len(line) + 1
+    return letters
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kvevict", required=True)
+    ap.add_argument("--weights", required=True, help="final.pt written by tools/train_reasoner.py")
+    ap.add_argument("--n", type=int, default=50, help="tasks per family")
+    ap.add_argument("--length", type=int, default=600, help="trace tokens")
+    ap.add_argument("--facts", type=int, default=20, help="facts M per problem")
+    ap.add_argument("--seed", type=int, default=2000)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    ck = torch.load(args.weights)
+    model = Reasoner(Config.from_dict(ck["config"]))
+    model.load_state_dict(ck["model"])
+    model.eval()
+    print("| family | lookups scored | full | prompt hidden | chance |")
+    print("|---|---:|---:|---:|---:|")
+    for fam in ["chain", "running", "once"]:
+        out = subprocess.run([args.kvevict, "tasks", "gen", "--family", fam, "--n", str(args.n), "--seed",
+                              str(args.seed), "--length", str(args.length), "--facts", str(args.facts)], check=True, capture_output=True,
+                             text=True).stdout
+        right = {"full": 0, "hidden": 0}
+        count = 0
+        facts = 0
+        for line in out.splitlines():
+            t = json.loads(line)
+            facts = t["length"]["facts"]
+            ids = [BOS] + encode(t["problem"]) + encode(t["trace"])
+            p = 1 + len(t["problem"])          # first trace position
+            fact_end = 1 + 3 * facts           # fact lines occupy positions 1 .. fact_end - 1
+            letters = lookup_positions(t["trace"], facts)
+            T = len(ids) - 1
+            x = torch.tensor([ids[:-1]])
+            y = torch.tensor(ids[1:])
+            hide = torch.zeros(1, T, T, dtype=torch.bool)
+            first = p + min(letters) - 1 if letters else T
+            hide[0, first:, 1:fact_end] = True  # query rows from the first scored line on
+            with torch.no_grad():
+                pred_full = model(x)[0].argmax(-1)
+                pred_hid = model(x, hide)[0].argmax(-1)
+            for o in letters:
+                j = p + o - 1                  # row whose prediction is trace[o]
+                count += 1
+                right["full"] += int(pred_full[j] == y[j])
+                right["hidden"] += int(pred_hid[j] == y[j])
+        if count:
+            print(f"| {fam} | {count} | {right['full'] / count:.3f} | {right['hidden'] / count:.3f} | 1/{facts} |")
+
+
+if __name__ == "__main__":
+    main()
