@@ -102,5 +102,29 @@ TEST(EvalResume, ShardsMergeToTheUnshardedRun) {
   fs::remove_all(root);
 }
 
+// The math suffix defaults to on for MATH-500 (the paper's prompt) unless --no-math-suffix.
+// Expected: config.json's math_suffix, and the same prompt length as with --math-suffix, longer
+// than with --no-math-suffix (a regression: the default once came out off).
+TEST(EvalPrompt, MathSuffixDefaultsOnForMath500) {
+  if (!have_inputs()) GTEST_SKIP() << "stories260K or MATH-500 missing under " << test::shared_dir();
+  const auto run = [](const std::string& tag, std::vector<std::string> extra) {
+    const std::string out = test::fresh_dir("suffix_" + tag);
+    std::vector<std::string> a = {"eval", "-m", test::stories260k(), "--tasks", test::shared_path("data/math500/test.jsonl"),
+                                  "--limit", "1", "--policies", "full", "--rollouts", "1", "--max-new-tokens", "2",
+                                  "--no-plots", "-t", "1", "-o", out};
+    a.insert(a.end(), extra.begin(), extra.end());
+    EXPECT_EQ(test::run_kvevict(a, out, tag).code, 0);
+    const auto cfg = nlohmann::json::parse(test::slurp(out + "/config.json"));
+    const auto roll = nlohmann::json::parse(test::complete_lines(out + "/rollouts.jsonl").at(0));
+    return std::make_pair(cfg.at("prompt").at("math_suffix").get<bool>(), roll.at("prompt_tokens").get<int64_t>());
+  };
+  const auto def = run("default", {}), on = run("on", {"--math-suffix"}), off = run("off", {"--no-math-suffix"});
+  EXPECT_TRUE(def.first);
+  EXPECT_TRUE(on.first);
+  EXPECT_FALSE(off.first);
+  EXPECT_EQ(def.second, on.second);
+  EXPECT_GT(def.second, off.second);
+}
+
 }  // namespace
 }  // namespace kvevict

@@ -15,6 +15,7 @@
 
 #include "eval/grader.h"
 #include "tasks/generator.h"
+#include "tasks/solve.h"
 #include "test_paths.h"
 #include "util/error.h"
 
@@ -196,6 +197,21 @@ TEST(Tasks, JsonRoundTripAndBoxedParsing) {
   EXPECT_EQ(extract_last_boxed("none"), std::nullopt);
   EXPECT_THROW(task_from_json("{"), Error);
   EXPECT_THROW(task_from_json(R"({"id":"x","family":"nope","problem":"","answer":""})"), Error);
+}
+
+// Expected: without a trace or length.steps (a task file with only id/problem/answer), the decode
+// limit still covers the whole trace: N is read from the question line.
+TEST(Tasks, DecodeLimitWithoutTraceReadsStepsFromTheQuestion) {
+  for (TaskFamily f : all_task_families()) {
+    Task t = generate_task(f, {42, 20}, 7, 0);
+    const int64_t with_trace = default_max_new(t);
+    EXPECT_EQ(with_trace, static_cast<int64_t>(t.trace.size()) + 16);
+    t.trace.clear();
+    t.size = {};
+    EXPECT_EQ(default_max_new(t), with_trace) << task_family_name(f);
+    t.problem = "AB\nBA\n";
+    EXPECT_THROW(default_max_new(t), Error);
+  }
 }
 
 TEST(Tasks, BadInputIsAnError) {

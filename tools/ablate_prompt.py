@@ -75,8 +75,10 @@ def main():
             x = torch.tensor([ids[:-1]])
             y = torch.tensor(ids[1:])
             hide = torch.zeros(1, T, T, dtype=torch.bool)
-            first = p + min(letters) - 1 if letters else T
-            hide[0, first:, 1:fact_end] = True  # query rows from the first scored line on
+            # Rows from the start of the first scored line on (its "cccX=" included) cannot see
+            # the fact lines: the line starts 5 characters before its Y.
+            first = p + min(letters) - 5 if letters else T
+            hide[0, first:, 1:fact_end] = True
             with torch.no_grad():
                 pred_full = model(x)[0].argmax(-1)
                 pred_hid = model(x, hide)[0].argmax(-1)

@@ -144,7 +144,7 @@ def main():
     ap.add_argument("--out", required=True, help="run folder (checkpoint, curve)")
     ap.add_argument("--resume", action="store_true", help="continue from <out>/ckpt.pt")
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (2 was ~6x slower on a shared 2-core machine)")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--final-steps", type=int, default=600, help="steps of the last stage (lr decays over them)")
     ap.add_argument("--stop-after-min", type=float, default=0, help="checkpoint and exit after this many wall minutes (0 = off)")

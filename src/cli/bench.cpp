@@ -25,7 +25,7 @@ struct CommonArgs {
 
 void add_common(CLI::App* cmd, CommonArgs& a) {
   cmd->add_option("--model,-m", a.model, "GGUF model (e.g. from `kvevict tools synth-gguf`)")->required();
-  cmd->add_option("--threads,-t", a.threads, "Threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--threads,-t", a.threads, "Threads (0 = all cores)")->check(at_least(0))->capture_default_str();
   cmd->add_option("--kv-type", a.kv_type, "KV cache element type: f32 or f16")->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
   cmd->add_option("--reps", a.reps, "Repetitions per figure (median, min, max reported)")->capture_default_str();
   cmd->add_option("--seed", a.seed, "Seed of prompts and synthetic cache contents")->capture_default_str();

@@ -54,7 +54,7 @@ void add_calibrate(CLI::App& root, std::vector<Command>& out) {
   cmd->add_option("--tokens", c->tokens, "Use the first N tokens (BOS included)")->capture_default_str();
   cmd->add_option("--ctx", c->ctx, "Tokens per prefill chunk (0 = the model's context length)")->capture_default_str();
   cmd->add_flag("--gutenberg-body", c->gutenberg, "Use only the text between Project Gutenberg's START/END markers");
-  cmd->add_option("-t,--threads", c->threads, "Threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("-t,--threads", c->threads, "Threads (0 = all cores)")->check(at_least(0))->capture_default_str();
   out.push_back({cmd, [c] { return run_calibrate(*c); }});
 }
 

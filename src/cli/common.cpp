@@ -13,7 +13,8 @@ void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy) {
   if (with_policy)
     cmd.add_option("--policy", a.policy,
                    "Eviction policy: " + policy_names() + " (any may take +prompt); default: random with --budget, else full");
-  cmd.add_option("--budget,-B", a.budget, "Budget B: slots per (layer, KV head) after a round, prompt and recent buffer included");
+  cmd.add_option("--budget,-B", a.budget, "Budget B: slots per (layer, KV head) after a round, prompt and recent buffer included")
+      ->check(at_least(1));
   cmd.add_option("--buffer,-r", a.recent, "Recent buffer r: newest slots never evicted")->capture_default_str();
   cmd.add_option("--sinks", a.sinks, "Pin the first S positions (default: the policy's; streaming = 4)");
   cmd.add_flag("--protect-prompt", a.protect_prompt, "Pin the prompt inside K_sel (default: the policy's)");
@@ -27,6 +28,22 @@ void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy) {
       ->check(CLI::IsMember({"logical", "cache"}))->capture_default_str();
   cmd.add_option("--seed", a.seed, "Base seed of every random choice")->capture_default_str();
   cmd.add_option("--param", a.params, "Selector parameter name=value (repeatable)");
+}
+
+CLI::Validator at_least(long long lo) {
+  return CLI::Validator(
+      [lo](std::string& in) -> std::string {
+        long long v = 0;
+        size_t used = 0;
+        try {
+          v = std::stoll(in, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != in.size() || v < lo) return fmt::format("must be an integer >= {} (got {})", lo, in);
+        return {};
+      },
+      fmt::format(">= {}", lo));
 }
 
 std::string default_policy(const PolicyArgs& a) {

@@ -34,6 +34,10 @@ void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy = true);
 /// The policy to run when --policy was not given: `random` with a budget, `full` without.
 std::string default_policy(const PolicyArgs& a);
 
+/// CLI11 check for an integer option: the value must be >= lo. The error reads
+/// "--name: must be an integer >= lo (got X)" (CLI11 prefixes the option name).
+CLI::Validator at_least(long long lo);
+
 /// Builds the policy named `name` with the shared overrides. Throws kvevict::Error.
 /// With `params` given, selector parameters are read from (and marked used in) that object and
 /// not checked here: the caller checks once for a whole grid.

@@ -333,7 +333,9 @@ void add_eval(CLI::App& root, std::vector<Command>& out) {
       ->capture_default_str();
   cmd->add_option("--template", e->tmpl, "Prompt template: auto (the GGUF's chat template if supported), plain, chat")
       ->capture_default_str();
-  cmd->add_flag("--math-suffix,!--no-math-suffix", e->math_suffix,
+  // A flag function, not a flag bound to the optional: CLI11 then leaves the optional empty
+  // when neither form is given, so the per-format default below applies.
+  cmd->add_flag_function("--math-suffix,!--no-math-suffix", [e](std::int64_t n) { e->math_suffix = n > 0; },
                 "Append the paper's \"Please reason step by step, and put your final answer within \\boxed{}.\" "
                 "(default: on for MATH-500/GSM8K, off for kvevict tasks)");
   cmd->add_option("-o,--out", e->out, "Output directory (rollouts.jsonl, summary.md/csv/json, PNGs)")->capture_default_str();
@@ -344,7 +346,7 @@ void add_eval(CLI::App& root, std::vector<Command>& out) {
       ->capture_default_str();
   cmd->add_option("--bootstrap", e->bootstrap, "Bootstrap resamples for the CIs")->capture_default_str();
   cmd->add_flag("--no-plots", e->no_plots, "Do not draw the PNG plots");
-  cmd->add_option("-t,--threads", e->threads, "Threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("-t,--threads", e->threads, "Threads (0 = all cores)")->check(at_least(0))->capture_default_str();
   cmd->add_option("--debug-delay-ms", e->debug_delay_ms, "Sleep after each rollout (tests of kill-and-resume)")
       ->group("");
   add_policy_options(*cmd, e->policy, /*with_policy=*/false);

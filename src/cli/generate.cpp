@@ -99,7 +99,7 @@ void add_generate(CLI::App& root, std::vector<Command>& out) {
   gen->add_option("--temp", g->temp, "Temperature (0 = greedy)")->capture_default_str();
   gen->add_option("--top-p", g->top_p, "Nucleus sampling threshold (1 = off)")->capture_default_str();
   gen->add_option("--top-k", g->top_k, "Top-k (0 = off)")->capture_default_str();
-  gen->add_option("-t,--threads", g->threads, "Threads (0 = all cores)")->capture_default_str();
+  gen->add_option("-t,--threads", g->threads, "Threads (0 = all cores)")->check(at_least(0))->capture_default_str();
   gen->add_option("--kv-type", g->kv_type, "KV cache element type: f32 or f16 (half the memory)")
       ->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
   gen->add_flag("--ignore-eos", g->ignore_eos, "Keep generating after the end-of-sequence token");

@@ -126,7 +126,8 @@ void add_perplexity(CLI::App& root, std::vector<Command>& out) {
   auto* ppl = root.add_subcommand("perplexity", "Perplexity of a text with the policy active");
   ppl->add_option("-m,--model", pp->model, "GGUF model (llama architecture)")->required();
   ppl->add_option("-f,--file", pp->file, "Text file")->required();
-  ppl->add_option("--tokens", pp->tokens, "Use only the first N tokens (BOS included; 0 = all)");
+  ppl->add_option("--tokens", pp->tokens, "Use only the first N tokens (BOS included; 0 = all)")
+      ->check(at_least(0));
   ppl->add_option("--policies", pp->policies, "Comma-separated policies to run in turn (overrides --policy)");
   ppl->add_option("--budgets", pp->budgets, "Comma-separated budgets: every evicting policy runs at each (instead of --budget)");
   ppl->add_option("--csv", pp->csv, "Write policy,budget,position,token,nll per scored token");
@@ -135,11 +136,13 @@ void add_perplexity(CLI::App& root, std::vector<Command>& out) {
                   "(the per-token NLL also goes to <plot>.nll.csv unless --csv is given)");
   ppl->add_option("--smooth", pp->smooth, "Moving-average window of the NLL curve in tokens (0 = tokens/50)")
       ->capture_default_str();
-  ppl->add_option("-c,--ctx-size", pp->ctx, "Chunked mode (llama-perplexity): chunk size in tokens");
-  ppl->add_option("--chunks", pp->chunks, "Chunked mode: at most this many chunks (0 = all)");
+  ppl->add_option("-c,--ctx-size", pp->ctx, "Chunked mode (llama-perplexity): chunk size in tokens")
+      ->check(at_least(1));
+  ppl->add_option("--chunks", pp->chunks, "Chunked mode: at most this many chunks (0 = all)")
+      ->check(at_least(0));
   ppl->add_option("--report-every", pp->report_every, "Print running perplexity every N tokens to stderr")->capture_default_str();
   ppl->add_flag("--gutenberg-body", pp->gutenberg, "Score only the text between Project Gutenberg's START/END markers");
-  ppl->add_option("-t,--threads", pp->threads, "Threads (0 = all cores)")->capture_default_str();
+  ppl->add_option("-t,--threads", pp->threads, "Threads (0 = all cores)")->check(at_least(0))->capture_default_str();
   add_policy_options(*ppl, pp->policy);
   out.push_back({ppl, [pp] { return run_perplexity(*pp); }});
 }

@@ -175,7 +175,7 @@ void add_probe(CLI::App& root, std::vector<Command>& out) {
   cmd->add_option("--filler", p->filler, "Text file to draw filler from (default: built-in simple sentences)");
   cmd->add_flag("--gutenberg-body", p->gutenberg, "Filler: only the text between Project Gutenberg's START/END markers");
   cmd->add_option("--csv", p->csv, "Write one CSV row per configuration");
-  cmd->add_option("-t,--threads", p->threads, "Threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("-t,--threads", p->threads, "Threads (0 = all cores)")->check(at_least(0))->capture_default_str();
   add_policy_options(*cmd, p->policy, /*with_policy=*/false);
   out.push_back({cmd, [p] { return run_probe(*p); }});
 }

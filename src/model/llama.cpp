@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "util/error.h"
 
 namespace kvevict {
@@ -57,6 +59,11 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
   c.context_length = positive(f, "llama.context_length");
   c.rms_eps = static_cast<float>(f.get_float("llama.attention.layer_norm_rms_epsilon"));
   c.rope_theta = static_cast<float>(f.get_float_or("llama.rope.freq_base", 10000.0));
+  if (!(std::isfinite(c.rms_eps) && c.rms_eps > 0.0f && c.rms_eps < 1.0f))
+    throw Error(fmt::format("{}: llama.attention.layer_norm_rms_epsilon = {} must be a finite value in (0, 1)",
+                            path, c.rms_eps));
+  if (!(std::isfinite(c.rope_theta) && c.rope_theta > 1.0f))
+    throw Error(fmt::format("{}: llama.rope.freq_base = {} must be a finite value > 1", path, c.rope_theta));
   if (c.dim % c.n_heads != 0 || c.n_heads % c.n_kv_heads != 0)
     throw Error(fmt::format("{}: inconsistent heads: embedding_length {} / head_count {} / "
                             "head_count_kv {} (need dim % heads == 0 and heads % kv_heads == 0)",

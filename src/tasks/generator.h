@@ -18,20 +18,20 @@
 //     once:    steps 1-2 as running lines, then "#P\n" (P = their sum mod 10, written only
 //              there), steps 3..N as chain lines                 answer: final letter, then P
 //   What makes the prompt needed throughout: a step's lookup is "the letter right after X". In
-//   the prompt every key is immediately followed by its value ("XY"); in the trace never — a
-//   letter there is preceded by a countdown digit or '=' and followed by '=', a digit or a
-//   newline. However long the trace, the lookup has exactly one answer in the text, in the
+//   the prompt every key is immediately followed by its value ("XY"); in the trace never — an
+//   upper-case letter there is preceded by a countdown digit, '=' or (the final answer) '{', and
+//   followed by '=', a digit, a newline or '}'. However long the trace, the lookup has exactly one answer in the text, in the
 //   prompt's fact lines, so a model that learned the key-then-value lookup (a previous-token head
 //   plus an induction head) must read the prompt at every step, while the trace restates the
 //   state it carries (X, Y and, in running, the sum).
 //   The trace does still spell each fact out as "X=Y": with a cycle of M facts and N > M steps no
 //   format can keep a step's fact out of the trace's history; whether the model reads it there
 //   is measured, not assumed (tools/ablate_prompt.py, models/reasoner/MODEL_CARD.md).
-//   shared/docs/reasoner-notes.md: an earlier format wrote "cccXY", so after one cycle of M steps
-//   the trace answered the lookups itself; a variant with a digit per fact in the prompt ("XYd",
-//   the digit to add looked up too) did not learn the digit lookup in 4,500 fine-tuning steps,
-//   so a letter's value is a fixed function the model learns instead. once's passcode exists
-//   only in its "#P" line.
+//   History (shared/docs/reasoner-notes.md for the first layouts, models/reasoner/MODEL_CARD.md
+//   for the rest): an earlier format wrote "cccXY", so after one cycle of M steps the trace
+//   answered the lookups itself; a variant with a digit per fact in the prompt ("XYd", the digit
+//   to add looked up too) never learned the digit lookup, so a letter's value is a fixed function
+//   the model learns instead. once's passcode exists only in its "#P" line.
 #pragma once
 
 #include <cstdint>

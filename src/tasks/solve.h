@@ -19,8 +19,9 @@ namespace kvevict {
 std::string greedy_solve(Engine& engine, const LlamaModel& model, const Task& task, int64_t max_new,
                          uint64_t seq_id = 0);
 
-/// Default decode limit for `task`: its trace length (or the family's formula when the trace is
-/// absent) plus 16 tokens.
+/// Default decode limit for `task`: its trace length plus 16 tokens; without a trace, the
+/// family's formula for N steps (N from the task's length.steps, else read from the question
+/// line). Throws kvevict::Error when neither gives N.
 int64_t default_max_new(const Task& task);
 
 }  // namespace kvevict
