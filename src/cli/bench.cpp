@@ -28,7 +28,7 @@ void add_common(CLI::App* cmd, CommonArgs& a) {
   cmd->add_option("--threads,-t", a.threads, "Threads (0 = all cores)")->check(at_least(0))->capture_default_str();
   cmd->add_option("--kv-type", a.kv_type, "KV cache element type: f32 or f16")->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
   cmd->add_option("--reps", a.reps, "Repetitions per figure (median, min, max reported)")->capture_default_str();
-  cmd->add_option("--seed", a.seed, "Seed of prompts and synthetic cache contents")->capture_default_str();
+  cmd->add_option("--seed", a.seed, "Seed of prompts and synthetic cache contents")->check(seed_value())->capture_default_str();
   cmd->add_option("--buffer,-r", a.recent, "Recent buffer r")->capture_default_str();
   cmd->add_option("--json", a.json, "Write all results (with samples and load averages) to this JSON file");
   cmd->add_option("--max-load", a.max_load, "Wait until the 1-minute load average is below this before measuring");

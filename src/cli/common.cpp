@@ -26,7 +26,7 @@ void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy) {
   cmd.add_option("--position-mode", a.position_mode,
                  "RoPE positions: logical (tokens seen) or cache (slot index, keys re-rotated; StreamingLLM)")
       ->check(CLI::IsMember({"logical", "cache"}))->capture_default_str();
-  cmd.add_option("--seed", a.seed, "Base seed of every random choice")->capture_default_str();
+  cmd.add_option("--seed", a.seed, "Base seed of every random choice")->check(seed_value())->capture_default_str();
   cmd.add_option("--param", a.params, "Selector parameter name=value (repeatable)");
 }
 
@@ -44,6 +44,16 @@ CLI::Validator at_least(long long lo) {
         return {};
       },
       fmt::format(">= {}", lo));
+}
+
+CLI::Validator seed_value() {
+  return CLI::Validator(
+      [](std::string& in) -> std::string {
+        if (in.empty() || in.find_first_not_of("0123456789") != std::string::npos)
+          return fmt::format("must be an unsigned integer (got {})", in);
+        return {};
+      },
+      "UINT");
 }
 
 std::string default_policy(const PolicyArgs& a) {

@@ -38,6 +38,9 @@ std::string default_policy(const PolicyArgs& a);
 /// "--name: must be an integer >= lo (got X)" (CLI11 prefixes the option name).
 CLI::Validator at_least(long long lo);
 
+/// CLI11 check for a seed (uint64): digits only, so "-1" is an error instead of wrapping to 2^64-1.
+CLI::Validator seed_value();
+
 /// Builds the policy named `name` with the shared overrides. Throws kvevict::Error.
 /// With `params` given, selector parameters are read from (and marked used in) that object and
 /// not checked here: the caller checks once for a whole grid.

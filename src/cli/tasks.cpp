@@ -154,7 +154,7 @@ void add_tasks(CLI::App& root, std::vector<Command>& out) {
   auto* gen = tasks->add_subcommand("gen", "Write generated tasks as JSON lines (deterministic by seed)");
   gen->add_option("--family", g->family, "chain | running | once")->capture_default_str();
   gen->add_option("--n", g->n, "Number of tasks")->capture_default_str();
-  gen->add_option("--seed", g->seed, "Seed")->capture_default_str();
+  gen->add_option("--seed", g->seed, "Seed")->check(seed_value())->capture_default_str();
   gen->add_option("--first", g->first, "Index of the first task (tasks are numbered per seed)")->capture_default_str();
   add_size_options(*gen, g->size);
   gen->add_option("-o,--output", g->out, "Output file (default stdout)");
@@ -165,7 +165,7 @@ void add_tasks(CLI::App& root, std::vector<Command>& out) {
   ev->add_option("-i,--input", e->input, "Task file (JSON lines) instead of generating");
   ev->add_option("--family", e->families, "Families, comma-separated")->capture_default_str();
   ev->add_option("--n", e->n, "Tasks per family")->capture_default_str();
-  ev->add_option("--seed", e->seed, "Seed (training uses seeds < 1000)")->capture_default_str();
+  ev->add_option("--seed", e->seed, "Seed (training uses seeds < 1000)")->check(seed_value())->capture_default_str();
   add_size_options(*ev, e->size);
   ev->add_option("-j,--jobs", e->jobs, "Tasks decoded in parallel (one thread each)")->capture_default_str();
   ev->add_flag("--show-failures", e->show_failures, "Print each wrong task and the model's output to stderr");

@@ -43,7 +43,7 @@ void add_tools(CLI::App& root, std::vector<Command>& out) {
   for (const std::string& s : synth_shape_names()) shapes += (shapes.empty() ? "" : ", ") + s;
   synth->add_option("--shape", a->shape, "Model shape: " + shapes)->required();
   synth->add_option("--type", a->type, "Weight type: f32, f16, q8_0, q4_0")->capture_default_str();
-  synth->add_option("--seed", a->seed, "Seed of the random weights")->capture_default_str();
+  synth->add_option("--seed", a->seed, "Seed of the random weights")->check(seed_value())->capture_default_str();
   synth->add_option("-o,--output", a->out, "Output GGUF path")->required();
   out.push_back({tools, [a, synth] {
                    if (synth->parsed()) return run_synth(*a);
