@@ -26,19 +26,13 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reasoner_model import BOS, Config, Reasoner, encode  # noqa: E402
+from train_reasoner import KIND_LOOKUP, token_kinds  # noqa: E402
 
 
 def lookup_positions(trace, facts):
-    """Trace offsets of the letter lookups (Y of "cccX=Y") on lines after the first cycle."""
-    letters = []
-    pos, line_no = 0, 0
-    for line in trace.split("\n"):
-        if len(line) >= 6 and line[:3].isdigit():
-            line_no += 1
-            if line_no > facts:
-                letters.append(pos + 5)
-        pos += len(line) + 1
-    return letters
+    """Trace offsets of the letter lookups (Y of "cccX=Y", as train_reasoner.token_kinds marks
+    them) on lines after the first cycle: one lookup per step line, so drop the first M."""
+    return [i for i, k in enumerate(token_kinds(trace)) if k == KIND_LOOKUP][facts:]
 
 
 def main():

@@ -170,9 +170,11 @@ void llama_forward_segments(const LlamaModel& model, const Rope& rope, std::span
     // and results never depend on the batch or the thread count.
     items.clear();
     int64_t scratch_floats = 0;
+    int64_t attn_work = 0;  // multiply-adds: scores and values, every query head
     for (int64_t row = 0; row < T; ++row) {
       const auto s = static_cast<size_t>(seg_of_row[static_cast<size_t>(row)]);
       const int64_t n_slots = len0[s] + (row - row0[s]) + 1;
+      attn_work += n_slots * nkv * group * hd * 2;
       const bool probs_row = segments[s].observer && segments[s].want_probs;
       const int64_t chunk = probs_row ? n_slots : attention_chunk(n_slots);
       for (int kvh = 0; kvh < nkv; ++kvh)
@@ -184,8 +186,6 @@ void llama_forward_segments(const LlamaModel& model, const Rope& rope, std::span
     float* part = scratch_floats > 0 ? sized(buf.attn_part, scratch_floats) : nullptr;
     std::atomic<int64_t> next{0};
     const auto n_items = static_cast<int64_t>(items.size());
-    int64_t attn_work = 0;  // multiply-adds: scores and values, every query head
-    for (const AttnItem& it : items) attn_work += (it.end - it.begin) * int64_t{group} * hd * 2;
     pool.parallel_for(std::min<int64_t>(pool.size(), n_items), [&](int64_t, int64_t) {
       for (int64_t i = next.fetch_add(1); i < n_items; i = next.fetch_add(1)) {
         const AttnItem& it = items[static_cast<size_t>(i)];

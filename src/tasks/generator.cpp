@@ -93,6 +93,16 @@ int64_t problem_length(int64_t facts) { return 3 * facts + 6; }
 
 int letter_value(char letter) { return (letter - 'A') % 10; }
 
+std::optional<int64_t> question_steps(const std::string& problem) {
+  // The last 6 characters: marker, three digits, start letter, newline (see generate_task).
+  if (problem.size() < 6 || problem.back() != '\n') return std::nullopt;
+  const std::string_view nnn = std::string_view(problem).substr(problem.size() - 5, 3);
+  int64_t n = 0;
+  const auto [end, ec] = std::from_chars(nnn.data(), nnn.data() + nnn.size(), n);
+  if (ec != std::errc() || end != nnn.data() + nnn.size() || n < 0) return std::nullopt;
+  return n;
+}
+
 int64_t steps_for_trace_length(TaskFamily f, int64_t tokens) {
   if (tokens < 1) throw Error(fmt::format("--length {}: must be >= 1 (trace tokens)", tokens));
   int64_t best = min_steps(f);

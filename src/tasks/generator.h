@@ -87,6 +87,10 @@ int64_t trace_length(TaskFamily f, int64_t steps);
 /// Number of characters of the problem: 3M + 6 (excluding BOS).
 int64_t problem_length(int64_t facts);
 
+/// N read back from a problem's question line "<marker><NNN>S\n" (its last line); nullopt when
+/// the problem does not end with one.
+std::optional<int64_t> question_steps(const std::string& problem);
+
 /// The value a running line adds for letter `letter` ('A'..'Z'): its alphabet index mod 10
 /// (A = 0, ..., J = 9, K = 0, ...). Fixed, so the model learns it (not a lookup).
 int letter_value(char letter);

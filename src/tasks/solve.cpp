@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
+#include <optional>
 
 #include "engine/sampler.h"
 #include "eviction/registry.h"
@@ -38,15 +38,12 @@ int64_t default_max_new(const Task& task) {
   if (!task.trace.empty()) return static_cast<int64_t>(task.trace.size()) + 16;
   int64_t steps = task.size.steps;
   if (steps < 1) {
-    // No trace and no "length": N is the three digits after the marker of the question line
-    // ("<marker><NNN>S\n", the problem's last line).
-    const std::string& p = task.problem;
-    const size_t start = p.size() >= 6 ? p.size() - 6 : std::string::npos;
-    if (start == std::string::npos || p.back() != '\n' || !std::isdigit(static_cast<unsigned char>(p[start + 1])) ||
-        !std::isdigit(static_cast<unsigned char>(p[start + 2])) || !std::isdigit(static_cast<unsigned char>(p[start + 3])))
+    // No trace and no "length": read N from the question line.
+    const std::optional<int64_t> n = question_steps(task.problem);
+    if (!n)
       throw Error(fmt::format("task {}: no trace, no length.steps and no question line \"<marker><NNN>S\" to read "
                               "the number of steps from", task.id));
-    steps = std::stoll(p.substr(start + 1, 3));
+    steps = *n;
   }
   return trace_length(task.family, std::max<int64_t>(steps, min_steps(task.family))) + 16;
 }
