@@ -14,7 +14,7 @@ for arg in "$@"; do
   esac
 done
 PKGS=(
-  build-essential cmake git pkg-config
+  build-essential cmake git pkg-config ccache
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libopenblas0-pthread libopenblas-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
