@@ -166,5 +166,25 @@ TEST(ChatTemplate, Errors) {
   EXPECT_EQ(ChatTemplate::from_gguf(g, "chatml").name(), "chatml");
 }
 
+// Expected: counted by hand from the reference ids of the same text: qwen3 encodes
+// "<think>\nabc\n</think>\n\nok" with <think>/</think> as single tokens (151667/151668), so the
+// trace ends at the token 151668; a text without the marker gives 0.
+TEST(ChatTemplate, ThinkingTraceTokens) {
+  const Tokenizer tok = Tokenizer::from_gguf(GgufFile::open(test::shared_path("models/tiny-random/tiny-random-qwen3-f16.gguf")));
+  const std::vector<int32_t> ids = tok.encode("<think>\nabc\n</think>\n\nok", false, false);
+  size_t close = 0;
+  while (close < ids.size() && ids[close] != 151668) ++close;
+  ASSERT_LT(close, ids.size());
+  EXPECT_EQ(thinking_trace_tokens(tok, ids), static_cast<int64_t>(close + 1));
+  EXPECT_EQ(thinking_trace_tokens(tok, tok.encode("no marker here", false, false)), 0);
+  // Split over plain-text tokens (stories260K has no </think> token).
+  const Tokenizer spm = Tokenizer::from_gguf(GgufFile::open(test::stories260k()));
+  const std::vector<int32_t> split = spm.encode("a</think>b", false, false);
+  const int64_t n = thinking_trace_tokens(spm, split);
+  ASSERT_GT(n, 0);
+  EXPECT_NE(spm.decode({split.begin(), split.begin() + n}).find("</think>"), std::string::npos);
+  EXPECT_EQ(spm.decode({split.begin(), split.begin() + n - 1}).find("</think>"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kvevict

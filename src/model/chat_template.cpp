@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "format/gguf.h"
+#include "model/tokenizer.h"
 #include "util/error.h"
 
 namespace kvevict {
@@ -58,6 +59,17 @@ void check_messages(const std::vector<ChatMessage>& messages) {
 }
 
 }  // namespace
+
+int64_t thinking_trace_tokens(const Tokenizer& tok, const std::vector<int32_t>& generated) {
+  constexpr std::string_view kClose = "</think>";
+  std::string tail;  // last bytes of the text so far: enough to see a marker split over tokens
+  for (size_t i = 0; i < generated.size(); ++i) {
+    tail += tok.piece(generated[i], /*special=*/true);  // a CONTROL-typed </think> has no plain text
+    if (tail.find(kClose) != std::string::npos) return static_cast<int64_t>(i + 1);
+    if (tail.size() > kClose.size()) tail.erase(0, tail.size() - kClose.size());
+  }
+  return 0;
+}
 
 std::string ChatTemplate::names() { return "qwen3, chatml, deepseek-r1, llama3, phi3, phi4"; }
 

@@ -16,12 +16,20 @@
 // Tools / tool calls are not rendered (kvevict has no tool use).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace kvevict {
 
 class GgufFile;
+class Tokenizer;
+
+/// Length in tokens of the thinking trace at the start of `generated`: the tokens up to and
+/// including the first "</think>" (matched in the text, so a marker split over several tokens
+/// counts too), or 0 when none appears. Reasoning models (Qwen3, DeepSeek-R1, Phi-4-reasoning)
+/// close their trace this way. Throws kvevict::Error for an id outside the vocabulary.
+int64_t thinking_trace_tokens(const Tokenizer& tok, const std::vector<int32_t>& generated);
 
 /// One chat turn. role: "system", "user" or "assistant".
 struct ChatMessage {
