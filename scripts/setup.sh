@@ -19,7 +19,7 @@ PKGS=(
   libopenblas0-pthread libopenblas-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
   python3-matplotlib
-  libpcre2-dev python3-jinja2
+  libpcre2-dev python3-jinja2 python3-regex
 )
 if [ "$TRAIN" = "1" ]; then PKGS+=(python3-torch libopenblas0-pthread); fi
 missing=()

@@ -97,17 +97,19 @@ uint64_t pair_key(int32_t l, int32_t r) {
 std::optional<BpePre> bpe_pre_from_name(std::string_view name) {
   if (name == "qwen2" || name == "deepseek-r1-qwen") return BpePre::Qwen2;
   if (name == "llama-bpe" || name == "llama3" || name == "llama-v3") return BpePre::Llama3;
+  if (name == "dbrx") return BpePre::Dbrx;
   if (name == "gpt-4o" || name == "llama4") return BpePre::Gpt4o;
   return std::nullopt;
 }
 
-std::string bpe_pre_names() { return "qwen2, deepseek-r1-qwen, llama-bpe, llama3, llama-v3, gpt-4o, llama4"; }
+std::string bpe_pre_names() { return "qwen2, deepseek-r1-qwen, llama-bpe, llama3, llama-v3, dbrx, gpt-4o, llama4"; }
 
 const char* pre_regex(BpePre pre) {
   switch (pre) {
     case BpePre::Qwen2:
       return kQwen2Regex;
     case BpePre::Llama3:
+    case BpePre::Dbrx:
       return kLlama3Regex;
     case BpePre::Gpt4o:
       return kGpt4oRegex;
@@ -186,19 +188,24 @@ BpeModel::BpeModel(const PieceIndex& index, const std::vector<std::string>& merg
 }
 
 void BpeModel::tokenize(std::string_view text, const PieceIndex& index, std::vector<int32_t>& out) const {
+  std::string mapped;
+  for (const std::string_view word : pre_tokenize(text)) tokenize_word(word, index, mapped, out);
+}
+
+std::vector<std::string_view> BpeModel::pre_tokenize(std::string_view text) const {
+  std::vector<std::string_view> words;
   auto* code = static_cast<pcre2_code*>(code_.get());
   std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> md(pcre2_match_data_create_from_pattern(code, nullptr),
                                                                     pcre2_match_data_free);
   if (!md) throw Error("Tokenizer: out of memory for regex match data");
   const auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  std::string mapped;
   size_t pos = 0;
   while (pos < text.size()) {
     int rc = pcre2_match(code, subject, text.size(), pos, 0, md.get(), nullptr);
     // A very long whitespace run can exhaust the JIT stack; the interpreter uses the heap.
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT) rc = pcre2_match(code, subject, text.size(), pos, PCRE2_NO_JIT, md.get(), nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) {
-      tokenize_word(text.substr(pos), index, mapped, out);  // bytes no alternative covers (invalid UTF-8)
+      words.push_back(text.substr(pos));  // bytes no alternative covers (invalid UTF-8)
       break;
     }
     if (rc < 0) {
@@ -209,11 +216,12 @@ void BpeModel::tokenize(std::string_view text, const PieceIndex& index, std::vec
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
     size_t s = ov[0], e = ov[1];
-    if (s > pos) tokenize_word(text.substr(pos, s - pos), index, mapped, out);
+    if (s > pos) words.push_back(text.substr(pos, s - pos));
     if (e == s) e = s + 1;  // no alternative matches empty text; guard against a stall anyway
-    tokenize_word(text.substr(s, e - s), index, mapped, out);
+    if (s < text.size()) words.push_back(text.substr(s, std::min(e, text.size()) - s));
     pos = e;
   }
+  return words;
 }
 
 void BpeModel::tokenize_word(std::string_view word, const PieceIndex& index, std::string& mapped,

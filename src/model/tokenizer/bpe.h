@@ -21,11 +21,13 @@
 
 namespace kvevict::tok {
 
-/// Pre-tokenizer families implemented (llama.cpp's LLAMA_VOCAB_PRE_TYPE_{QWEN2, LLAMA3, GPT4O}).
-enum class BpePre { Qwen2, Llama3, Gpt4o };
+/// Pre-tokenizer families implemented (llama.cpp's LLAMA_VOCAB_PRE_TYPE_{QWEN2, LLAMA3, DBRX,
+/// GPT4O}). Dbrx is the cl100k (GPT-4) regex, the same text as Llama3's, without ignore_merges.
+enum class BpePre { Qwen2, Llama3, Dbrx, Gpt4o };
 
 /// The family llama.cpp uses for a `tokenizer.ggml.pre` value ("qwen2", "deepseek-r1-qwen";
-/// "llama-bpe", "llama3", "llama-v3"; "gpt-4o", "llama4" — Phi-4 GGUFs use "gpt-4o"), or nullopt.
+/// "llama-bpe", "llama3", "llama-v3"; "dbrx" — Phi-4 / Phi-4-reasoning GGUFs, cl100k vocabulary;
+/// "gpt-4o", "llama4" — Phi-4-mini, o200k vocabulary), or nullopt.
 std::optional<BpePre> bpe_pre_from_name(std::string_view name);
 
 /// The `tokenizer.ggml.pre` values bpe_pre_from_name() accepts, comma-separated (for errors).
@@ -55,6 +57,10 @@ class BpeModel {
   /// the one given to the constructor. Throws kvevict::Error when the regex engine fails or a
   /// byte has no vocabulary piece.
   void tokenize(std::string_view text, const PieceIndex& index, std::vector<int32_t>& out) const;
+
+  /// The pre-tokens of `text` (consecutive, covering it; bytes no regex alternative matches,
+  /// i.e. invalid UTF-8, form their own pieces). Throws kvevict::Error when the regex engine fails.
+  std::vector<std::string_view> pre_tokenize(std::string_view text) const;
 
   /// Number of usable merges.
   size_t n_merges() const { return ranks_.size(); }
