@@ -335,6 +335,25 @@ TEST(TokenizerGguf, AddBosAndAddEosTokenKeys) {
   EXPECT_EQ(eos.encode("a", false, false), (std::vector<int32_t>{3}));
 }
 
+// Expected (llama.cpp semantics): tokenizer.ggml.eot_token_id / eom_token_id join EOS in the
+// end-of-generation set; a plain token does not.
+TEST(TokenizerGguf, EotAndEomKeysAreEndOfGeneration) {
+  MiniGguf g;
+  g.str("tokenizer.ggml.model", "llama")
+      .strs("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "a", "<turn_end>", "<msg_end>"})
+      .floats("tokenizer.ggml.scores", {0, 0, 0, -1, 0, 0})
+      .i32s("tokenizer.ggml.token_type", {2, 3, 3, 1, 3, 3})
+      .u32("tokenizer.ggml.eot_token_id", 4)
+      .u32("tokenizer.ggml.eom_token_id", 5);
+  Tokenizer t = Tokenizer::from_gguf(GgufFile::open(g.write("eot_eom")));
+  EXPECT_TRUE(t.is_eog(2));
+  EXPECT_TRUE(t.is_eog(4));
+  EXPECT_TRUE(t.is_eog(5));
+  EXPECT_FALSE(t.is_eog(3));
+  EXPECT_FALSE(t.is_eog(1));
+  EXPECT_EQ(t.eog_ids(), (std::vector<int32_t>{2, 4, 5}));
+}
+
 // Expected: every error names the file and the offending key (and value where there is one).
 TEST(TokenizerGguf, ErrorsNameFileAndKey) {
   const std::string bert = mini_vocab("bert").write("bert");

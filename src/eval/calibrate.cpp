@@ -77,7 +77,7 @@ QueryStats calibrate_query_stats(const LlamaModel& model, std::span<const int32_
   const auto n = static_cast<int64_t>(tokens.size());
   for (int64_t start = 0; start < n; start += ctx) {
     chunk.assign(tokens.begin() + start, tokens.begin() + std::min(n, start + ctx));
-    if (start > 0) chunk[0] = model.tokenizer().bos_id();
+    if (start > 0 && model.tokenizer().add_bos()) chunk[0] = model.tokenizer().bos_id();
     SequenceKv kv(shape, static_cast<int64_t>(chunk.size()));
     llama_forward(model, rope, kv, chunk, 0, PositionMode::Logical, LogitsWanted::None, logits, &sums,
                   /*want_probs=*/false, /*is_prefill=*/true, pool, buf);

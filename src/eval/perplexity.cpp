@@ -57,7 +57,9 @@ ChunkedPerplexity perplexity_chunked(Engine& engine, const Policy& policy, const
   std::vector<int32_t> chunk(static_cast<size_t>(n_ctx));
   for (int64_t c = 0; c < n_chunks; ++c) {
     std::copy(tokens.begin() + c * n_ctx, tokens.begin() + (c + 1) * n_ctx, chunk.begin());
-    chunk[0] = bos;
+    // As llama.cpp's perplexity: a chunk starts with BOS only when the model adds one
+    // (`tokenizer.ggml.add_bos_token`; Qwen3 files say no).
+    if (engine.model().tokenizer().add_bos()) chunk[0] = bos;
     const auto add = [&](std::span<const float> row, int64_t j) {
       const double v = token_nll(row, chunk[static_cast<size_t>(j + 1)]);
       nll += v;
