@@ -170,6 +170,18 @@ TEST(TokenizerBpeStream, HoldsBackPartialUtf8) {
   EXPECT_TRUE(split_seen) << "test text no longer splits a character across tokens";
 }
 
+// Expected: bytes survive encode+decode even where the text is not valid UTF-8 (the byte
+// alphabet covers all 256 bytes) or holds a 200,000-space run (regex backtracking depth).
+TEST(TokenizerBpeRobustness, InvalidUtf8AndLongRuns) {
+  for (const char* stem : {"tiny-random-qwen3-f16", "tiny-random-llama3-f16"}) {
+    const Tokenizer& t = tokenizer_for(stem);
+    const std::string bad = std::string("ok \xff\xfe mid \xc3") + "(\xe2\x82) end \xf0\x9f";
+    EXPECT_TRUE(t.decode(t.encode(bad, false, false)) == bad) << stem;
+    const std::string run = "a" + std::string(200000, ' ') + "b\n" + std::string(50000, '\n') + "c";
+    EXPECT_TRUE(t.decode(t.encode(run, false, false)) == run) << stem;
+  }
+}
+
 // Not a parity check: a loose speed bound (100 KB of wikitext, BPE + regex) so an accidentally
 // quadratic merge fails; the time is printed for the record.
 TEST(TokenizerBpeSpeed, HundredKilobytesWellUnderASecond) {
