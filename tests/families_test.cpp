@@ -207,6 +207,14 @@ TEST(FamiliesQuantised, Phi3QuantisedFilesMatchReferences) {
     std::printf("[families] %s fp32-activation reference vs transformers-gguf: max|dlogit| first64 %.2e\n", stem.c_str(),
                 d_naive);
     EXPECT_LE(d_naive, 1e-3);
+    const auto lp = read_json("reference/tiny-random-long-prompt.json")["files"][stem + ".gguf"];
+    if (lp.is_null()) continue;  // the long-prompt file has llama.cpp figures for q4_k_m only
+    const auto gl = greedy_check(*m, lp["prompt_ids"].get<std::vector<int32_t>>(), lp["greedy"].get<std::vector<int32_t>>(),
+                                 lp["greedy_top1_minus_top2"].get<std::vector<double>>(), 1.0);
+    std::printf("[families] %s long prompt: max|dlogit| first64 vs llama.cpp %.3f; greedy %d/%d equal (margin >= 1.0)\n",
+                stem.c_str(), max_abs_diff_first(gl.last_logits, lp["last_logits_first64"].get<std::vector<float>>()),
+                gl.equal, gl.compared);
+    EXPECT_EQ(argmax(gl.last_logits), lp["argmax"].get<int>());
   }
 }
 
@@ -307,6 +315,45 @@ TEST_P(FamilyEviction, BudgetAboveLengthEqualsFull) {
   const auto rnd = run("random", 64);
   for (size_t k = 0; k < full.size(); ++k)
     for (size_t i = 0; i < full[k].size(); ++i) ASSERT_NEAR(rnd[k][i], full[k][i], 1e-5 * std::max(1.0f, std::abs(full[k][i])));
+}
+
+TEST_P(FamilyEviction, CachePositionModeRerotatesKeysWithTheModelsRope) {
+  REQUIRE_FAMILY_MODEL(m, GetParam());
+  // StreamingLLM-style positions (PositionMode::Cache): after the first round both modes hold
+  // the same slots (random keep-sets do not depend on contents); each kept key in cache mode must
+  // equal the logical-mode key rotated by (new slot - position) with this family's RoPE (NEOX
+  // here; the style and frequencies come from the file, checked by the parity tests).
+  const int64_t P = 9, B = 24, r = 8;
+  const auto tokens = long_prompt_ids(GetParam(), 60);
+  Engine engine(*m, 1);
+  EvictionConfig cfg;
+  cfg.budget = B;
+  cfg.recent = r;
+  auto a = engine.new_sequence(0, make_policy("random"), cfg, P, 50);
+  cfg.positions = PositionMode::Cache;
+  auto b = engine.new_sequence(0, make_policy("random"), cfg, P, 50);
+  std::vector<float> la, lb;
+  engine.prefill(*a, std::span<const int32_t>(tokens).first(P), la);
+  engine.prefill(*b, std::span<const int32_t>(tokens).first(P), lb);
+  for (size_t t = static_cast<size_t>(P); a->stats.rounds == 0; ++t) {
+    engine.decode(*a, tokens[t], la);
+    engine.decode(*b, tokens[t], lb);
+  }
+  ASSERT_EQ(b->stats.rounds, 1);
+  const Rope rope(m->config().rope);
+  ASSERT_EQ(rope.style(), RopeStyle::Neox);
+  const int hd = m->config().head_dim;
+  int moved = 0;
+  for (int l = 0; l < m->config().n_layers; ++l)
+    for (int h = 0; h < m->config().n_kv_heads; ++h)
+      for (int64_t j = 0; j < B; ++j) {
+        ASSERT_EQ(a->kv.positions(l, h)[j], b->kv.positions(l, h)[j]);
+        std::vector<float> k(a->kv.keys(l, h) + j * hd, a->kv.keys(l, h) + (j + 1) * hd);
+        rope.rotate(k.data(), j - a->kv.positions(l, h)[j]);
+        moved += j != a->kv.positions(l, h)[j];
+        for (int d = 0; d < hd; ++d) ASSERT_NEAR(b->kv.keys(l, h)[j * hd + d], k[static_cast<size_t>(d)], 1e-4);
+      }
+  EXPECT_GT(moved, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyRandom, FamilyEviction,
