@@ -251,7 +251,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, const Load
   for (const GgufTensor& t : f.tensors()) bytes += t.n_bytes;
   m->weight_bytes_ = bytes;
   if (options.print_warnings)
-    for (const std::string& w : m->warnings_) std::fprintf(stderr, "warning: %s\n", w.c_str());
+    for (const std::string& w : m->warnings_) std::fprintf(stderr, "kvevict: warning: %s\n", w.c_str());
   return m;
 }
 
