@@ -218,6 +218,22 @@ TEST(FamiliesQuantised, Phi3QuantisedFilesMatchReferences) {
   }
 }
 
+TEST(Families, Phi3RunsFromTextWithItsSentencePieceVocabulary) {
+  // phi3 keeps the Llama-2 SentencePiece vocabulary, so the whole path from text works today:
+  // the reference's prompt ids (llama.cpp, add_special) and its first greedy id.
+  const std::string path = model_path("tiny-random-phi3-f16");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not found";
+  const auto m = LlamaModel::load(path, LoadOptions{.tokenizer = true, .print_warnings = false});
+  const auto ref = read_json("reference/tiny-random-phi3.json")["files"]["tiny-random-phi3-f16"];
+  const auto ids = m->tokenizer().encode(ref["prompt"].get<std::string>(), true);
+  EXPECT_EQ(ids, ref["prompt_ids"].get<std::vector<int32_t>>());
+  Engine engine(*m, 1);
+  auto seq = engine.new_sequence(0, make_policy("full"), {}, static_cast<int64_t>(ids.size()), 0);
+  std::vector<float> logits;
+  engine.prefill(*seq, ids, logits);
+  EXPECT_EQ(argmax(logits), ref["llama_cpp"]["greedy_16"][0].get<int>());
+}
+
 TEST(Families, NaiveReferenceMatchesTransformers) {
   // The masked reference (reference_model.h) used below must itself be right for each family:
   // its last-token logits vs transformers_same_weights, same tolerance as the engine.
@@ -502,6 +518,7 @@ TEST(FamilyFiles, BadFilesAreRefusedNamingTheProblem) {
       {"tiny-qwen3", add_tensor("blk.0.attn_q.bias"), "tensor 'blk.0.attn_q.bias' is not used by architecture 'qwen3'"},
       {"tiny-qwen2", add_tensor("rope_freqs.weight"), "'rope_freqs.weight' is not used by architecture 'qwen2'"},
       {"tiny", set_uint({{"llama.expert_count", 8}}), "llama.expert_count = 8"},
+      {"tiny-qwen2", set_uint({{"qwen2.final_logit_softcapping", 30}}), "key 'qwen2.final_logit_softcapping' is not implemented"},
   };
   int i = 0;
   for (const Case& c : cases) {

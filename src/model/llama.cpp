@@ -169,6 +169,10 @@ void LlamaModel::read_config() {
   if (f.has(a + "expert_count") && f.get_uint(a + "expert_count") > 0)
     throw Error(fmt::format("{}: {}expert_count = {}: mixture-of-experts models are not supported", path, a,
                             f.get_uint(a + "expert_count")));
+  // Keys of other llama.cpp architectures that would change the computation if they appeared.
+  for (const char* k : {"attention.clamp_kqv", "attention.scale", "logit_scale", "attn_logit_softcapping",
+                        "final_logit_softcapping", "residual_scale", "embedding_scale"})
+    if (f.has(a + k)) throw Error(fmt::format("{}: key '{}{}' is not implemented for '{}'", path, a, k, c.arch));
   if (f.has(a + "attention.sliding_window")) {
     if (!arch_->ignore_sliding_window)
       throw Error(fmt::format("{}: {}attention.sliding_window = {}: sliding-window attention is not implemented",
