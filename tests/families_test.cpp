@@ -47,6 +47,7 @@ nlohmann::json read_json(const std::string& rel) {
 struct FamilyFile {
   std::string family, stem;
 };
+void PrintTo(const FamilyFile& f, std::ostream* os) { *os << f.stem; }
 const std::vector<FamilyFile>& f16_files() {
   static const std::vector<FamilyFile> v = {{"qwen2", "tiny-random-qwen2-f16"},
                                             {"qwen3", "tiny-random-qwen3-f16"},
