@@ -55,6 +55,10 @@ const std::vector<FamilyFile>& f16_files() {
                                             {"phi3", "tiny-random-phi3-f16"}};
   return v;
 }
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("kvevict_fam_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
 std::string model_path(const std::string& stem) { return test::shared_path("models/tiny-random/" + stem + ".gguf"); }
 
 // Loads each file once per test binary, without tokenizer; nullptr when absent.
@@ -373,6 +377,37 @@ TEST_P(FamilyEviction, CachePositionModeRerotatesKeysWithTheModelsRope) {
   EXPECT_GT(moved, 0);
 }
 
+TEST_P(FamilyEviction, EverySelectorRunsWithinBudget) {
+  REQUIRE_FAMILY_MODEL(m, GetParam());
+  // Selectors that read queries (snapkv, tova), probabilities (h2o) and calibrated pre-RoPE
+  // statistics (triattention, calibrated here on this model) run unchanged on the family: after
+  // every decode step each (layer, KV head) holds at most B + r slots and rounds happen.
+  const int64_t P = 12, N = 90, B = 32, r = 8;
+  const auto tokens = long_prompt_ids(GetParam(), 400);
+  ThreadPool pool(2);
+  const QueryStats st = calibrate_query_stats(*m, std::span<const int32_t>(tokens).subspan(100, 300), 0, pool);
+  const std::string stats = temp_path("family_stats.json");
+  save_query_stats(st, stats);
+  for (const std::string name : {"random", "snapkv", "tova", "h2o", "triattention", "streaming"}) {
+    const SelectorParams params = name == "triattention" ? SelectorParams::parse({"stats=" + stats}) : SelectorParams();
+    Engine engine(*m, 2);
+    EvictionConfig cfg;
+    cfg.budget = B;
+    cfg.recent = r;
+    cfg.seed = 3;
+    auto seq = engine.new_sequence(0, make_policy(name, std::nullopt, std::nullopt, params), cfg, P, N - P);
+    std::vector<float> logits;
+    engine.prefill(*seq, std::span<const int32_t>(tokens).first(P), logits);
+    for (int64_t t = P; t < N; ++t) {
+      engine.decode(*seq, tokens[static_cast<size_t>(t)], logits);
+      ASSERT_LE(seq->kv.length(0), B + r) << name;
+    }
+    EXPECT_GE(seq->stats.rounds, 5) << name;
+    for (float v : logits) ASSERT_TRUE(std::isfinite(v)) << name;
+  }
+  std::filesystem::remove(stats);
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyRandom, FamilyEviction,
                          ::testing::Values("tiny-random-qwen3-f16", "tiny-random-phi3-f16"),
                          [](const auto& info) {
@@ -381,10 +416,6 @@ INSTANTIATE_TEST_SUITE_P(TinyRandom, FamilyEviction,
                          });
 
 // ---- bad files: each written from a valid synthetic model of the family, with one change ----
-
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("kvevict_fam_" + std::to_string(::getpid()) + "_" + name)).string();
-}
 
 // One change to a GGUF: drop a tensor, give a tensor new dims (zero-filled), add a tensor, set
 // or drop a key (uint32 / float32 / string values).

@@ -79,7 +79,9 @@ class LlamaModel {
   static std::unique_ptr<LlamaModel> load(const std::string& path, const LoadOptions& options = {});
 
   const LlamaConfig& config() const { return config_; }
+  /// The family's description (model/arch.h).
   const ArchInfo& arch() const { return *arch_; }
+  /// False when loaded with LoadOptions::tokenizer = false.
   bool has_tokenizer() const { return tokenizer_ != nullptr; }
   /// The tokenizer. Throws kvevict::Error when the model was loaded without one.
   const Tokenizer& tokenizer() const;

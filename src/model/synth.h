@@ -43,6 +43,7 @@ struct SynthShape {
   std::string arch = "llama";
   int head_dim = 0;  ///< per-head width; 0 means dim / n_heads (written as attention.key_length otherwise)
   int n_rot = 0;     ///< rotated dims (rope.dimension_count); 0 means head_dim
+  /// head_dim, or dim / n_heads when it is 0.
   int head_dim_or_default() const { return head_dim > 0 ? head_dim : dim / n_heads; }
   /// Parameters (elements of every tensor).
   int64_t n_params() const;
