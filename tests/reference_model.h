@@ -2,8 +2,10 @@
 //
 // It recomputes a whole token sequence from scratch with plain loops and an explicit attention
 // mask visible(t, layer, kv_head, pos): no KV cache, no compaction, no thread pool, its own RoPE
-// (float angles as llama.cpp computes them). Only the GGUF reader and dequantisation are shared
-// with the engine (those are tested separately against the `gguf` Python package).
+// (float angles as llama.cpp computes them, both pair layouts). Only the GGUF reader, the
+// loader's parsed configuration and dequantisation are shared with the engine (the first and
+// last are tested separately against the `gguf` Python package; the configuration by the
+// family parity tests against transformers and llama.cpp).
 #pragma once
 
 #include <cmath>
@@ -35,11 +37,11 @@ class ReferenceLlama {
       std::vector<std::vector<float>> q(T), k(T), v(T);
       for (int t = 0; t < T; ++t) {
         const auto xn = norm(x[t], L.attn_norm);
-        q[t] = mv(L.wq, xn);
-        k[t] = mv(L.wk, xn);
-        v[t] = mv(L.wv, xn);
-        for (int h = 0; h < nh; ++h) rope(&q[t][h * hd], t);
-        for (int h = 0; h < nkv; ++h) rope(&k[t][h * hd], t);
+        q[t] = add(mv(L.wq, xn), L.bq);
+        k[t] = add(mv(L.wk, xn), L.bk);
+        v[t] = add(mv(L.wv, xn), L.bv);
+        for (int h = 0; h < nh; ++h) head_norm(&q[t][h * hd], L.q_norm), rope(&q[t][h * hd], t);
+        for (int h = 0; h < nkv; ++h) head_norm(&k[t][h * hd], L.k_norm), rope(&k[t][h * hd], t);
       }
       for (int t = 0; t < T; ++t) {
         std::vector<float> att(nh * hd, 0.0f);
@@ -101,14 +103,32 @@ class ReferenceLlama {
     for (size_t i = 0; i < x.size(); ++i) y[i] = float(x[i] * s * w[i]);
     return y;
   }
+  static std::vector<float> add(std::vector<float> y, const std::vector<float>& bias) {
+    for (size_t i = 0; i < bias.size(); ++i) y[i] += bias[i];
+    return y;
+  }
+  // Per-head RMSNorm (Qwen3 q_norm / k_norm), in double.
+  void head_norm(float* x, const std::vector<float>& w) const {
+    if (w.empty()) return;
+    double ss = 0;
+    for (size_t i = 0; i < w.size(); ++i) ss += double(x[i]) * x[i];
+    const double s = 1.0 / std::sqrt(ss / w.size() + c_.rms_eps);
+    for (size_t i = 0; i < w.size(); ++i) x[i] = float(x[i] * s * w[i]);
+  }
+  // RoPE as llama.cpp's ggml_rope_ext computes it (float angles): the first n_rot coordinates
+  // rotate, pair i is (2i, 2i+1) in mode NORM and (i, i + n_rot/2) in mode NEOX, angle
+  // pos · freq_scale · base^(-2i/n_rot) / freq_factor[i].
   void rope(float* x, int pos) const {
-    const int hd = c_.head_dim;
-    for (int i = 0; i < hd / 2; ++i) {
-      const float theta = pos * std::pow(c_.rope_theta, -2.0f * i / hd);
+    const RopeConfig& r = c_.rope;
+    const int n_rot = r.n_rot > 0 ? r.n_rot : c_.head_dim;
+    for (int i = 0; i < n_rot / 2; ++i) {
+      float theta = pos * float(r.freq_scale) * std::pow(c_.rope_theta, -2.0f * i / n_rot);
+      if (!r.freq_factors.empty()) theta /= r.freq_factors[i];
       const float c = std::cos(theta), s = std::sin(theta);
-      const float a = x[2 * i], b = x[2 * i + 1];
-      x[2 * i] = a * c - b * s;
-      x[2 * i + 1] = a * s + b * c;
+      const int ia = r.style == RopeStyle::Neox ? i : 2 * i, ib = r.style == RopeStyle::Neox ? i + n_rot / 2 : 2 * i + 1;
+      const float a = x[ia], b = x[ib];
+      x[ia] = a * c - b * s;
+      x[ib] = a * s + b * c;
     }
   }
   const LlamaModel& m_;

@@ -27,7 +27,7 @@
 #include "eviction/query_stats.h"
 #include "eviction/registry.h"
 #include "eviction/schedule.h"
-#include "model/attention.h"
+#include "model/forward.h"
 #include "model/rope.h"
 #include "model_fixture.h"
 #include "util/error.h"

@@ -16,18 +16,21 @@ namespace {
 struct SynthArgs {
   std::string shape, type = "q8_0", out;
   uint64_t seed = 0;
+  std::string arch;  ///< family; empty: the shape's own
 };
 
 int run_synth(const SynthArgs& a) {
-  const SynthShape shape = synth_shape(a.shape);
+  if (a.shape.empty() && a.arch.empty()) throw Error("tools synth-gguf: give --shape, --arch or both");
+  SynthShape shape = synth_shape(a.shape.empty() ? synth_default_shape(a.arch) : a.shape);
+  if (!a.arch.empty()) shape.arch = a.arch;
   const GgmlType type = parse_synth_type(a.type);
   const auto t0 = std::chrono::steady_clock::now();
   write_synth_gguf(shape, type, a.seed, a.out);
   // Read it back through the real loader so a broken file never leaves this command.
   const auto model = LlamaModel::load(a.out);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  fmt::print("wrote {}: {} shape, {} weights, seed {}, {:.1f}M parameters, {:.1f} MiB of tensors ({:.1f} s)\n", a.out,
-             shape.name, a.type, a.seed, static_cast<double>(shape.n_params()) / 1e6,
+  fmt::print("wrote {}: {} shape ({}), {} weights, seed {}, {:.1f}M parameters, {:.1f} MiB of tensors ({:.1f} s)\n", a.out,
+             shape.name, shape.arch, a.type, a.seed, static_cast<double>(shape.n_params()) / 1e6,
              static_cast<double>(model->weight_bytes()) / (1 << 20), s);
   return 0;
 }
@@ -41,7 +44,8 @@ void add_tools(CLI::App& root, std::vector<Command>& out) {
   auto* synth = tools->add_subcommand("synth-gguf", "Write a llama GGUF of a real model's shape with seeded random weights");
   std::string shapes;
   for (const std::string& s : synth_shape_names()) shapes += (shapes.empty() ? "" : ", ") + s;
-  synth->add_option("--shape", a->shape, "Model shape: " + shapes)->required();
+  synth->add_option("--shape", a->shape, "Model shape: " + shapes + " (default with --arch: that family's shape)");
+  synth->add_option("--arch", a->arch, "Architecture: llama, qwen2, qwen3, phi3 (default: the shape's)");
   synth->add_option("--type", a->type, "Weight type: f32, f16, q8_0, q4_0")->capture_default_str();
   synth->add_option("--seed", a->seed, "Seed of the random weights")->check(seed_value())->capture_default_str();
   synth->add_option("-o,--output", a->out, "Output GGUF path")->required();

@@ -37,7 +37,7 @@ class TimedObserver final : public SelectorState {
 }  // namespace
 
 Engine::Engine(const LlamaModel& model, int n_threads, KvType kv_type)
-    : model_(model), rope_(model.config().head_dim, model.config().rope_theta), pool_(n_threads), kv_type_(kv_type) {}
+    : model_(model), rope_(model.config().rope), pool_(n_threads), kv_type_(kv_type) {}
 
 KvShape Engine::kv_shape() const {
   const LlamaConfig& c = model_.config();

@@ -28,9 +28,10 @@ class QuerySums final : public SelectorState {
       rope_.rotate(q_.data(), -obs.position);  // post-RoPE -> pre-RoPE
       for (int f = 0; f < F; ++f) {
         const size_t k = index(obs.layer, h, f);
-        re_[k] += q_[static_cast<size_t>(2 * f)];
-        im_[k] += q_[static_cast<size_t>(2 * f + 1)];
-        abs_[k] += std::hypot(double{q_[static_cast<size_t>(2 * f)]}, double{q_[static_cast<size_t>(2 * f + 1)]});
+        const double re = q_[static_cast<size_t>(rope_.band_re(f))], im = q_[static_cast<size_t>(rope_.band_im(f))];
+        re_[k] += re;  // band f of model/rope.h (adjacent pair or NEOX halves)
+        im_[k] += im;
+        abs_[k] += std::hypot(re, im);
       }
     }
   }
@@ -68,7 +69,7 @@ QueryStats calibrate_query_stats(const LlamaModel& model, std::span<const int32_
   if (ctx == 0) ctx = c.context_length;
   if (ctx < 2) throw Error(fmt::format("calibration chunk size {} must be >= 2 tokens", ctx));
   if (tokens.size() < 2) throw Error(fmt::format("calibration needs at least 2 tokens, got {}", tokens.size()));
-  const Rope rope(c.head_dim, c.rope_theta);
+  const Rope rope(c.rope);
   QuerySums sums(c, rope);
   const KvShape shape{c.n_layers, c.n_kv_heads, c.head_dim};
   ForwardBuffers buf;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kvcache/kv_cache.h"
+#include "model/observer.h"
 
 namespace kvevict {
 
@@ -30,29 +31,11 @@ struct SelectorNeeds {
   bool any() const { return queries || attention; }
 };
 
-/// What the forward pass saw for one query token in one layer (only delivered to selectors
-/// whose needs().any() is true).
-struct AttentionObservation {
-  int layer = 0;
-  int64_t position = 0;      ///< logical position of the query token
-  bool prefill = false;      ///< true during prefill, false in a decode step
-  int n_heads = 0;           ///< query heads
-  int group_size = 0;        ///< query heads per KV head; head h reads KV head h / group_size
-  int head_dim = 0;
-  int64_t n_slots = 0;       ///< live slots attended (same for every KV head of the layer)
-  const float* queries = nullptr;  ///< [n_heads, head_dim], post-RoPE
-  const float* probs = nullptr;    ///< [n_heads, n_slots], softmax over the slots; null
-                                   ///< unless needs().attention
-};
-
 /// Per-sequence state of a selector (observation windows, accumulators). Owned by the sequence,
-/// never shared between sequences.
-class SelectorState {
+/// never shared between sequences. It observes the forward pass (model/observer.h: queries, and
+/// probabilities only if needs().attention).
+class SelectorState : public AttentionObserver {
  public:
-  virtual ~SelectorState() = default;
-  /// Receives the queries (and, if needs().attention, the probabilities) of one query token in
-  /// one layer. Called for prefill and decode tokens, in token order.
-  virtual void observe(const AttentionObservation& /*obs*/) {}
   /// Called after (layer, kv_head) kept exactly the slots `keep` (old slot indices, ascending),
   /// so slot-aligned state can be gathered the same way.
   virtual void on_compact(int /*layer*/, int /*kv_head*/, std::span<const int32_t> /*keep*/) {}

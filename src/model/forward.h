@@ -1,8 +1,11 @@
-// The llama forward pass over a sequence's budgeted KV cache.
+// The forward pass over a sequence's budgeted KV cache, one for every family of model/arch.h.
 //
 // Source: LLaMA (arXiv 2302.13971) §2: pre-norm RMSNorm (Zhang & Sennrich, arXiv 1910.07467),
-// SwiGLU FFN (Shazeer, arXiv 2002.05202), RoPE (model/rope.h); grouped-query attention
-// (Ainslie et al., arXiv 2305.13245): query head h reads KV head h / group_size.
+// SwiGLU FFN (Shazeer, arXiv 2002.05202), RoPE (model/rope.h: adjacent or NEOX pairs, partial
+// rotary, frequency factors); grouped-query attention (Ainslie et al., arXiv 2305.13245): query
+// head h reads KV head h / group_size. Family options (model/arch.h), applied between the Q/K/V
+// projections and RoPE: Q/K/V biases (Qwen2), per-head RMSNorm of Q and K (Qwen3); fused
+// projections (Phi-3) are split into views at load, so the pass does not see them.
 // Activations are float32. Kernels: kernels/matmul.h (weights of any supported type; Q8_0/Q4_0
 // weights take Q8_0-quantised activations), kernels/attention.h (tiled online softmax, one pass
 // per GQA group, f32 or f16 cache).
@@ -13,6 +16,7 @@
 // other segments share the call (every kernel computes each output row independently).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -20,12 +24,17 @@
 #include "kernels/matmul.h"
 #include "kvcache/kv_cache.h"
 #include "model/llama.h"
+#include "model/observer.h"
 #include "model/rope.h"
 
 namespace kvevict {
 
-class SelectorState;
 class ThreadPool;
+
+/// Number of attention-probability rows written since start (one per query head and token).
+/// Only the two-pass kernel (segments with want_probs) increments it; tests use it to prove
+/// that policies which need no scores never cause probabilities to be computed or stored.
+extern std::atomic<int64_t> g_attention_probability_rows;
 
 /// Which logits a forward call returns.
 enum class LogitsWanted { None, Last, All };
@@ -43,7 +52,7 @@ struct ForwardSegment {
   std::span<const int32_t> tokens;      ///< its new tokens [T_i] (T_i >= 1)
   int64_t pos0 = 0;                     ///< logical position of tokens[0]
   PositionMode mode = PositionMode::Logical;
-  SelectorState* observer = nullptr;    ///< receives queries (and probs with want_probs)
+  AttentionObserver* observer = nullptr;  ///< receives queries (and probs with want_probs)
   bool want_probs = false;
   bool is_prefill = false;              ///< passed on as AttentionObservation::prefill
 };
@@ -67,7 +76,7 @@ void llama_forward_segments(const LlamaModel& model, const Rope& rope, std::span
 /// Throws kvevict::Error when a token id is out of range or the cache lacks room for T slots.
 void llama_forward(const LlamaModel& model, const Rope& rope, SequenceKv& kv,
                    std::span<const int32_t> tokens, int64_t pos0, PositionMode mode,
-                   LogitsWanted wanted, std::vector<float>& logits, SelectorState* observer,
+                   LogitsWanted wanted, std::vector<float>& logits, AttentionObserver* observer,
                    bool want_probs, bool is_prefill, ThreadPool& pool, ForwardBuffers& buf);
 
 /// y[T, W.rows] = x[T, W.cols] · Wᵀ, rows split across the pool (each output computed by one

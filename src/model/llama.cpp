@@ -3,34 +3,116 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdio>
+#include <set>
 
 #include "util/error.h"
 
 namespace kvevict {
 namespace {
 
-WeightMatrix matrix(const GgufFile& f, const std::string& name, int64_t rows, int64_t cols) {
-  const GgufTensor& t = f.tensor(name);
-  if (t.dims.size() != 2 || t.dims[0] != cols || t.dims[1] != rows)
-    throw Error(fmt::format("{}: tensor '{}' has shape [{}], expected [{}, {}] (GGUF order: cols, rows)",
-                            f.path(), name, fmt::join(t.dims, ", "), cols, rows));
-  WeightMatrix m;
-  m.type = t.ggml_type();
-  m.data = t.data;
-  m.rows = rows;
-  m.cols = cols;
-  m.row_bytes = ggml_row_bytes(m.type, cols);
-  return m;
+// Reads tensors by name and remembers which were read, so tensors the architecture does not
+// use are refused instead of silently ignored (llama.cpp refuses them too).
+class TensorReader {
+ public:
+  explicit TensorReader(const GgufFile& f) : f_(f) {}
+
+  bool has(const std::string& name) const { return f_.find_tensor(name) != nullptr; }
+
+  WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) {
+    const GgufTensor& t = get(name);
+    if (t.dims.size() != 2 || t.dims[0] != cols || t.dims[1] != rows)
+      throw Error(fmt::format("{}: tensor '{}' has shape [{}], expected [{}, {}] (GGUF order: cols, rows)",
+                              f_.path(), name, fmt::join(t.dims, ", "), cols, rows));
+    WeightMatrix m;
+    m.type = t.ggml_type();
+    m.data = t.data;
+    m.rows = rows;
+    m.cols = cols;
+    m.row_bytes = ggml_row_bytes(m.type, cols);
+    return m;
+  }
+
+  std::vector<float> vector_f32(const std::string& name, int64_t n) {
+    const GgufTensor& t = get(name);
+    if (t.n_elements() != n)
+      throw Error(fmt::format("{}: tensor '{}' has {} elements, expected {}", f_.path(), name, t.n_elements(), n));
+    std::vector<float> out(static_cast<size_t>(n));
+    dequantize_row(t.ggml_type(), t.data, out.data(), n);
+    return out;
+  }
+
+  /// Rows of `name` as given (for the vocabulary size).
+  int64_t rows_of(const std::string& name) const {
+    const GgufTensor& t = f_.tensor(name);
+    if (t.dims.size() != 2) throw Error(fmt::format("{}: tensor '{}' is not 2-D", f_.path(), name));
+    return t.dims[1];
+  }
+
+  /// Throws naming the first tensor of the file that no read asked for.
+  void check_all_used(const std::string& arch) const {
+    for (const GgufTensor& t : f_.tensors())
+      if (!used_.count(t.name))
+        throw Error(fmt::format("{}: tensor '{}' is not used by architecture '{}' (refused rather than ignored)",
+                                f_.path(), t.name, arch));
+  }
+
+ private:
+  const GgufTensor& get(const std::string& name) {
+    used_.insert(name);
+    return f_.tensor(name);
+  }
+  const GgufFile& f_;
+  std::set<std::string> used_;
+};
+
+// Rows [r0, r0 + n) of a fused weight as a weight of its own (no copy).
+WeightMatrix row_range(const WeightMatrix& w, int64_t r0, int64_t n) {
+  WeightMatrix out = w;
+  out.data = w.data + r0 * w.row_bytes;
+  out.rows = n;
+  return out;
 }
 
-std::vector<float> vector_f32(const GgufFile& f, const std::string& name, int64_t n) {
-  const GgufTensor& t = f.tensor(name);
-  if (t.n_elements() != n)
-    throw Error(fmt::format("{}: tensor '{}' has {} elements, expected {}", f.path(), name,
-                            t.n_elements(), n));
-  std::vector<float> out(static_cast<size_t>(n));
-  dequantize_row(t.ggml_type(), t.data, out.data(), n);
-  return out;
+// One block's weights; fused tensors are split into views, optional tensors read when present.
+LlamaLayer load_layer(TensorReader& tr, const LlamaConfig& c, const ArchInfo& arch, int l) {
+  const int64_t qd = int64_t{c.n_heads} * c.head_dim, kvd = int64_t{c.n_kv_heads} * c.head_dim;
+  const std::string p = fmt::format("blk.{}.", l);
+  LlamaLayer L;
+  L.attn_norm = tr.vector_f32(p + "attn_norm.weight", c.dim);
+  if (arch.fused_qkv) {
+    const WeightMatrix qkv = tr.matrix(p + "attn_qkv.weight", qd + 2 * kvd, c.dim);
+    L.wq = row_range(qkv, 0, qd);
+    L.wk = row_range(qkv, qd, kvd);
+    L.wv = row_range(qkv, qd + kvd, kvd);
+  } else {
+    L.wq = tr.matrix(p + "attn_q.weight", qd, c.dim);
+    L.wk = tr.matrix(p + "attn_k.weight", kvd, c.dim);
+    L.wv = tr.matrix(p + "attn_v.weight", kvd, c.dim);
+  }
+  const bool bias = arch.qkv_bias == TensorUse::Required ||
+                    (arch.qkv_bias == TensorUse::Optional && tr.has(p + "attn_q.bias"));
+  if (bias) {
+    L.bq = tr.vector_f32(p + "attn_q.bias", qd);
+    L.bk = tr.vector_f32(p + "attn_k.bias", kvd);
+    L.bv = tr.vector_f32(p + "attn_v.bias", kvd);
+  }
+  if (arch.qk_norm) {
+    L.q_norm = tr.vector_f32(p + "attn_q_norm.weight", c.head_dim);
+    L.k_norm = tr.vector_f32(p + "attn_k_norm.weight", c.head_dim);
+  }
+  L.wo = tr.matrix(p + "attn_output.weight", c.dim, qd);
+  L.ffn_norm = tr.vector_f32(p + "ffn_norm.weight", c.dim);
+  if (arch.fused_gate_up) {
+    const WeightMatrix gate_up = tr.matrix(p + "ffn_up.weight", 2 * int64_t{c.hidden_dim}, c.dim);
+    L.w_gate = row_range(gate_up, 0, c.hidden_dim);
+    L.w_up = row_range(gate_up, c.hidden_dim, c.hidden_dim);
+  } else {
+    L.w_gate = tr.matrix(p + "ffn_gate.weight", c.hidden_dim, c.dim);
+    L.w_up = tr.matrix(p + "ffn_up.weight", c.hidden_dim, c.dim);
+  }
+  L.w_down = tr.matrix(p + "ffn_down.weight", c.dim, c.hidden_dim);
+  return L;
 }
 
 int positive(const GgufFile& f, const std::string& key) {
@@ -42,65 +124,138 @@ int positive(const GgufFile& f, const std::string& key) {
 
 }  // namespace
 
-std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path) {
+const Tokenizer& LlamaModel::tokenizer() const {
+  if (!tokenizer_) throw Error(fmt::format("{}: model was loaded without its tokenizer", file_.path()));
+  return *tokenizer_;
+}
+
+// Shape keys of `<arch>.*` and the keys that change the computation in ways not implemented.
+void LlamaModel::read_config() {
+  const GgufFile& f = file_;
+  const std::string& path = f.path();
+  LlamaConfig& c = config_;
+  arch_ = &arch_info(f.get_string("general.architecture"), path);
+  c.arch = arch_->name;
+  const std::string a = c.arch + ".";
+  c.dim = positive(f, a + "embedding_length");
+  c.n_layers = positive(f, a + "block_count");
+  c.n_heads = positive(f, a + "attention.head_count");
+  c.n_kv_heads = f.has(a + "attention.head_count_kv") ? positive(f, a + "attention.head_count_kv") : c.n_heads;
+  c.hidden_dim = positive(f, a + "feed_forward_length");
+  c.context_length = positive(f, a + "context_length");
+  c.rms_eps = static_cast<float>(f.get_float(a + "attention.layer_norm_rms_epsilon"));
+  c.rope_theta = static_cast<float>(f.get_float_or(a + "rope.freq_base", 10000.0));
+  if (!(std::isfinite(c.rms_eps) && c.rms_eps > 0.0f && c.rms_eps < 1.0f))
+    throw Error(fmt::format("{}: {}attention.layer_norm_rms_epsilon = {} must be a finite value in (0, 1)", path, a,
+                            c.rms_eps));
+  if (!(std::isfinite(c.rope_theta) && c.rope_theta > 1.0f))
+    throw Error(fmt::format("{}: {}rope.freq_base = {} must be a finite value > 1", path, a, c.rope_theta));
+  if (c.n_heads % c.n_kv_heads != 0)
+    throw Error(fmt::format("{}: inconsistent heads: {}attention.head_count {} is not a multiple of head_count_kv {}",
+                            path, a, c.n_heads, c.n_kv_heads));
+  if (f.has(a + "attention.key_length")) {
+    c.head_dim = positive(f, a + "attention.key_length");
+  } else {
+    if (c.dim % c.n_heads != 0)
+      throw Error(fmt::format("{}: inconsistent heads: {}embedding_length {} is not a multiple of head_count {} "
+                              "and there is no {}attention.key_length",
+                              path, a, c.dim, c.n_heads, a));
+    c.head_dim = c.dim / c.n_heads;
+  }
+  if (f.has(a + "attention.value_length") && f.get_uint(a + "attention.value_length") != static_cast<uint64_t>(c.head_dim))
+    throw Error(fmt::format("{}: {}attention.value_length = {} differs from the key head_dim {} (not supported)", path,
+                            a, f.get_uint(a + "attention.value_length"), c.head_dim));
+  if (c.head_dim % 2 != 0) throw Error(fmt::format("{}: head dimension {} is odd; RoPE needs pairs", path, c.head_dim));
+  if (f.has(a + "expert_count") && f.get_uint(a + "expert_count") > 0)
+    throw Error(fmt::format("{}: {}expert_count = {}: mixture-of-experts models are not supported", path, a,
+                            f.get_uint(a + "expert_count")));
+  // Keys of other llama.cpp architectures that would change the computation if they appeared.
+  for (const char* k : {"attention.clamp_kqv", "attention.scale", "logit_scale", "attn_logit_softcapping",
+                        "final_logit_softcapping", "residual_scale", "embedding_scale"})
+    if (f.has(a + k)) throw Error(fmt::format("{}: key '{}{}' is not implemented for '{}'", path, a, k, c.arch));
+  if (f.has(a + "attention.sliding_window")) {
+    if (!arch_->ignore_sliding_window)
+      throw Error(fmt::format("{}: {}attention.sliding_window = {}: sliding-window attention is not implemented",
+                              path, a, f.get_uint(a + "attention.sliding_window")));
+    // llama.cpp runs phi3 with full attention and says so; we do the same.
+    warnings_.push_back(fmt::format("{}: {}attention.sliding_window = {} ignored: full attention over the whole "
+                                    "context, as llama.cpp does for phi3",
+                                    path, a, f.get_uint(a + "attention.sliding_window")));
+  }
+}
+
+// RoPE: style from the architecture, rotated dims, linear scaling, rope_freqs; refuses the
+// scaling types that are not implemented, naming the key.
+void LlamaModel::read_rope() {
+  const GgufFile& f = file_;
+  const std::string& path = f.path();
+  LlamaConfig& c = config_;
+  const std::string a = c.arch + ".";
+  RopeConfig& r = c.rope;
+  r.head_dim = c.head_dim;
+  r.theta = c.rope_theta;
+  r.style = arch_->rope_style;
+  const uint64_t n_rot = f.get_uint_or(a + "rope.dimension_count", static_cast<uint64_t>(c.head_dim));
+  if (n_rot == 0 || n_rot > static_cast<uint64_t>(c.head_dim) || n_rot % 2 != 0)
+    throw Error(fmt::format("{}: {}rope.dimension_count = {} must be even and in [2, head_dim {}]", path, a, n_rot,
+                            c.head_dim));
+  r.n_rot = static_cast<int>(n_rot);
+  // llama.cpp's default scaling type is linear; a factor of 0 or 1 means none.
+  const std::string type = f.has(a + "rope.scaling.type") ? f.get_string(a + "rope.scaling.type") : "linear";
+  if (type != "none" && type != "linear")
+    throw Error(fmt::format("{}: {}rope.scaling.type = '{}' is not implemented (supported: none, linear)", path, a,
+                            type));
+  double factor = f.get_float_or(a + "rope.scaling.factor", f.get_float_or(a + "rope.scale_linear", 0.0));
+  if (type == "none") factor = 0.0;
+  if (!(std::isfinite(factor) && factor >= 0.0))
+    throw Error(fmt::format("{}: {}rope.scaling.factor = {} must be a finite value >= 0", path, a, factor));
+  r.freq_scale = factor == 0.0 ? 1.0 : 1.0 / factor;
+  if (f.has(a + "rope.scaling.attn_factor") && f.get_float(a + "rope.scaling.attn_factor") != 1.0)
+    throw Error(fmt::format("{}: {}rope.scaling.attn_factor = {} is not implemented", path, a,
+                            f.get_float(a + "rope.scaling.attn_factor")));
+  for (const char* t : {tensor_name::kRopeFactorsLong, tensor_name::kRopeFactorsShort})
+    if (f.find_tensor(t))
+      throw Error(fmt::format("{}: tensor '{}' (longrope scaling) is not implemented", path, t));
+}
+
+std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, const LoadOptions& options) {
   std::unique_ptr<LlamaModel> m(new LlamaModel(GgufFile::open(path)));
   const GgufFile& f = m->file_;
-  const std::string arch = f.get_string("general.architecture");
-  if (arch != "llama")
-    throw Error(fmt::format("{}: general.architecture = '{}' is not supported (supported: llama)",
-                            path, arch));
+  m->read_config();
+  m->read_rope();
   LlamaConfig& c = m->config_;
-  c.dim = positive(f, "llama.embedding_length");
-  c.n_layers = positive(f, "llama.block_count");
-  c.n_heads = positive(f, "llama.attention.head_count");
-  c.n_kv_heads = f.has("llama.attention.head_count_kv") ? positive(f, "llama.attention.head_count_kv")
-                                                        : c.n_heads;
-  c.hidden_dim = positive(f, "llama.feed_forward_length");
-  c.context_length = positive(f, "llama.context_length");
-  c.rms_eps = static_cast<float>(f.get_float("llama.attention.layer_norm_rms_epsilon"));
-  c.rope_theta = static_cast<float>(f.get_float_or("llama.rope.freq_base", 10000.0));
-  if (!(std::isfinite(c.rms_eps) && c.rms_eps > 0.0f && c.rms_eps < 1.0f))
-    throw Error(fmt::format("{}: llama.attention.layer_norm_rms_epsilon = {} must be a finite value in (0, 1)",
-                            path, c.rms_eps));
-  if (!(std::isfinite(c.rope_theta) && c.rope_theta > 1.0f))
-    throw Error(fmt::format("{}: llama.rope.freq_base = {} must be a finite value > 1", path, c.rope_theta));
-  if (c.dim % c.n_heads != 0 || c.n_heads % c.n_kv_heads != 0)
-    throw Error(fmt::format("{}: inconsistent heads: embedding_length {} / head_count {} / "
-                            "head_count_kv {} (need dim % heads == 0 and heads % kv_heads == 0)",
-                            path, c.dim, c.n_heads, c.n_kv_heads));
-  c.head_dim = c.dim / c.n_heads;
-  if (c.head_dim % 2 != 0)
-    throw Error(fmt::format("{}: head dimension {} is odd; RoPE needs pairs", path, c.head_dim));
-  const uint64_t rope_dims = f.get_uint_or("llama.rope.dimension_count", c.head_dim);
-  if (rope_dims != static_cast<uint64_t>(c.head_dim))
-    throw Error(fmt::format("{}: llama.rope.dimension_count = {} but head dimension is {}; partial "
-                            "RoPE is not supported", path, rope_dims, c.head_dim));
-
-  m->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(f));
-  c.n_vocab = m->tokenizer_->n_vocab();
-
-  const int64_t q_dim = int64_t{c.n_heads} * c.head_dim, kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
-  m->token_embd_ = matrix(f, "token_embd.weight", c.n_vocab, c.dim);
-  m->output_norm_ = vector_f32(f, "output_norm.weight", c.dim);
-  m->tied_output_ = f.find_tensor("output.weight") == nullptr;
-  m->output_ = m->tied_output_ ? m->token_embd_ : matrix(f, "output.weight", c.n_vocab, c.dim);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = fmt::format("blk.{}.", l);
-    LlamaLayer L;
-    L.attn_norm = vector_f32(f, p + "attn_norm.weight", c.dim);
-    L.wq = matrix(f, p + "attn_q.weight", q_dim, c.dim);
-    L.wk = matrix(f, p + "attn_k.weight", kv_dim, c.dim);
-    L.wv = matrix(f, p + "attn_v.weight", kv_dim, c.dim);
-    L.wo = matrix(f, p + "attn_output.weight", c.dim, q_dim);
-    L.ffn_norm = vector_f32(f, p + "ffn_norm.weight", c.dim);
-    L.w_gate = matrix(f, p + "ffn_gate.weight", c.hidden_dim, c.dim);
-    L.w_up = matrix(f, p + "ffn_up.weight", c.hidden_dim, c.dim);
-    L.w_down = matrix(f, p + "ffn_down.weight", c.dim, c.hidden_dim);
-    m->layers_.push_back(std::move(L));
+  const ArchInfo& arch = *m->arch_;
+  TensorReader tr(f);
+  if (tr.has(tensor_name::kRopeFreqs)) {
+    if (!arch.rope_freqs)
+      throw Error(fmt::format("{}: tensor '{}' is not used by architecture '{}' (refused rather than ignored)", path,
+                              tensor_name::kRopeFreqs, c.arch));
+    c.rope.freq_factors = tr.vector_f32(tensor_name::kRopeFreqs, c.rope.n_rot / 2);
+    for (float v : c.rope.freq_factors)
+      if (!(std::isfinite(v) && v > 0.0f))
+        throw Error(fmt::format("{}: tensor '{}' holds {}; frequency factors must be finite and > 0", path,
+                                tensor_name::kRopeFreqs, v));
   }
+
+  c.n_vocab = static_cast<int>(tr.rows_of(tensor_name::kTokenEmbd));
+  if (options.tokenizer) {
+    m->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(f));
+    if (m->tokenizer_->n_vocab() != c.n_vocab)
+      throw Error(fmt::format("{}: the vocabulary has {} tokens but '{}' has {} rows", path, m->tokenizer_->n_vocab(),
+                              tensor_name::kTokenEmbd, c.n_vocab));
+  }
+
+  m->token_embd_ = tr.matrix(tensor_name::kTokenEmbd, c.n_vocab, c.dim);
+  m->output_norm_ = tr.vector_f32(tensor_name::kOutputNorm, c.dim);
+  m->output_ = tr.has(tensor_name::kOutput) ? tr.matrix(tensor_name::kOutput, c.n_vocab, c.dim) : m->token_embd_;
+
+  for (int l = 0; l < c.n_layers; ++l) m->layers_.push_back(load_layer(tr, c, arch, l));
+  tr.check_all_used(c.arch);
   int64_t bytes = 0;
   for (const GgufTensor& t : f.tensors()) bytes += t.n_bytes;
   m->weight_bytes_ = bytes;
+  if (options.print_warnings)
+    for (const std::string& w : m->warnings_) std::fprintf(stderr, "kvevict: warning: %s\n", w.c_str());
   return m;
 }
 

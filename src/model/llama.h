@@ -1,9 +1,11 @@
-// Llama-architecture model loaded from GGUF: hyper-parameters, weights (in place in the mapping)
-// and the tokenizer. Immutable after load, so one model serves any number of sequences.
+// A decoder-only model loaded from GGUF — any family of model/arch.h (llama, qwen2, qwen3, phi3):
+// hyper-parameters, weights (in place in the mapping) and the tokenizer. Immutable after load,
+// so one model serves any number of sequences. The name LlamaModel is historical: the family
+// is LlamaConfig::arch.
 //
-// Source: llama.cpp's GGUF naming for `general.architecture = "llama"` (keys `llama.*`, tensors
-// `token_embd`, `blk.N.attn_{norm,q,k,v,output}`, `blk.N.ffn_{norm,gate,up,down}`,
-// `output_norm`, optional `output` — tied to `token_embd` when absent).
+// Source: llama.cpp's GGUF naming (keys `<arch>.*`, tensors `token_embd`,
+// `blk.N.attn_{norm,q,k,v,qkv,q_norm,k_norm,output}`, `blk.N.ffn_{norm,gate,up,down}`,
+// `output_norm`, optional `output` — tied to `token_embd` when absent, optional `rope_freqs`).
 #pragma once
 
 #include <cstdint>
@@ -13,27 +15,32 @@
 
 #include "format/gguf.h"
 #include "kernels/matmul.h"
+#include "model/arch.h"
+#include "model/rope.h"
 #include "model/tokenizer.h"
 
 namespace kvevict {
 
-/// Hyper-parameters of a llama-architecture model.
+/// Hyper-parameters of a model (any supported architecture).
 struct LlamaConfig {
+  std::string arch = "llama";  ///< `general.architecture`
   int n_vocab = 0;       ///< tokens
   int dim = 0;           ///< model width (embedding_length)
   int n_layers = 0;      ///< block_count
   int n_heads = 0;       ///< query heads
   int n_kv_heads = 0;    ///< key/value heads (GQA: n_heads % n_kv_heads == 0)
-  int head_dim = 0;      ///< dim / n_heads
+  int head_dim = 0;      ///< `<arch>.attention.key_length`, else dim / n_heads
   int hidden_dim = 0;    ///< SwiGLU width (feed_forward_length)
   int context_length = 0;  ///< trained context as stated in the GGUF (tokens)
   float rms_eps = 1e-5f;   ///< RMSNorm epsilon
-  float rope_theta = 10000.0f;  ///< RoPE base frequency
+  float rope_theta = 10000.0f;  ///< RoPE base frequency (also rope.theta)
+  RopeConfig rope;              ///< full RoPE description (style, n_rot, factors, scaling)
   int group_size() const { return n_heads / n_kv_heads; }  ///< query heads per KV head
 };
 
 /// A 2-D weight [rows, cols] stored row-major in its GGUF type (cols = GGUF dims[0]); the same
-/// view the matmul kernels take.
+/// view the matmul kernels take. Parts of a fused tensor (phi3 attn_qkv, ffn_up) are views of
+/// row ranges of it.
 using WeightMatrix = WeightView;
 
 /// Weights of one transformer block. Norm weights are converted to float32 at load.
@@ -42,6 +49,8 @@ struct LlamaLayer {
   WeightMatrix wq;               ///< [n_heads * head_dim, dim]
   WeightMatrix wk;               ///< [n_kv_heads * head_dim, dim]
   WeightMatrix wv;               ///< [n_kv_heads * head_dim, dim]
+  std::vector<float> bq, bk, bv; ///< Q/K/V biases [q_dim], [kv_dim], [kv_dim]; empty when absent
+  std::vector<float> q_norm, k_norm;  ///< per-head Q/K RMSNorm weights [head_dim]; empty when absent
   WeightMatrix wo;               ///< [dim, n_heads * head_dim]
   std::vector<float> ffn_norm;   ///< [dim]
   WeightMatrix w_gate;           ///< [hidden_dim, dim]
@@ -49,22 +58,40 @@ struct LlamaLayer {
   WeightMatrix w_down;           ///< [dim, hidden_dim]
 };
 
-/// A loaded llama model. Keeps the GGUF mapping alive; weights point into it.
+/// Options of LlamaModel::load.
+struct LoadOptions {
+  /// Build the tokenizer from the file's vocabulary. Tests of the forward pass on files whose
+  /// vocabulary type the tokenizer does not read yet (byte-level BPE, `tokenizer.ggml.model =
+  /// "gpt2"`) pass false and feed token ids directly; tokenizer() then throws.
+  bool tokenizer = true;
+  /// Print load warnings (ignored metadata such as phi3's sliding window) to stderr.
+  bool print_warnings = true;
+};
+
+/// A loaded model. Keeps the GGUF mapping alive; weights point into it.
 class LlamaModel {
  public:
   /// Loads `path`. Throws kvevict::Error (naming file and key/tensor) when the file is not GGUF,
-  /// `general.architecture` is not "llama", a required key or tensor is missing, a tensor has
-  /// the wrong shape, or head counts are inconsistent.
-  static std::unique_ptr<LlamaModel> load(const std::string& path);
+  /// `general.architecture` is not supported (model/arch.h), a required key or tensor is
+  /// missing, a tensor has the wrong shape, head counts or head_dim are inconsistent, or the file
+  /// asks for a computation that is not implemented (rope scaling yarn/longrope, sliding window
+  /// outside phi3, experts), naming the key.
+  static std::unique_ptr<LlamaModel> load(const std::string& path, const LoadOptions& options = {});
 
   const LlamaConfig& config() const { return config_; }
-  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  /// The family's description (model/arch.h).
+  const ArchInfo& arch() const { return *arch_; }
+  /// False when loaded with LoadOptions::tokenizer = false.
+  bool has_tokenizer() const { return tokenizer_ != nullptr; }
+  /// The tokenizer. Throws kvevict::Error when the model was loaded without one.
+  const Tokenizer& tokenizer() const;
+  /// Metadata the loader accepted but does not apply, one line each (also printed at load).
+  const std::vector<std::string>& warnings() const { return warnings_; }
   const GgufFile& gguf() const { return file_; }
   const std::vector<LlamaLayer>& layers() const { return layers_; }
   const WeightMatrix& token_embedding() const { return token_embd_; }  ///< [n_vocab, dim]
   const WeightMatrix& output() const { return output_; }               ///< [n_vocab, dim]
   const std::vector<float>& output_norm() const { return output_norm_; }  ///< [dim]
-  bool tied_output() const { return tied_output_; }
   /// Bytes of weights as stored (what a decode step streams from memory).
   int64_t weight_bytes() const { return weight_bytes_; }
   /// Weight type of the attention/FFN matrices of layer 0 (for display).
@@ -72,13 +99,16 @@ class LlamaModel {
 
  private:
   explicit LlamaModel(GgufFile f) : file_(std::move(f)) {}
+  void read_config();
+  void read_rope();
   GgufFile file_;
   LlamaConfig config_;
+  const ArchInfo* arch_ = nullptr;
+  std::vector<std::string> warnings_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::vector<LlamaLayer> layers_;
   WeightMatrix token_embd_, output_;
   std::vector<float> output_norm_;
-  bool tied_output_ = false;
   int64_t weight_bytes_ = 0;
 };
 

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "format/gguf_writer.h"
+#include "model/arch.h"
 #include "util/error.h"
 #include "util/rng.h"
 
@@ -18,6 +19,12 @@ const std::vector<SynthShape>& shapes() {
       {"smollm2-360m", 49152, 960, 32, 15, 5, 2560, 8192, 100000.0f, 1e-5f, true},
       {"tinyllama-1.1b", 32000, 2048, 22, 32, 4, 5632, 2048, 10000.0f, 1e-5f, false},
       {"tiny", 320, 64, 2, 4, 2, 128, 4096, 10000.0f, 1e-5f, false},
+      {"qwen3-0.6b", 151936, 1024, 28, 16, 8, 3072, 40960, 1000000.0f, 1e-6f, true, "qwen3", 128},
+      {"r1-distill-qwen-1.5b", 151936, 1536, 28, 12, 2, 8960, 131072, 10000.0f, 1e-6f, false, "qwen2"},
+      {"phi3-mini-4k", 32064, 3072, 32, 32, 32, 8192, 4096, 10000.0f, 1e-5f, false, "phi3"},
+      {"tiny-qwen2", 320, 64, 2, 4, 2, 128, 4096, 10000.0f, 1e-6f, true, "qwen2"},
+      {"tiny-qwen3", 320, 64, 2, 4, 2, 128, 4096, 1000000.0f, 1e-6f, true, "qwen3", 32},
+      {"tiny-phi3", 320, 64, 2, 4, 2, 128, 4096, 10000.0f, 1e-5f, false, "phi3", 0, 12},
   };
   return list;
 }
@@ -54,6 +61,18 @@ GgufWriter::Fill random_matrix(GgmlType type, int64_t rows, int64_t cols, uint64
   };
 }
 
+// F32 vector uniform in ±a (biases).
+GgufWriter::Fill random_vector(int64_t n, float a, uint64_t seed, uint64_t tensor) {
+  return [=](uint8_t* dst, int64_t n_bytes) {
+    if (n_bytes != n * 4) throw Error("synth: bias size mismatch");
+    Rng rng(stream_id({seed, tensor, 0}));
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = static_cast<float>((2.0 * rng.uniform() - 1.0) * a);
+      std::memcpy(dst + 4 * i, &v, 4);
+    }
+  };
+}
+
 GgufWriter::Fill ones(int64_t n) {
   return [n](uint8_t* dst, int64_t n_bytes) {
     if (n_bytes != n * 4) throw Error("synth: norm size mismatch");
@@ -65,8 +84,10 @@ GgufWriter::Fill ones(int64_t n) {
 }  // namespace
 
 int64_t SynthShape::n_params() const {
-  const int64_t hd = dim / n_heads, qd = int64_t{n_heads} * hd, kvd = int64_t{n_kv_heads} * hd;
-  const int64_t per_layer = 2 * int64_t{dim} + qd * dim * 2 + kvd * dim * 2 + 3 * int64_t{hidden_dim} * dim;
+  const int64_t hd = head_dim_or_default(), qd = int64_t{n_heads} * hd, kvd = int64_t{n_kv_heads} * hd;
+  int64_t per_layer = 2 * int64_t{dim} + qd * dim * 2 + kvd * dim * 2 + 3 * int64_t{hidden_dim} * dim;
+  if (arch == "qwen2") per_layer += qd + 2 * kvd;
+  if (arch == "qwen3") per_layer += 2 * hd;
   return int64_t{n_vocab} * dim * (tied_embeddings ? 1 : 2) + dim + per_layer * n_layers;
 }
 
@@ -85,6 +106,14 @@ SynthShape synth_shape(const std::string& name) {
   throw Error(fmt::format("unknown model shape '{}' (known: {})", name, known));
 }
 
+std::string synth_default_shape(const std::string& arch) {
+  if (arch == "llama") return "tinyllama-1.1b";
+  if (arch == "qwen2") return "r1-distill-qwen-1.5b";
+  if (arch == "qwen3") return "qwen3-0.6b";
+  if (arch == "phi3") return "phi3-mini-4k";
+  throw Error(fmt::format("unknown architecture '{}' for synthetic models (llama, qwen2, qwen3, phi3)", arch));
+}
+
 GgmlType parse_synth_type(const std::string& name) {
   if (name == "f32") return GgmlType::F32;
   if (name == "f16") return GgmlType::F16;
@@ -94,31 +123,40 @@ GgmlType parse_synth_type(const std::string& name) {
 }
 
 void write_synth_gguf(const SynthShape& s, GgmlType type, uint64_t seed, const std::string& path) {
-  if (s.n_heads <= 0 || s.n_kv_heads <= 0 || s.dim % s.n_heads != 0 || s.n_heads % s.n_kv_heads != 0)
-    throw Error(fmt::format("synth shape '{}': need dim % heads == 0 and heads % kv_heads == 0", s.name));
+  if (s.n_heads <= 0 || s.n_kv_heads <= 0 || (s.head_dim <= 0 && s.dim % s.n_heads != 0) ||
+      s.n_heads % s.n_kv_heads != 0)
+    throw Error(fmt::format("synth shape '{}': need dim % heads == 0 (or a head_dim) and heads % kv_heads == 0", s.name));
+  const ArchInfo& arch = arch_info(s.arch, fmt::format("synth shape '{}'", s.name));
+  const int hd = s.head_dim_or_default(), n_rot = s.n_rot > 0 ? s.n_rot : hd;
+  if (hd % 2 != 0 || n_rot % 2 != 0 || n_rot > hd)
+    throw Error(fmt::format("synth shape '{}': head_dim {} and n_rot {} must be even, n_rot <= head_dim", s.name, hd, n_rot));
   const int64_t blk = ggml_block_elems(type);
   if (s.dim % blk != 0 || s.hidden_dim % blk != 0)
     throw Error(fmt::format("synth shape '{}': dim {} and FFN {} must be multiples of {} for {}", s.name, s.dim,
                             s.hidden_dim, blk, ggml_type_name(static_cast<uint32_t>(type))));
   if (s.n_vocab < 260) throw Error(fmt::format("synth shape '{}': vocabulary {} < 260 (specials, bytes, space)", s.name, s.n_vocab));
-  const int hd = s.dim / s.n_heads;
   const int64_t qd = int64_t{s.n_heads} * hd, kvd = int64_t{s.n_kv_heads} * hd;
+  const std::string a = s.arch + ".";
 
   GgufWriter w;
-  w.add_string("general.architecture", "llama");
+  w.add_string("general.architecture", s.arch);
   w.add_string("general.name", fmt::format("kvevict synthetic {} ({}, seed {})", s.name,
                                            ggml_type_name(static_cast<uint32_t>(type)), seed));
   w.add_uint32("general.file_type", type == GgmlType::F32 ? 0 : type == GgmlType::F16 ? 1 : type == GgmlType::Q4_0 ? 2 : 7);
-  w.add_uint32("llama.context_length", static_cast<uint32_t>(s.context_length));
-  w.add_uint32("llama.embedding_length", static_cast<uint32_t>(s.dim));
-  w.add_uint32("llama.block_count", static_cast<uint32_t>(s.n_layers));
-  w.add_uint32("llama.feed_forward_length", static_cast<uint32_t>(s.hidden_dim));
-  w.add_uint32("llama.attention.head_count", static_cast<uint32_t>(s.n_heads));
-  w.add_uint32("llama.attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
-  w.add_uint32("llama.rope.dimension_count", static_cast<uint32_t>(hd));
-  w.add_float32("llama.rope.freq_base", s.rope_theta);
-  w.add_float32("llama.attention.layer_norm_rms_epsilon", s.rms_eps);
-  w.add_uint32("llama.vocab_size", static_cast<uint32_t>(s.n_vocab));
+  w.add_uint32(a + "context_length", static_cast<uint32_t>(s.context_length));
+  w.add_uint32(a + "embedding_length", static_cast<uint32_t>(s.dim));
+  w.add_uint32(a + "block_count", static_cast<uint32_t>(s.n_layers));
+  w.add_uint32(a + "feed_forward_length", static_cast<uint32_t>(s.hidden_dim));
+  w.add_uint32(a + "attention.head_count", static_cast<uint32_t>(s.n_heads));
+  w.add_uint32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
+  if (s.head_dim > 0) {
+    w.add_uint32(a + "attention.key_length", static_cast<uint32_t>(hd));
+    w.add_uint32(a + "attention.value_length", static_cast<uint32_t>(hd));
+  }
+  w.add_uint32(a + "rope.dimension_count", static_cast<uint32_t>(n_rot));
+  w.add_float32(a + "rope.freq_base", s.rope_theta);
+  w.add_float32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
+  w.add_uint32(a + "vocab_size", static_cast<uint32_t>(s.n_vocab));
 
   std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
   std::vector<int32_t> types = {2, 3, 3};
@@ -145,19 +183,39 @@ void write_synth_gguf(const SynthShape& s, GgmlType type, uint64_t seed, const s
   const auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
     w.add_tensor(name, {cols, rows}, type, random_matrix(type, rows, cols, seed, tensor++));
   };
+  const auto bias = [&](const std::string& name, int64_t n) {
+    w.add_tensor(name, {n}, GgmlType::F32, random_vector(n, 0.1f, seed, tensor++));
+  };
   matrix("token_embd.weight", s.n_vocab, s.dim);
   w.add_tensor("output_norm.weight", {s.dim}, GgmlType::F32, ones(s.dim));
   if (!s.tied_embeddings) matrix("output.weight", s.n_vocab, s.dim);
   for (int l = 0; l < s.n_layers; ++l) {
     const std::string p = fmt::format("blk.{}.", l);
     w.add_tensor(p + "attn_norm.weight", {s.dim}, GgmlType::F32, ones(s.dim));
-    matrix(p + "attn_q.weight", qd, s.dim);
-    matrix(p + "attn_k.weight", kvd, s.dim);
-    matrix(p + "attn_v.weight", kvd, s.dim);
+    if (arch.fused_qkv) {
+      matrix(p + "attn_qkv.weight", qd + 2 * kvd, s.dim);
+    } else {
+      matrix(p + "attn_q.weight", qd, s.dim);
+      matrix(p + "attn_k.weight", kvd, s.dim);
+      matrix(p + "attn_v.weight", kvd, s.dim);
+    }
+    if (arch.qkv_bias == TensorUse::Required) {
+      bias(p + "attn_q.bias", qd);
+      bias(p + "attn_k.bias", kvd);
+      bias(p + "attn_v.bias", kvd);
+    }
+    if (arch.qk_norm) {
+      w.add_tensor(p + "attn_q_norm.weight", {hd}, GgmlType::F32, ones(hd));
+      w.add_tensor(p + "attn_k_norm.weight", {hd}, GgmlType::F32, ones(hd));
+    }
     matrix(p + "attn_output.weight", s.dim, qd);
     w.add_tensor(p + "ffn_norm.weight", {s.dim}, GgmlType::F32, ones(s.dim));
-    matrix(p + "ffn_gate.weight", s.hidden_dim, s.dim);
-    matrix(p + "ffn_up.weight", s.hidden_dim, s.dim);
+    if (arch.fused_gate_up) {
+      matrix(p + "ffn_up.weight", 2 * int64_t{s.hidden_dim}, s.dim);
+    } else {
+      matrix(p + "ffn_gate.weight", s.hidden_dim, s.dim);
+      matrix(p + "ffn_up.weight", s.hidden_dim, s.dim);
+    }
     matrix(p + "ffn_down.weight", s.dim, s.hidden_dim);
   }
   w.write(path);

@@ -6,6 +6,13 @@
 // TinyLlama-1.1B (v1.0): vocab 32000, hidden 2048, 22 layers, 32 heads, 4 KV heads, FFN 5632,
 // theta 10000, untied output. RMSNorm eps 1e-5 for all. Plus `tiny` (vocab 320, hidden 64,
 // 2 layers, 4 heads, 2 KV heads, FFN 128) for tests.
+// Other families: Qwen3-0.6B (qwen3): vocab 151936, hidden 1024, 28 layers, 16 heads, 8 KV
+// heads, head_dim 128, FFN 3072, theta 1e6, eps 1e-6, tied; DeepSeek-R1-Distill-Qwen-1.5B
+// (qwen2): vocab 151936, hidden 1536, 28 layers, 12 heads, 2 KV heads, FFN 8960, theta 10000,
+// eps 1e-6, untied; Phi-3-mini-4k (phi3): vocab 32064, hidden 3072, 32 layers, 32 heads and KV
+// heads, FFN 8192, theta 10000, eps 1e-5, untied. Plus `tiny-qwen2`, `tiny-qwen3` (head_dim 32)
+// and `tiny-phi3` (partial rotary: 12 of 16 dims) for tests. Family tensors: qwen2 Q/K/V
+// biases (random), qwen3 Q/K norms (ones), phi3 fused attn_qkv and ffn_up [gate | up].
 //
 // The file is a GGUF v3 of llama.cpp's "llama" naming (model/llama.h), written by
 // format/gguf_writer.h: 2-D weights (and token_embd, output) in the requested type, norm
@@ -31,12 +38,24 @@ struct SynthShape {
   float rope_theta = 10000.0f;
   float rms_eps = 1e-5f;
   bool tied_embeddings = false;
+  /// Family (model/arch.h): "llama", "qwen2" (Q/K/V biases), "qwen3" (Q/K RMSNorm), "phi3"
+  /// (fused QKV and gate/up). Decides the tensor set and the metadata key prefix.
+  std::string arch = "llama";
+  int head_dim = 0;  ///< per-head width; 0 means dim / n_heads (written as attention.key_length otherwise)
+  int n_rot = 0;     ///< rotated dims (rope.dimension_count); 0 means head_dim
+  /// head_dim, or dim / n_heads when it is 0.
+  int head_dim_or_default() const { return head_dim > 0 ? head_dim : dim / n_heads; }
   /// Parameters (elements of every tensor).
   int64_t n_params() const;
 };
 
-/// Names of the known shapes ("smollm2-135m", "smollm2-360m", "tinyllama-1.1b", "tiny").
+/// Names of the known shapes ("smollm2-135m", "smollm2-360m", "tinyllama-1.1b", "tiny", ...).
 std::vector<std::string> synth_shape_names();
+
+/// The real-model shape used for `arch` when no shape is named: llama -> tinyllama-1.1b,
+/// qwen2 -> r1-distill-qwen-1.5b, qwen3 -> qwen3-0.6b, phi3 -> phi3-mini-4k. Throws
+/// kvevict::Error for another architecture.
+std::string synth_default_shape(const std::string& arch);
 
 /// Shape by name; throws kvevict::Error listing the known names.
 SynthShape synth_shape(const std::string& name);
@@ -45,8 +64,9 @@ SynthShape synth_shape(const std::string& name);
 GgmlType parse_synth_type(const std::string& name);
 
 /// Writes the synthetic model to `path`. Throws kvevict::Error when the shape is inconsistent
-/// (dim % heads, heads % kv_heads, quantised type with dim or FFN not a multiple of 32) or the
-/// file cannot be written.
+/// (dim % heads without head_dim, heads % kv_heads, odd head_dim or n_rot, quantised type with
+/// dim or FFN not a multiple of the block), the architecture is unknown, or the file cannot be
+/// written.
 void write_synth_gguf(const SynthShape& shape, GgmlType type, uint64_t seed, const std::string& path);
 
 }  // namespace kvevict

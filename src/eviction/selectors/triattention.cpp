@@ -58,7 +58,7 @@ class TriAttentionSelector final : public Selector {
     if (!in.rope) throw Error("triattention: the round carries no RoPE (RoundInput::rope)");
     const auto& inv_freq = in.rope->inv_freq();
     const int F = st_.n_bands();
-    if (static_cast<int>(inv_freq.size()) != F || (F > 1 && std::abs(inv_freq[1] / std::pow(st_.rope_theta, -2.0 / st_.head_dim) - 1.0) > 1e-6))
+    if (static_cast<int>(inv_freq.size()) != F || std::abs(in.rope->theta() / st_.rope_theta - 1.0) > 1e-6)
       throw Error(fmt::format("triattention: statistics were calibrated with rope_theta {} ({}), which is not this "
                               "model's RoPE", st_.rope_theta, st_.model));
     // Per-round constants: e^{itω_f}·C_f.
@@ -98,11 +98,14 @@ class TriAttentionSelector final : public Selector {
     std::vector<double> kabs(static_cast<size_t>(n * F));
     std::vector<cplx> coef(static_cast<size_t>(F));
     std::vector<double> extra(static_cast<size_t>(F));
+    // Band f is (k[re[f]], k[im[f]]): adjacent pairs or NEOX halves (model/rope.h).
+    std::vector<int> re(static_cast<size_t>(F)), im(static_cast<size_t>(F));
+    for (int f = 0; f < F; ++f) re[static_cast<size_t>(f)] = in.rope->band_re(f), im[static_cast<size_t>(f)] = in.rope->band_im(f);
     for (int l = 0; l < s.n_layers; ++l) {
       const float* keys = in.kv.keys(l, kvh);
       for (int64_t i = 0; i < n; ++i)
         for (int f = 0; f < F; ++f)
-          kabs[static_cast<size_t>(i * F + f)] = std::hypot(double{keys[i * hd + 2 * f]}, double{keys[i * hd + 2 * f + 1]});
+          kabs[static_cast<size_t>(i * F + f)] = std::hypot(double{keys[i * hd + re[static_cast<size_t>(f)]]}, double{keys[i * hd + im[static_cast<size_t>(f)]]});
       std::fill(best.begin(), best.end(), -INFINITY);
       for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
         for (int f = 0; f < F; ++f) {
@@ -115,7 +118,8 @@ class TriAttentionSelector final : public Selector {
           const float* k = keys + i * hd;
           double v = 0.0;
           for (int f = 0; f < F; ++f)  // Re(coef · conj(k̃_f)) + extra·|k_f|
-            v += coef[static_cast<size_t>(f)].real() * k[2 * f] + coef[static_cast<size_t>(f)].imag() * k[2 * f + 1] +
+            v += coef[static_cast<size_t>(f)].real() * k[re[static_cast<size_t>(f)]] +
+                 coef[static_cast<size_t>(f)].imag() * k[im[static_cast<size_t>(f)]] +
                  extra[static_cast<size_t>(f)] * kabs[static_cast<size_t>(i * F + f)];
           sh[static_cast<size_t>(i)] = v;
         }
