@@ -9,7 +9,15 @@ cd "$(dirname "$0")/.."
 source scripts/report-common.sh
 start=$(date +%s); load0=$(cut -d' ' -f1-3 /proc/loadavg)
 for f in chain running once; do grid_run "$f" "$f" 600; done
+# Beacons without the prompt pin: random-beacon and random with --no-protect-prompt (same tasks).
+for f in chain once; do
+  $KV eval -m "$MODEL" --tasks "$GRID/$f-tasks.jsonl" --policies full,random,random-beacon --no-protect-prompt \
+    --budgets "$GRID_BUDGETS" --buffer 32 --temp 0 --rollouts 1 --seed 1 -t 1 --no-plots -o "$GRID/$f-unpinned-beacon" \
+    > "$GRID/$f-unpinned-beacon.log" 2>&1
+done
 mkdir -p docs/reports/q4-beacons
+/usr/bin/python3 scripts/report-lib.py table docs/reports/q4-beacons/unpinned.md docs/reports/q4-beacons/unpinned.png \
+  "Q4: prompt not pinned (--no-protect-prompt)" chain=$GRID/chain-unpinned-beacon once=$GRID/once-unpinned-beacon
 REPORT_POLICIES=random,random-shared,random-beacon,triattention,rkv+prompt,snapkv+prompt \
   /usr/bin/python3 scripts/report-lib.py table docs/reports/q4-beacons/tables.md docs/reports/q4-beacons/accuracy.png \
   "Q4: random + beacons" chain=$GRID/chain running=$GRID/running once=$GRID/once
@@ -29,6 +37,16 @@ REPORT_POLICIES=random,random-shared,random-beacon,triattention,rkv+prompt,snapk
   echo
   cat docs/reports/q4-beacons/tables.md
   echo "![accuracy](q4-beacons/accuracy.png)"
+  echo
+  echo "With the prompt not pinned (\`--no-protect-prompt\`, so \`random\` here is random-unprotected):"
+  echo
+  echo '```'
+  echo "kvevict eval -m models/reasoner/reasoner.gguf --tasks F-tasks.jsonl --policies full,random,random-beacon --no-protect-prompt \\"
+  echo "  --budgets $GRID_BUDGETS --buffer 32 --temp 0 --rollouts 1 --seed 1"
+  echo '```'
+  echo
+  cat docs/reports/q4-beacons/unpinned.md
+  echo "![unpinned](q4-beacons/unpinned.png)"
   echo
   echo "## Reading"
   echo
