@@ -16,7 +16,14 @@ for nl in 0 8 16 24 28 32; do
   $KV eval -m "$MODEL" --tasks "$GRID/vase-chain-tasks.jsonl" --policies full,vase+prompt,random --budgets 128 --buffer 32 \
     --temp 0 --rollouts 1 --seed 1 --param "n_large=$nl" -t 1 --no-plots -o "$GRID/vase-nlarge-$nl" > /dev/null 2>&1
 done
+# The running dip with 3x the problems (60; the first 20 are the grid's), pinned policies only.
+$KV tasks gen --family running --n 60 --seed 1000 --length 600 -o "$GRID/running60-tasks.jsonl"
+$KV eval -m "$MODEL" --tasks "$GRID/running60-tasks.jsonl" --policies full,random,snapkv+prompt,rkv+prompt \
+  --budgets "$GRID_BUDGETS" --buffer 32 --temp 0 --rollouts 1 --seed 1 -t 1 --no-plots -o "$GRID/running60" \
+  > "$GRID/running60.log" 2>&1
 mkdir -p docs/reports/anomalies
+/usr/bin/python3 scripts/report-lib.py table docs/reports/anomalies/running60.md docs/reports/anomalies/running60.png \
+  "running, 60 problems" "running, 60 problems"=$GRID/running60
 /usr/bin/python3 - "$GRID" <<'PY'
 import csv, os, sys
 import matplotlib
@@ -64,6 +71,11 @@ REPORT_POLICIES=random,snapkv+prompt,rkv+prompt,vase+prompt,h2o+prompt,tova+prom
   echo
   cat docs/reports/anomalies/running.md
   echo "![running](anomalies/running.png)"
+  echo
+  echo "The same with 60 problems (pinned policies; \`kvevict tasks gen --family running --n 60 --seed 1000 --length 600\`):"
+  echo
+  cat docs/reports/anomalies/running60.md
+  echo "![running60](anomalies/running60.png)"
   echo
   echo "## Reading"
   echo
