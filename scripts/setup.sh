@@ -40,3 +40,10 @@ if ! python3 -c "import gguf, numpy" 2>/dev/null; then
   python3 -m pip install --quiet --disable-pip-version-check gguf numpy >/dev/null 2>&1 ||
     echo "setup: could not pip-install gguf (the GGUF cross-check test will be skipped)" >&2
 fi
+
+# Training (--train): tools/train_reasoner.py --init reads the shipped GGUF with the gguf package
+# under Debian's /usr/bin/python3 (the one that has python3-torch).
+if [ "$TRAIN" = "1" ] && ! /usr/bin/python3 -c "import gguf" 2>/dev/null; then
+  /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --break-system-packages gguf >/dev/null 2>&1 ||
+    echo "setup: could not pip-install gguf for /usr/bin/python3 (train_reasoner.py --init FILE.gguf needs it)" >&2
+fi

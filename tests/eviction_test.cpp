@@ -318,6 +318,35 @@ TEST(Eviction, LongPromptModes) {
   const auto skip = run(*m, "random", 24, 8, 1, 3, tokens, 40, PositionMode::Logical, LongPromptMode::Skip);
   EXPECT_EQ(skip.stats.rounds, 0);
   EXPECT_EQ(skip.stats.peak_slots, 140);
+  // Spec §2.5: the vLLM port skips only while the prompt exceeds B. A 20-token prompt is longer
+  // than K_sel - 1 = 15 but fits B = 24, so skip evicts like pin-head: same keep-sets.
+  const auto fits = run(*m, "random", 24, 8, 1, 3, tokens, 20, PositionMode::Logical, LongPromptMode::Skip);
+  const auto fits_pin = run(*m, "random", 24, 8, 1, 3, tokens, 20);
+  EXPECT_GT(fits.stats.rounds, 0);
+  EXPECT_EQ(fits.rounds, fits_pin.rounds);
+  for (const auto& rd : fits.rounds)
+    for (const auto& pos : rd) {
+      ASSERT_EQ(pos.size(), 24u);
+      for (int32_t p = 0; p < 15; ++p) ASSERT_EQ(pos[static_cast<size_t>(p)], p);
+    }
+}
+
+TEST(Eviction, LongPromptSkipThresholdIsTheBudget) {
+  // Spec §2.5: skip only while prompt_len > B (here B = 24, r = 8, K_sel - 1 = 15).
+  EvictionConfig cfg;
+  cfg.budget = 24;
+  cfg.recent = 8;
+  cfg.long_prompt = LongPromptMode::Skip;
+  const Policy p = make_policy("random");
+  EXPECT_FALSE(eviction_disabled(cfg, p, 15));
+  EXPECT_FALSE(eviction_disabled(cfg, p, 16));
+  EXPECT_FALSE(eviction_disabled(cfg, p, 24));
+  EXPECT_TRUE(eviction_disabled(cfg, p, 25));
+  EXPECT_NE(long_prompt_warning(cfg, p, 20).find("first 15 tokens are pinned"), std::string::npos);
+  EXPECT_NE(long_prompt_warning(cfg, p, 25).find("skipped"), std::string::npos);
+  cfg.long_prompt = LongPromptMode::PinHead;
+  EXPECT_FALSE(eviction_disabled(cfg, p, 25));
+  EXPECT_TRUE(eviction_disabled(cfg, make_policy("full"), 5));
 }
 
 }  // namespace

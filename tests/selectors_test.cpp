@@ -672,7 +672,9 @@ const std::string& stories_stats() {
   return path;
 }
 
-std::vector<std::string> scored_policies() { return {"random-shared", "snapkv", "rkv", "vase", "h2o", "tova", "triattention"}; }
+std::vector<std::string> scored_policies() {
+  return {"random-shared", "snapkv", "rkv", "vase", "h2o", "tova", "triattention", "random-beacon"};
+}
 
 Policy build(const std::string& spec, std::optional<int> sinks = std::nullopt) {
   std::vector<std::string> params;
@@ -757,7 +759,7 @@ TEST(SelectorsEndToEnd, SeededSelectorsAreReproducibleAcrossThreadCounts) {
       for (int h = 0; h < m->config().n_kv_heads; ++h) all.insert(all.end(), seq->kv.positions(l, h), seq->kv.positions(l, h) + seq->kv.length(l));
     return all;
   };
-  for (const std::string pol : {"random", "random-shared", "vase"}) {
+  for (const std::string pol : {"random", "random-shared", "vase", "random-beacon"}) {
     SCOPED_TRACE(pol);
     EXPECT_EQ(trace(pol, 1, 5), trace(pol, 2, 5));
     EXPECT_NE(trace(pol, 1, 5), trace(pol, 1, 6));

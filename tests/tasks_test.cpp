@@ -4,6 +4,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -32,10 +33,13 @@ Solved resolve(const std::string& problem) {
   std::istringstream in(problem);
   std::string line;
   std::map<char, char> fact;  // key -> value
-  char marker = 0, start = 0;
+  char marker = 0, start = 0, code = 0;
   int steps = 0;
   while (std::getline(in, line)) {
-    if (line.size() == 2 && std::isupper(static_cast<unsigned char>(line[0]))) {
+    if (line.size() == 2 && line[0] == '#') {
+      EXPECT_EQ(code, 0) << "second code line";
+      code = line[1];  // once's code line "#P"
+    } else if (line.size() == 2 && std::isupper(static_cast<unsigned char>(line[0]))) {
       EXPECT_EQ(fact.count(line[0]), 0u) << "duplicate key " << line[0];
       fact[line[0]] = line[1];
     } else {
@@ -47,27 +51,26 @@ Solved resolve(const std::string& problem) {
   }
   Solved s;
   char cur = start;
-  int sum = 0, pass = -1;
+  int sum = 0;
   char buf[32];
   for (int i = 1; i <= steps; ++i) {
     const char next = fact.at(cur);
     const int d = (next - 'A') % 10;  // the letter's value, as generator.h defines it
     std::snprintf(buf, sizeof buf, "%03d%c=%c", steps - i, cur, next);
     s.trace += buf;
-    if (marker == '$' || (marker == '@' && i <= 2)) {
+    if (marker == '$') {
       sum = (sum + d) % 10;
       s.trace += std::to_string(d) + std::to_string(sum);
     }
     s.trace += "\n";
-    if (marker == '@' && i == 2) {
-      pass = sum;
-      s.trace += "#" + std::to_string(pass) + "\n";
-    }
     cur = next;
   }
   s.answer = std::string(1, cur);
   if (marker == '$') s.answer += std::to_string(sum);
-  if (marker == '@') s.answer += std::to_string(pass);
+  if (marker == '@') {
+    EXPECT_TRUE(std::isdigit(static_cast<unsigned char>(code))) << "once problem without a code line";
+    s.answer += code;
+  }
   s.trace += "\\boxed{" + s.answer + "}";
   return s;
 }
@@ -97,7 +100,7 @@ TEST(Tasks, AnswersAndTracesMatchAnIndependentSolver) {
       ASSERT_EQ(t.trace, s.trace) << t.id;
       ASSERT_EQ(extract_last_boxed(t.trace), t.answer);
       EXPECT_EQ(static_cast<int64_t>(t.trace.size()), trace_length(f, t.size.steps));
-      EXPECT_EQ(static_cast<int64_t>(t.problem.size()), problem_length(t.size.facts));
+      EXPECT_EQ(static_cast<int64_t>(t.problem.size()), problem_length(f, t.size.facts));
     }
   }
 }
@@ -108,7 +111,7 @@ TEST(Tasks, FactsFormOneCycleAndOnlyThePromptAnswersALookup) {
     std::map<char, char> next;
     std::istringstream in(t.problem);
     std::string line;
-    while (std::getline(in, line) && line.size() == 2) next[line[0]] = line[1];
+    while (std::getline(in, line) && line.size() == 2 && line[0] != '#') next[line[0]] = line[1];
     ASSERT_EQ(next.size(), 26u);
     std::set<char> seen;
     char c = 'A';
@@ -165,21 +168,49 @@ TEST(Tasks, LengthKnobScalesFromBelowSmallBudgetToEightTimesIt) {
   }
 }
 
-TEST(Tasks, OncePasscodeIsWrittenOnceAndRunningSumEveryStep) {
-  const Task once = generate_task(TaskFamily::Once, {50, 20}, 5, 1);
-  ASSERT_NE(once.trace.find('#'), std::string::npos);
-  EXPECT_EQ(once.trace.find('#'), once.trace.rfind('#'));
-  std::istringstream in(once.trace);
-  std::string line;
-  std::vector<size_t> widths;
-  while (std::getline(in, line)) widths.push_back(line.size());
-  ASSERT_EQ(widths.size(), 52u);  // 50 steps, the passcode line, the boxed answer
-  EXPECT_EQ(widths[0], 8u);       // running line "cccX=Yds"
-  EXPECT_EQ(widths[1], 8u);
-  EXPECT_EQ(widths[2], 2u);       // "#P"
-  for (size_t i = 3; i < 51; ++i) EXPECT_EQ(widths[i], 6u);  // chain line "cccX=Y"
-  const Task run = generate_task(TaskFamily::Running, {50, 20}, 5, 1);
-  EXPECT_EQ(static_cast<int64_t>(run.trace.size()), 9 * 50 + 10);
+// once states its fact exactly once and nothing else determines it (generator.h):
+// (1) in prompt + trace of every task, '#' occurs once, in the prompt, followed by the code that
+//     the answer asks for, and the trace is chain lines only (no digit but the countdown's);
+// (2) the code is not derivable: among tasks whose text without the code line is identical
+//     (M = 2, N = 3 gives 1,300 distinct texts for 20,000 tasks), the codes differ, and each digit
+//     is about equally frequent.
+TEST(Tasks, OnceCodeIsStatedExactlyOnceAndNotDerivable) {
+  for (const Task& t : generate_tasks(TaskFamily::Once, {1, 120}, {2, 26}, 4, 300)) {
+    const std::string text = t.problem + t.trace;
+    ASSERT_EQ(std::count(text.begin(), text.end(), '#'), 1) << t.id;
+    const auto off = once_code_offset(t.problem);
+    ASSERT_TRUE(off.has_value()) << t.id;
+    ASSERT_EQ(t.answer.size(), 2u);
+    EXPECT_EQ(t.problem[static_cast<size_t>(*off)], t.answer[1]) << t.id;
+    EXPECT_EQ(t.problem.substr(static_cast<size_t>(*off) + 1, 2), "\n@") << "code line right before the question";
+    std::istringstream tr(t.trace);
+    std::string line;
+    int lines = 0;
+    while (std::getline(tr, line) && line[0] != '\\') {
+      ASSERT_EQ(line.size(), 6u) << t.id << ": " << line;  // "cccX=Y"
+      ++lines;
+    }
+    EXPECT_EQ(lines, t.size.steps);
+  }
+  std::map<std::string, std::set<char>> codes;  // text without its code -> codes seen
+  std::map<char, int> count;
+  for (const Task& t : generate_tasks(TaskFamily::Once, {3, 3}, {2, 2}, 6, 20000)) {
+    const auto off = static_cast<size_t>(*once_code_offset(t.problem));
+    const std::string rest = t.problem.substr(0, off - 1) + t.problem.substr(off + 2) +
+                             t.trace.substr(0, t.trace.size() - 3) + t.answer.substr(0, 1);
+    codes[rest].insert(t.answer[1]);
+    ++count[t.answer[1]];
+  }
+  EXPECT_EQ(codes.size(), 1300u);  // 325 letter pairs x 2 fact-line orders x 2 start letters
+  int many = 0;
+  for (const auto& [rest, seen] : codes) {
+    EXPECT_GE(seen.size(), 2u) << "one code for a whole text group: derivable? " << rest;
+    many += seen.size() >= 5;
+  }
+  EXPECT_GT(many, 1000);
+  ASSERT_EQ(count.size(), 10u);
+  // 2,000 expected per digit; 5 binomial standard deviations = 5 * sqrt(20000 * 0.1 * 0.9) = 212.
+  for (const auto& [digit, n] : count) EXPECT_NEAR(n, 2000, 212) << digit;
 }
 
 TEST(Tasks, JsonRoundTripAndBoxedParsing) {
@@ -217,7 +248,7 @@ TEST(Tasks, DecodeLimitWithoutTraceReadsStepsFromTheQuestion) {
 TEST(Tasks, BadInputIsAnError) {
   EXPECT_THROW(parse_task_family("lookup"), Error);
   EXPECT_THROW(generate_task(TaskFamily::Chain, {0, 10}, 1, 0), Error);
-  EXPECT_THROW(generate_task(TaskFamily::Once, {2, 10}, 1, 0), Error);
+  EXPECT_THROW(generate_task(TaskFamily::Once, {0, 10}, 1, 0), Error);
   EXPECT_THROW(generate_task(TaskFamily::Chain, {5, 27}, 1, 0), Error);
   EXPECT_THROW(generate_task(TaskFamily::Chain, {1000, 10}, 1, 0), Error);
   EXPECT_THROW(parse_int_range("5-3", "--steps"), Error);

@@ -168,3 +168,46 @@ class Reasoner(nn.Module):
         for b in self.blocks:
             x = b(x, cos, sin, mask)
         return F.linear(self.norm(x), self.tok.weight)
+
+
+# ---------------------------------------------------------------------------------------------
+GGUF_NAMES = {"attn_norm": "attn_norm.weight", "attn_q": "wq.weight", "attn_k": "wk.weight", "attn_v": "wv.weight",
+              "attn_output": "wo.weight", "ffn_norm": "ffn_norm.weight", "ffn_gate": "w_gate.weight",
+              "ffn_up": "w_up.weight", "ffn_down": "w_down.weight"}
+
+
+def load_gguf(path):
+    """Reads a GGUF written by tools/export_gguf.py back into {"config": dict, "model": state dict}
+    (the format of a train_reasoner.py final.pt), with the `gguf` Python package. Only F32 tensors
+    and the llama keys export_gguf.py writes; raises ValueError naming the file and key otherwise.
+    Lets `train_reasoner.py --init models/reasoner/reasoner.gguf` fine-tune the shipped weights."""
+    import gguf
+    import numpy as np
+
+    r = gguf.GGUFReader(path)
+
+    def field(key):
+        f = r.fields.get(key)
+        if f is None:
+            raise ValueError(f"{path}: missing key {key}")
+        return f.parts[f.data[0]][0].item()
+
+    c = Config(dim=field("llama.embedding_length"), n_layers=field("llama.block_count"),
+               n_heads=field("llama.attention.head_count"), n_kv_heads=field("llama.attention.head_count_kv"),
+               hidden_dim=field("llama.feed_forward_length"), context_length=field("llama.context_length"),
+               rope_theta=float(f'{field("llama.rope.freq_base"):.7g}'),
+               rms_eps=float(f'{field("llama.attention.layer_norm_rms_epsilon"):.7g}'))  # float32 -> 1e-05
+    tensors = {}
+    for t in r.tensors:
+        if t.tensor_type != gguf.GGMLQuantizationType.F32:
+            raise ValueError(f"{path}: tensor {t.name} is {t.tensor_type.name}, only F32 is supported")
+        shape = [int(d) for d in reversed(t.shape.tolist())]  # GGUF ne[0] is the innermost
+        tensors[t.name] = torch.from_numpy(np.array(t.data, dtype=np.float32).reshape(shape))
+    sd = {"tok.weight": tensors["token_embd.weight"], "norm.weight": tensors["output_norm.weight"]}
+    for layer in range(c.n_layers):
+        for gg, pt in GGUF_NAMES.items():
+            key = f"blk.{layer}.{gg}.weight"
+            if key not in tensors:
+                raise ValueError(f"{path}: missing tensor {key}")
+            sd[f"blocks.{layer}.{pt}"] = tensors[key]
+    return {"config": c.to_dict(), "model": sd}

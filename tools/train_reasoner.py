@@ -8,8 +8,8 @@ shipped model):
 
 Curriculum: first the lookup alone (chain family, small alphabets), then stages of growing alphabets (facts M) and chains (steps N); a stage ends when the
 lookup-token accuracy and the overall token accuracy of the recent steps pass its gate (after a
-minimum number of steps) or after its maximum. "Lookup" in the gate is the worse of the prompt
-lookup (successor letter) and the letter value d. The last stage covers traces up to ~720 tokens and
+minimum number of steps) or after its maximum. "Lookup" in the gate is the worst of the prompt
+lookup (successor letter), the letter value d and once's recalled code. The last stage covers traces up to ~720 tokens and
 decays the learning rate. Each instance is its own sequence (right-padded; causal attention never
 looks at padding, and padded targets are masked). Loss is on the trace and EOS only.
 
@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reasoner_model import BOS, CHAR_ID, EOS, Config, Reasoner, encode  # noqa: E402
+from reasoner_model import BOS, CHAR_ID, EOS, Config, Reasoner, encode, load_gguf  # noqa: E402
 
 FAMILIES = ["chain", "running", "once"]
 
@@ -48,11 +48,12 @@ KIND_OTHER, KIND_LOOKUP, KIND_DIGIT, KIND_SUM, KIND_PASS, KIND_ANSWER = 0, 1, 2,
 KIND_NAMES = ["other", "lookup", "digit", "sum", "pass", "answer"]
 
 
-def token_kinds(trace):
+def token_kinds(trace, family=None):
     """Per trace character: which skill predicts it (tasks/generator.h line formats).
     lookup = Y of a line "cccX=Y..." (the letter after X in the prompt); digit = d of a running
-    line "cccX=Yds" (the value of Y, a fixed function); sum = s; pass = P of the "#P" line;
-    answer = the characters inside the final \\boxed{}."""
+    line "cccX=Yds" (the value of Y, a fixed function); sum = s; pass = once's code P inside the
+    final \\boxed{} (recalled from the prompt's only "#P" line); answer = the other characters
+    inside the final \\boxed{}."""
     kinds = [KIND_OTHER] * len(trace)
     pos = 0
     for line in trace.split("\n"):
@@ -61,12 +62,12 @@ def token_kinds(trace):
             if len(line) == 8:
                 kinds[pos + 6] = KIND_DIGIT
                 kinds[pos + 7] = KIND_SUM
-        elif len(line) == 2 and line[0] == "#":
-            kinds[pos + 1] = KIND_PASS
         pos += len(line) + 1
     b = trace.rfind("\\boxed{")
     for i in range(b + 7, len(trace) - 1):
         kinds[i] = KIND_ANSWER
+    if family == "once":
+        kinds[len(trace) - 2] = KIND_PASS
     return kinds
 
 
@@ -103,7 +104,7 @@ def make_batch(tasks):
         seq = p + tr
         # target j = seq[j+1]; trace targets start at j = len(p) - 1
         m = [0] * (len(p) - 1) + [1] * len(tr)
-        kd = [0] * (len(p) - 1) + token_kinds(t["trace"]) + [KIND_OTHER]
+        kd = [0] * (len(p) - 1) + token_kinds(t["trace"], t["family"]) + [KIND_OTHER]
         seqs.append(seq)
         masks.append(m)
         kinds.append(kd)
@@ -149,12 +150,14 @@ def main():
     ap.add_argument("--final-steps", type=int, default=600, help="steps of the last stage (lr decays over them)")
     ap.add_argument("--stop-after-min", type=float, default=0, help="checkpoint and exit after this many wall minutes (0 = off)")
     ap.add_argument("--force-stage", type=int, default=-1, help="with --resume: restart the curriculum at this stage")
+    ap.add_argument("--batch-scale", type=float, default=1.0,
+                    help="multiply every stage's batch tokens by this (a cheaper fine-tune on a busy machine)")
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--ckpt-every-s", type=float, default=120)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--dim", type=int, default=128)
-    ap.add_argument("--init", help="start from these weights (a final.pt or ckpt.pt of the same shape) with a "
-                    "fresh optimizer and curriculum, instead of random initialisation")
+    ap.add_argument("--init", help="start from these weights (a final.pt or ckpt.pt of the same shape, or a GGUF "
+                    "written by export_gguf.py) with a fresh optimizer and curriculum, instead of random initialisation")
     ap.add_argument("--first-stage", type=int, default=0, help="curriculum stage to start at (with --init)")
     ap.add_argument("--shared-embed", type=float, default=0.05,
                     help="initial value of embedding dim 0 for all tokens (see reasoner_model.Reasoner)")
@@ -174,7 +177,7 @@ def main():
     state = {"step": 0, "stage": args.first_stage, "stage_step": 0, "cpu_s": 0.0, "wall_s": 0.0, "tokens": 0,
              "cursors": {}}
     if args.init and not args.resume:
-        init = torch.load(args.init)
+        init = load_gguf(args.init) if args.init.endswith(".gguf") else torch.load(args.init)
         if Config.from_dict(init["config"]).to_dict() != cfg.to_dict():
             sys.exit(f"--init {args.init}: config {init['config']} differs from {cfg.to_dict()}")
         model.load_state_dict(init["model"])
@@ -228,7 +231,7 @@ def main():
             lr = args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = lr
-        tasks = sample_batch(data, st, gen, batch_tokens)
+        tasks = sample_batch(data, st, gen, int(batch_tokens * args.batch_scale))
         ids, tgt, msk, knd = make_batch(tasks)
         logits = model(ids)
         ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), reduction="none").view_as(msk)
@@ -261,7 +264,8 @@ def main():
             print(" ".join(str(x) for x in row), flush=True)
             # tokens of a kind absent from the stage (e.g. digits in the chain-only stage) count as passed
             acc_digit = acc_k[KIND_DIGIT] if win["count"][KIND_DIGIT] > 0 else 1.0
-            recent.append((min(acc_k[KIND_LOOKUP], acc_digit), acc_all))
+            acc_pass = acc_k[KIND_PASS] if win["count"][KIND_PASS] > 0 else 1.0
+            recent.append((min(acc_k[KIND_LOOKUP], acc_digit, acc_pass), acc_all))
             recent = recent[-3:]
             win = {"loss": 0.0, "n": 0, "right": torch.zeros(len(KIND_NAMES)), "count": torch.zeros(len(KIND_NAMES)), "steps": 0}
             if st < last and state["stage_step"] >= min_steps:

@@ -137,7 +137,7 @@ std::string rollout_key(const std::string& policy, int64_t budget, const std::st
 std::string RolloutRecord::key() const { return rollout_key(policy, budget, problem_id, rollout); }
 
 json RolloutRecord::to_json() const {
-  return json{{"policy", policy},
+  json j{{"policy", policy},
               {"budget", budget > 0 ? json(budget) : json(nullptr)},
               {"problem_id", problem_id},
               {"problem_index", problem_index},
@@ -157,6 +157,8 @@ json RolloutRecord::to_json() const {
               {"score_ms", score_ms},
               {"compact_ms", compact_ms},
               {"text", text}};
+  if (fact_kept) j["fact_kept"] = *fact_kept;
+  return j;
 }
 
 RolloutRecord RolloutRecord::from_json(const json& j, const std::string& where) {
@@ -182,6 +184,7 @@ RolloutRecord RolloutRecord::from_json(const json& j, const std::string& where) 
   r.decode_ms = field<double>(j, "decode_ms", where);
   r.score_ms = field<double>(j, "score_ms", where);
   r.compact_ms = field<double>(j, "compact_ms", where);
+  if (j.contains("fact_kept")) r.fact_kept = field<bool>(j, "fact_kept", where);
   return r;
 }
 

@@ -81,6 +81,10 @@ struct RolloutRecord {
   int64_t peak_kv_bytes = 0;    ///< peak_slots x KvShape::bytes_per_token()
   int64_t kv_bytes = 0;         ///< bytes allocated for the cache
   double prefill_ms = 0, decode_ms = 0, score_ms = 0, compact_ms = 0;  ///< SequenceStats, ms
+  /// For a task with a fact stated once (the `once` family's code slot, tasks/generator.h):
+  /// whether any (layer, KV head) still held that prompt position when the rollout ended.
+  /// Absent for other tasks. JSON key "fact_kept" (omitted when absent).
+  std::optional<bool> fact_kept;
 
   CellSpec cell() const { return {policy, budget}; }
   /// Identity of the rollout within a run: policy, budget, problem id, rollout index.

@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
+
 #include "eval/grader.h"
+#include "tasks/generator.h"
 #include "util/error.h"
 #include "util/rng.h"
 
@@ -31,6 +35,21 @@ uint64_t rollout_sequence_id(const std::string& problem_id, int rollout) {
   return stream_id({fnv1a64(problem_id), static_cast<uint64_t>(rollout)});
 }
 
+std::optional<int64_t> fact_token_position(const Tokenizer& tok, std::span<const int32_t> prompt,
+                                           const std::string& problem) {
+  if (!once_code_offset(problem)) return std::nullopt;
+  // Decoded piece by piece, so any template or tokenizer that keeps the problem text works.
+  std::string text;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const size_t before = text.size();
+    text += tok.piece(prompt[i]);
+    // The token that completes "#<digit>" (a template may hold other '#' characters).
+    for (size_t j = std::max<size_t>(before, 1); j < text.size(); ++j)
+      if (text[j - 1] == '#' && std::isdigit(static_cast<unsigned char>(text[j]))) return static_cast<int64_t>(i);
+  }
+  return std::nullopt;
+}
+
 int64_t generation_cap(const RolloutOptions& opts, int64_t prompt_tokens) {
   int64_t cap = opts.max_length - prompt_tokens;
   if (opts.max_new_tokens > 0) cap = std::min(cap, opts.max_new_tokens);
@@ -52,6 +71,7 @@ void run_rollouts(Engine& engine, const EvalTask& task, std::span<const int32_t>
   }
   const Tokenizer& tok = engine.model().tokenizer();
   const int64_t bytes_per_slot = engine.kv_shape().bytes_per_token();
+  const std::optional<int64_t> fact_pos = fact_token_position(tok, prompt, task.problem);
 
   struct Live {
     int rollout = 0;
@@ -85,6 +105,18 @@ void run_rollouts(Engine& engine, const EvalTask& task, std::span<const int32_t>
     rec.decode_ms = s.decode_ms;
     rec.score_ms = s.score_ms;
     rec.compact_ms = s.compact_ms;
+    if (fact_pos) {
+      const KvShape shape = l.seq->kv.shape();
+      bool kept = false;
+      for (int layer = 0; layer < shape.n_layers && !kept; ++layer) {
+        const int64_t n = l.seq->kv.length(layer);
+        for (int h = 0; h < shape.n_kv_heads && !kept; ++h) {
+          const int32_t* pos = l.seq->kv.positions(layer, h);
+          kept = std::find(pos, pos + n, *fact_pos) != pos + n;
+        }
+      }
+      rec.fact_kept = kept;
+    }
     l.seq.reset();  // free the cache before the callback does any I/O
     on_finished(std::move(rec));
   };

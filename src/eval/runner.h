@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -44,6 +45,12 @@ struct RolloutOptions {
 /// selectors see): stream_id({fnv1a64(problem_id), rollout}).
 uint64_t rollout_sequence_id(const std::string& problem_id, int rollout);
 
+/// Index in `prompt` [T] of the token that holds a once task's code digit (the fact stated once,
+/// tasks/generator.h once_code_offset): the first token at which the decoded prompt contains
+/// "#<digit>". nullopt when `problem` is not a once problem or no token completes the code.
+std::optional<int64_t> fact_token_position(const Tokenizer& tok, std::span<const int32_t> prompt,
+                                           const std::string& problem);
+
 /// Tokens a rollout may generate after a prompt of `prompt_tokens`: max_length - prompt_tokens,
 /// capped by max_new_tokens when that is > 0; <= 0 means the prompt leaves no room.
 int64_t generation_cap(const RolloutOptions& opts, int64_t prompt_tokens);
@@ -52,7 +59,8 @@ int64_t generation_cap(const RolloutOptions& opts, int64_t prompt_tokens);
 /// `prompt` [T] (token ids, BOS included), as parallel sequences. Each finished rollout is graded
 /// against task.answer and passed to `on_finished` at once (in completion order). A prompt that
 /// leaves no room (generation_cap <= 0) yields records with finish "prompt_too_long", no text,
-/// not correct. Throws kvevict::Error from the engine (e.g. an invalid policy for the budget).
+/// not correct. For a once task, RolloutRecord::fact_kept says whether any (layer, KV head) still
+/// held the code's slot at the end. Throws kvevict::Error from the engine (e.g. an invalid policy for the budget).
 void run_rollouts(Engine& engine, const EvalTask& task, std::span<const int32_t> prompt, const EvalCell& cell,
                   std::span<const int> todo, const RolloutOptions& opts,
                   const std::function<void(RolloutRecord&&)>& on_finished);

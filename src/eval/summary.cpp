@@ -66,6 +66,10 @@ EvalSummary summarize(const EvalSettings& settings, const std::vector<RolloutRec
     row.peak_kv_bytes = std::max(row.peak_kv_bytes, r.peak_kv_bytes);
     row.no_answer += r.extracted ? 0 : 1;
     row.hit_cap += r.finish == "eos" ? 0 : 1;
+    if (r.fact_kept) {
+      (*r.fact_kept ? row.fact_kept_rollouts : row.fact_lost_rollouts) += 1;
+      (*r.fact_kept ? row.fact_kept_correct : row.fact_lost_correct) += r.correct ? 1 : 0;
+    }
   }
   std::vector<ProblemMeans> means(out.cells.size());
   for (size_t i = 0; i < out.cells.size(); ++i) {
@@ -143,6 +147,25 @@ std::string summary_markdown(const EvalSummary& s) {
                       diff, sign, c.mean_generated, c.mean_rounds, c.peak_slots, fmt_bytes(c.peak_kv_bytes),
                       c.decode_tok_s, c.rollouts, c.expected_rollouts);
   }
+  bool any_fact = false;
+  for (const CellSummary& c : s.cells) any_fact = any_fact || c.fact_kept_rollouts + c.fact_lost_rollouts > 0;
+  if (!any_fact) return md;
+  // Did a policy win by keeping the fact? Accuracy split by whether any (layer, KV head) still
+  // held the once-stated fact's slot at the end of the rollout.
+  md += "\n**Fact stated once: was its slot still cached at the end (any layer, any KV head)?**\n\n";
+  md += "| policy | budget | fact kept: rollouts | accuracy if kept | fact lost: rollouts | accuracy if lost |\n";
+  md += "|---|---:|---:|---|---:|---|\n";
+  const auto ratio = [](int64_t right, int64_t n) {
+    return n > 0 ? fmt::format("{:.3f} ({}/{})", static_cast<double>(right) / static_cast<double>(n), right, n)
+                 : std::string("–");
+  };
+  for (const CellSummary& c : s.cells) {
+    if (c.fact_kept_rollouts + c.fact_lost_rollouts == 0) continue;
+    md += fmt::format("| {} | {} | {} | {} | {} | {} |\n", c.cell.policy,
+                      c.cell.budget > 0 ? std::to_string(c.cell.budget) : "–", c.fact_kept_rollouts,
+                      ratio(c.fact_kept_correct, c.fact_kept_rollouts), c.fact_lost_rollouts,
+                      ratio(c.fact_lost_correct, c.fact_lost_rollouts));
+  }
   return md;
 }
 
@@ -150,7 +173,7 @@ std::string summary_csv(const EvalSummary& s) {
   std::string csv =
       "policy,budget,problems,rollouts,expected_rollouts,accuracy,accuracy_lo,accuracy_hi,reference,diff,diff_lo,"
       "diff_hi,sign_pos,sign_neg,sign_ties,sign_p,mean_generated,mean_length,mean_rounds,peak_slots,peak_kv_bytes,"
-      "decode_tok_s,no_answer,hit_cap\n";
+      "decode_tok_s,no_answer,hit_cap,fact_kept_rollouts,fact_kept_correct,fact_lost_rollouts,fact_lost_correct\n";
   for (const CellSummary& c : s.cells) {
     csv += fmt::format("{},{},{},{},{},{},{},{},{},", c.cell.policy, c.cell.budget > 0 ? std::to_string(c.cell.budget) : "",
                        c.problems, c.rollouts, c.expected_rollouts, c.accuracy, c.accuracy_ci.lo, c.accuracy_ci.hi,
@@ -159,8 +182,9 @@ std::string summary_csv(const EvalSummary& s) {
     else csv += ",,,";
     if (c.sign) csv += fmt::format("{},{},{},{},", c.sign->n_pos, c.sign->n_neg, c.sign->n_ties, c.sign->p);
     else csv += ",,,,";
-    csv += fmt::format("{},{},{},{},{},{},{},{}\n", c.mean_generated, c.mean_length, c.mean_rounds, c.peak_slots,
-                       c.peak_kv_bytes, c.decode_tok_s, c.no_answer, c.hit_cap);
+    csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{}\n", c.mean_generated, c.mean_length, c.mean_rounds,
+                       c.peak_slots, c.peak_kv_bytes, c.decode_tok_s, c.no_answer, c.hit_cap, c.fact_kept_rollouts,
+                       c.fact_kept_correct, c.fact_lost_rollouts, c.fact_lost_correct);
   }
   return csv;
 }
@@ -187,7 +211,11 @@ json summary_json(const EvalSummary& s) {
            {"peak_kv_bytes", c.peak_kv_bytes},
            {"decode_tok_s", c.decode_tok_s},
            {"no_answer", c.no_answer},
-           {"hit_cap", c.hit_cap}};
+           {"hit_cap", c.hit_cap},
+           {"fact_kept_rollouts", c.fact_kept_rollouts},
+           {"fact_kept_correct", c.fact_kept_correct},
+           {"fact_lost_rollouts", c.fact_lost_rollouts},
+           {"fact_lost_correct", c.fact_lost_correct}};
     cells.push_back(std::move(j));
   }
   return json{{"settings", s.settings.to_json()}, {"cells", cells}};

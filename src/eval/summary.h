@@ -39,6 +39,10 @@ struct CellSummary {
   double decode_tok_s = 0;        ///< generated tokens / time in decode steps and rounds (per sequence)
   int64_t no_answer = 0;          ///< rollouts without a \boxed{} answer
   int64_t hit_cap = 0;            ///< rollouts stopped by the length cap (or with no room)
+  /// Keep-log check of a fact stated once (RolloutRecord::fact_kept; `once` tasks only): rollouts
+  /// that ended with the fact's slot still held by some (layer, KV head), and how many of them
+  /// were right; the same for rollouts that had lost it. All zero for other tasks.
+  int64_t fact_kept_rollouts = 0, fact_kept_correct = 0, fact_lost_rollouts = 0, fact_lost_correct = 0;
 };
 
 /// The whole report.
@@ -53,7 +57,8 @@ struct EvalSummary {
 /// Throws kvevict::Error for a record of an unknown cell.
 EvalSummary summarize(const EvalSettings& settings, const std::vector<RolloutRecord>& records);
 
-/// Markdown: a few header lines (model, tasks, sampling) and the table.
+/// Markdown: a few header lines (model, tasks, sampling) and the table; when rollouts carry the
+/// fact-slot check, a second table splits each cell's accuracy by whether the fact was kept.
 std::string summary_markdown(const EvalSummary& s);
 /// CSV with one header line and one row per cell (numbers unrounded).
 std::string summary_csv(const EvalSummary& s);

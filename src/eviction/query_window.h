@@ -21,6 +21,13 @@ namespace kvevict {
 /// Every query token is recorded, prefill included: as in the released Random Attention code the
 /// window starts with the prompt's last queries and decode queries overwrite them, so once `window`
 /// decode steps have run it holds exactly the last `window` decode queries (spec §3 `snapkv`).
+/// A round that comes fewer than `window` decode steps after prefill (a prompt near or above B,
+/// or a small B + r) therefore scores with some prompt queries. Other released code differs
+/// here: SnapKV's own code compresses only at prefill with the prompt's last queries, and
+/// kvpress's DecodingPress scores with a buffer of decode-step states only (no prompt queries,
+/// fewer than `window` right after prefill). kvevict keeps the Random Attention behaviour, which
+/// the spec follows; with the main job's sizes (67-token prompt, B = 128, r = 32) the first
+/// round runs 93 decode steps after prefill, so a 64-query window holds decode queries only.
 /// In PositionMode::Cache the stored queries keep the rotation of the step that produced them
 /// while keys are re-rotated at each compaction, so relative positions drift; the logical mode
 /// (default) has no such drift.

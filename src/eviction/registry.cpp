@@ -17,7 +17,8 @@
   X(vase)                   \
   X(h2o)                    \
   X(tova)                   \
-  X(triattention)
+  X(triattention)           \
+  X(random_beacon)
 
 namespace kvevict {
 

@@ -31,20 +31,25 @@ void validate_eviction(const EvictionConfig& cfg, const Policy& policy) {
 
 std::string long_prompt_warning(const EvictionConfig& cfg, const Policy& policy, int64_t prompt_len) {
   if (!policy.evicts || !policy.protect_prompt || prompt_len <= cfg.k_sel() - 1) return "";
-  if (cfg.long_prompt == LongPromptMode::PinHead)
-    return fmt::format("prompt of {} tokens is longer than the prompt pin K_sel - 1 = {}: only its "
-                       "first {} tokens are pinned, the rest can be evicted "
-                       "(--long-prompt skip keeps the full cache instead)",
-                       prompt_len, cfg.k_sel() - 1, cfg.k_sel() - 1);
-  return fmt::format("prompt of {} tokens is longer than the prompt pin K_sel - 1 = {}: eviction is "
-                     "skipped for this sequence and the cache grows without bound "
-                     "(--long-prompt pin-head enforces the budget instead)",
-                     prompt_len, cfg.k_sel() - 1);
+  if (eviction_disabled(cfg, policy, prompt_len))
+    return fmt::format("prompt of {} tokens is longer than the budget B = {}: eviction is skipped for this "
+                       "sequence and the cache grows without bound (--long-prompt pin-head enforces the "
+                       "budget instead)",
+                       prompt_len, cfg.budget);
+  return fmt::format("prompt of {} tokens is longer than the prompt pin K_sel - 1 = {}: only its "
+                     "first {} tokens are pinned, the rest can be evicted{}",
+                     prompt_len, cfg.k_sel() - 1, cfg.k_sel() - 1,
+                     cfg.long_prompt == LongPromptMode::Skip
+                         ? fmt::format(" (--long-prompt skip skips eviction only for prompts longer than B = {})",
+                                       cfg.budget)
+                         : std::string(" (--long-prompt skip keeps the full cache instead when the prompt exceeds B)"));
 }
 
 bool eviction_disabled(const EvictionConfig& cfg, const Policy& policy, int64_t prompt_len) {
   if (!policy.evicts) return true;
-  return cfg.long_prompt == LongPromptMode::Skip && policy.protect_prompt && prompt_len > cfg.k_sel() - 1;
+  // Spec §2.5 (vLLM port): skip only while the prompt exceeds B; a prompt in (K_sel - 1, B]
+  // still fits the budget, so it evicts with its head pinned as in PinHead.
+  return cfg.long_prompt == LongPromptMode::Skip && policy.protect_prompt && prompt_len > cfg.budget;
 }
 
 int64_t required_capacity(const EvictionConfig& cfg, const Policy& policy, int64_t prompt_len,

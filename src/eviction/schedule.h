@@ -25,7 +25,8 @@ enum class LongPromptMode {
   /// Default (the official HF engine): pin only the first K_sel - 1 prompt tokens; the rest of
   /// the prompt becomes ordinary candidates. The budget holds.
   PinHead,
-  /// The paper's vLLM port: never evict for such a sequence (full cache). The budget does not hold.
+  /// The paper's vLLM port: never evict a sequence whose prompt exceeds the budget B (full
+  /// cache; the budget does not hold). A prompt in (K_sel - 1, B] is handled as in PinHead.
   Skip,
 };
 
@@ -47,7 +48,8 @@ void validate_eviction(const EvictionConfig& cfg, const Policy& policy);
 std::string long_prompt_warning(const EvictionConfig& cfg, const Policy& policy, int64_t prompt_len);
 
 /// True when a sequence with this prompt never evicts (policy `full`, or LongPromptMode::Skip
-/// with a prompt longer than K_sel - 1).
+/// with a prompt-protecting policy and a prompt longer than B; eviction-spec.md §2.5: the vLLM
+/// port skips compression while the prompt exceeds the budget).
 bool eviction_disabled(const EvictionConfig& cfg, const Policy& policy, int64_t prompt_len);
 
 /// Slots per (layer, KV head) to allocate for a sequence: max(B, prompt_len) + r when it evicts

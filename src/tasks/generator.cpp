@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cctype>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -69,7 +70,7 @@ IntRange parse_int_range(const std::string& text, const std::string& option) {
   return r;
 }
 
-int64_t min_steps(TaskFamily f) { return f == TaskFamily::Once ? 3 : 1; }
+int64_t min_steps(TaskFamily) { return 1; }
 
 void validate_task_size(TaskFamily f, const TaskSize& size) {
   if (size.steps < min_steps(f) || size.steps > kMaxSteps)
@@ -84,12 +85,22 @@ int64_t trace_length(TaskFamily f, int64_t steps) {
   switch (f) {
     case TaskFamily::Chain: return 7 * steps + 9;
     case TaskFamily::Running: return 9 * steps + 10;
-    case TaskFamily::Once: return 7 * steps + 17;
+    case TaskFamily::Once: return 7 * steps + 10;
   }
   return 0;
 }
 
-int64_t problem_length(int64_t facts) { return 3 * facts + 6; }
+int64_t problem_length(TaskFamily f, int64_t facts) { return 3 * facts + (f == TaskFamily::Once ? 9 : 6); }
+
+std::optional<int64_t> once_code_offset(const std::string& problem) {
+  // A once problem: question line "@NNNS\n" last, a code line "#P\n" on its own line.
+  if (problem.size() < 9 || problem[problem.size() - 6] != '@') return std::nullopt;
+  const size_t hash = problem.find('#');
+  if (hash == std::string::npos || hash + 2 >= problem.size() || (hash > 0 && problem[hash - 1] != '\n') ||
+      !std::isdigit(static_cast<unsigned char>(problem[hash + 1])) || problem[hash + 2] != '\n')
+    return std::nullopt;
+  return static_cast<int64_t>(hash + 1);
+}
 
 int letter_value(char letter) { return (letter - 'A') % 10; }
 
@@ -136,25 +147,28 @@ Task generate_task(TaskFamily family, const TaskSize& size, uint64_t seed, uint6
     t.problem += sym[static_cast<size_t>((i + 1) % m)];
     t.problem += '\n';
   }
+  int passcode = 0;
+  if (family == TaskFamily::Once) {
+    // Its own stream: the rest of the task is the same whatever the code, so nothing else in the
+    // text can reveal it.
+    Rng code_rng(stream_id({seed, static_cast<uint64_t>(family), index, 2}));
+    passcode = static_cast<int>(below(code_rng, 10));
+    t.problem += fmt::format("#{}\n", passcode);
+  }
   t.problem += fmt::format("{}{:03d}{}\n", family_marker(family), n, sym[static_cast<size_t>(start)]);
 
   int64_t cur = start;
-  int sum = 0, passcode = 0;
+  int sum = 0;
   for (int64_t i = 1; i <= n; ++i) {
     const int64_t next = (cur + 1) % m;
     // "X=Y", never "XY": the trace must not answer the prompt's lookups (see generator.h).
     const char y = sym[static_cast<size_t>(next)];
     t.trace += fmt::format("{:03d}{}={}", n - i, sym[static_cast<size_t>(cur)], y);
-    const bool with_sum = family == TaskFamily::Running || (family == TaskFamily::Once && i <= 2);
-    if (with_sum) {
+    if (family == TaskFamily::Running) {
       sum = (sum + letter_value(y)) % 10;
       t.trace += fmt::format("{}{}", letter_value(y), sum);
     }
     t.trace += '\n';
-    if (family == TaskFamily::Once && i == 2) {
-      passcode = sum;
-      t.trace += fmt::format("#{}\n", passcode);
-    }
     cur = next;
   }
   t.answer = std::string(1, sym[static_cast<size_t>(cur)]);

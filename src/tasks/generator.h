@@ -1,11 +1,12 @@
 // Synthetic reasoning tasks for kvevict's own model: three families whose worked traces have the
 // mechanisms the Random Attention paper studies (a prompt needed throughout, a trace that restates
-// the state it carries, a value stated once early and needed only at the end).
+// the state it carries, a fact stated exactly once early and needed only at the end).
 //
 // Source: issue 6 and shared/docs/reasoner-notes.md (layout lessons). The format is kvevict's own.
 //
 // Format, shared by every family (one character = one token of the model's vocabulary):
-//   problem = M fact lines "XY\n", shuffled, then one question line "<marker><NNN>S\n".
+//   problem = M fact lines "XY\n", shuffled, (once only: a code line "#P\n"), then one question
+//     line "<marker><NNN>S\n".
 //     X, Y are distinct upper-case letters; the facts form ONE random cycle over M letters
 //     (X -> Y). NNN is the number of steps N, zero-padded to three digits, S the start letter
 //     (last, so that no letter outside a fact line is followed by a letter). The marker names
@@ -15,8 +16,11 @@
 //     chain:   "<ccc>X=Y\n"                                      answer: the letter after N steps
 //     running: "<ccc>X=Yds\n"  d = letter_value(Y), s = running sum of the d's mod 10 (from 0)
 //                                                               answer: final letter, then final s
-//     once:    steps 1-2 as running lines, then "#P\n" (P = their sum mod 10, written only
-//              there), steps 3..N as chain lines                 answer: final letter, then P
+//     once:    "<ccc>X=Y\n" (chain lines)                       answer: final letter, then P
+//              P is the code of the prompt's "#P" line: a digit drawn from its own random stream,
+//              so nothing else in the problem or trace depends on it; it is written exactly once
+//              ('#' occurs nowhere else) and the trace never restates it. The only way to answer
+//              is to read that one slot at the end.
 //   What makes the prompt needed throughout: a step's lookup is "the letter right after X". In
 //   the prompt every key is immediately followed by its value ("XY"); in the trace never — an
 //   upper-case letter there is preceded by a countdown digit, '=' or (the final answer) '{', and
@@ -31,7 +35,8 @@
 //   for the rest): an earlier format wrote "cccXY", so after one cycle of M steps the trace
 //   answered the lookups itself; a variant with a digit per fact in the prompt ("XYd", the digit
 //   to add looked up too) never learned the digit lookup, so a letter's value is a fixed function
-//   the model learns instead. once's passcode exists only in its "#P" line.
+//   the model learns instead. An earlier once wrote "#P" in the trace with P = the running sum of
+//   two running lines, so P was derivable from (and written next to) those lines' sum digit.
 #pragma once
 
 #include <cstdint>
@@ -62,7 +67,7 @@ struct IntRange {
 /// Throws kvevict::Error on anything else.
 IntRange parse_int_range(const std::string& text, const std::string& option);
 
-/// Size knobs of one task. steps: N, the number of trace lines (1..999; once: 3..999).
+/// Size knobs of one task. steps: N, the number of trace lines (1..999).
 /// facts: M, the number of fact lines = cycle length (2..26).
 struct TaskSize {
   int64_t steps = 0;
@@ -74,18 +79,23 @@ inline constexpr int64_t kDefaultFacts = 20;
 /// Largest / smallest allowed N and M.
 inline constexpr int64_t kMaxSteps = 999, kMaxFacts = 26, kMinFacts = 2;
 
-/// Smallest N a family accepts (once: 3, since its passcode takes two steps).
+/// Smallest N a family accepts (1 for every family).
 int64_t min_steps(TaskFamily f);
 
 /// Throws kvevict::Error when `size` is out of range for `f` (see TaskSize).
 void validate_task_size(TaskFamily f, const TaskSize& size);
 
 /// Number of characters (= model tokens) of the trace of a task of family `f` with N = `steps`,
-/// including "\boxed{...}" and excluding BOS/EOS. Exact: chain 7N+9, running 9N+10, once 7N+17.
+/// including "\boxed{...}" and excluding BOS/EOS. Exact: chain 7N+9, running 9N+10, once 7N+10.
 int64_t trace_length(TaskFamily f, int64_t steps);
 
-/// Number of characters of the problem: 3M + 6 (excluding BOS).
-int64_t problem_length(int64_t facts);
+/// Number of characters of the problem of family `f` with M = `facts` (excluding BOS): 3M + 6,
+/// once 3M + 9 (its code line "#P\n").
+int64_t problem_length(TaskFamily f, int64_t facts);
+
+/// Character index, in a once problem, of its code digit P (the character after the only '#');
+/// nullopt unless the problem is a once problem (question line "@NNNS" last, one "#<digit>" line). Its token position is this + 1 (BOS first).
+std::optional<int64_t> once_code_offset(const std::string& problem);
 
 /// N read back from a problem's question line "<marker><NNN>S\n" (its last line); nullopt when
 /// the problem does not end with one.
