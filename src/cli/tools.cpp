@@ -20,9 +20,9 @@ struct SynthArgs {
 
 int run_synth(const SynthArgs& a) {
   const SynthShape shape = synth_shape(a.shape);
-  const GgmlType type = parse_synth_type(a.type);
+  const SynthTypes types = parse_synth_types(a.type);
   const auto t0 = std::chrono::steady_clock::now();
-  write_synth_gguf(shape, type, a.seed, a.out);
+  write_synth_gguf(shape, types, a.seed, a.out);
   // Read it back through the real loader so a broken file never leaves this command.
   const auto model = LlamaModel::load(a.out);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -42,7 +42,7 @@ void add_tools(CLI::App& root, std::vector<Command>& out) {
   std::string shapes;
   for (const std::string& s : synth_shape_names()) shapes += (shapes.empty() ? "" : ", ") + s;
   synth->add_option("--shape", a->shape, "Model shape: " + shapes)->required();
-  synth->add_option("--type", a->type, "Weight type: f32, f16, q8_0, q4_0")->capture_default_str();
+  synth->add_option("--type", a->type, "Weight type: " + ggml_supported_type_names() + ", or the llama.cpp mixes q4_k_m, q5_k_m")->capture_default_str();
   synth->add_option("--seed", a->seed, "Seed of the random weights")->check(seed_value())->capture_default_str();
   synth->add_option("-o,--output", a->out, "Output GGUF path")->required();
   out.push_back({tools, [a, synth] {
