@@ -271,13 +271,14 @@ float dot_q2_k_q8_k(const void* w, const void* xq, int64_t n) {
   const auto* a = static_cast<const ggml::BlockQ2_K*>(w);
   const auto* b = static_cast<const BlockQ8_K*>(xq);
   const __m256i m3 = _mm256_set1_epi8(3);
-  __m256 acc = _mm256_setzero_ps();
-  float mins = 0.0f;
+  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const uint8_t* sc = a[i].scales;
-    int summ = 0;
-    for (int s = 0; s < 16; ++s) summ += (sc[s] >> 4) * b[i].bsums[s];
-    mins += _cvtsh_ss(a[i].dmin) * b[i].d * static_cast<float>(summ);
+    // Σ min_s bsum_s with the 16 mins (high nibbles) widened to int16.
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc));
+    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0F)));
+    const __m256i summ = _mm256_madd_epi16(mins16, load32(b[i].bsums));
+    accm = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].dmin) * b[i].d), _mm256_cvtepi32_ps(summ), accm);
     __m256i sumi = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h) {
       const __m256i q = load32(a[i].qs + 32 * h);
@@ -290,7 +291,7 @@ float dot_q2_k_q8_k(const void* w, const void* xq, int64_t n) {
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi), acc);
   }
-  return hsum8(acc) - mins;
+  return hsum8(acc) - hsum8(accm);
 #else
   return dot_dequantised(GgmlType::Q2_K, w, ActivationQuant::Q8_K, xq, n);
 #endif
@@ -303,13 +304,20 @@ float dot_q3_k_q8_k(const void* w, const void* xq, int64_t n) {
   const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    int sc[16];
-    for (int s = 0; s < 16; ++s) sc[s] = ggml::q3k_scale(a[i].scales, s);
-    // The stored value is u = q + 4 (0..7): Σ sc (u - 4) y = Σ sc u y - 4 Σ sc bsum.
-    int off = 0;
-    for (int s = 0; s < 16; ++s) off += sc[s] * b[i].bsums[s];
+    // The 16 scales (ggml::q3k_scale, four at a time from the 12 packed bytes), minus 32.
+    uint32_t wd[3];
+    std::memcpy(wd, a[i].scales, 12);
+    const uint32_t lo4 = 0x0F0F0F0Fu, lo2 = 0x03030303u;
+    const uint32_t s4[4] = {(wd[0] & lo4) | ((wd[2] & lo2) << 4), (wd[1] & lo4) | (((wd[2] >> 2) & lo2) << 4),
+                            ((wd[0] >> 4) & lo4) | (((wd[2] >> 4) & lo2) << 4),
+                            ((wd[1] >> 4) & lo4) | (((wd[2] >> 6) & lo2) << 4)};
+    int8_t sc[16];
+    std::memcpy(sc, s4, 16);
+    for (int8_t& v : sc) v = static_cast<int8_t>(v - 32);
+    // The stored value is u = q + 4 (0..7): Σ sc (u - 4) y = Σ sc u y - 4 Σ sc bsum, in int32 lanes.
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+    __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(b[i].bsums)), 2));
     const __m256i hm = load32(a[i].hmask);
-    __m256i sumi = _mm256_set1_epi32(0);
     for (int h = 0; h < 2; ++h) {
       const __m256i q = load32(a[i].qs + 32 * h);
       for (int j = 0; j < 4; ++j) {
@@ -320,9 +328,7 @@ float dot_q3_k_q8_k(const void* w, const void* xq, int64_t n) {
         sumi = _mm256_add_epi32(sumi, scale16(dot_u8_i8_pairs(u, load32(b[i].qs + 128 * h + 32 * j)), sc[s], sc[s + 1]));
       }
     }
-    const float d = _cvtsh_ss(a[i].d) * b[i].d;
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-    acc = _mm256_sub_ps(acc, _mm256_setr_ps(d * 4.0f * static_cast<float>(off), 0, 0, 0, 0, 0, 0, 0));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi), acc);
   }
   return hsum8(acc);
 #else
@@ -338,15 +344,22 @@ float dot_k4_like(const Block* a, const BlockQ8_K* b, int64_t n) {
   constexpr bool five = requires { a->qh; };
   const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
   __m256 acc = _mm256_setzero_ps();
-  float mins = 0.0f;
+  __m128 accm = _mm_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    uint8_t sc[8], m[8];
-    int summ = 0;
-    for (int j = 0; j < 8; ++j) {
-      ggml::k4_scale_min(a[i].scales, j, sc[j], m[j]);
-      summ += m[j] * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
-    }
-    mins += _cvtsh_ss(a[i].dmin) * b[i].d * static_cast<float>(summ);
+    // The 8 scales and 8 mins from the 12 packed bytes (ggml::k4_scale_min, four at a time).
+    uint32_t wd[3];
+    std::memcpy(wd, a[i].scales, 12);
+    const uint32_t lo6 = 0x3F3F3F3Fu, lo4 = 0x0F0F0F0Fu, lo2 = 0x03030303u;
+    const uint32_t s4[4] = {wd[0] & lo6, (wd[2] & lo4) | (((wd[0] >> 6) & lo2) << 4), wd[1] & lo6,
+                            ((wd[2] >> 4) & lo4) | (((wd[1] >> 6) & lo2) << 4)};
+    uint8_t sc[16];  // sc[0..7] scales, sc[8..15] mins
+    std::memcpy(sc, s4, 16);
+    // Σ_j min_j (bsum_2j + bsum_2j+1): pairwise sums of the 16 bsums times the 8 mins.
+    const __m128i bs_lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].bsums));
+    const __m128i bs_hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].bsums + 8));
+    const __m128i mins16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 8)));
+    const __m128i summ = _mm_madd_epi16(mins16, _mm_hadd_epi16(bs_lo, bs_hi));
+    accm = _mm_fmadd_ps(_mm_set1_ps(_cvtsh_ss(a[i].dmin) * b[i].d), _mm_cvtepi32_ps(summ), accm);
     __m256i qh = _mm256_setzero_si256();
     if constexpr (five) qh = load32(a[i].qh);
     __m256i sumi = _mm256_setzero_si256();
@@ -363,7 +376,7 @@ float dot_k4_like(const Block* a, const BlockQ8_K* b, int64_t n) {
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi), acc);
   }
-  return hsum8(acc) - mins;
+  return hsum8(acc) - hsum8(_mm256_set_m128(_mm_setzero_ps(), accm));
 }
 #endif
 }  // namespace
@@ -392,10 +405,10 @@ float dot_q6_k_q8_k(const void* w, const void* xq, int64_t n) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const int8_t* sc = a[i].scales;
-    // Stored u = q + 32 (0..63): Σ sc (u - 32) y = Σ sc u y - 32 Σ sc bsum.
-    int off = 0;
-    for (int s = 0; s < 16; ++s) off += sc[s] * b[i].bsums[s];
-    __m256i sumi = _mm256_setzero_si256();
+    // Stored u = q + 32 (0..63): Σ sc (u - 32) y = Σ sc u y - 32 Σ sc bsum, all in int32 lanes.
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+    __m256i sumi = _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(b[i].bsums)), 5);
+    sumi = _mm256_sub_epi32(_mm256_setzero_si256(), sumi);
     for (int h = 0; h < 2; ++h) {
       const __m256i l0 = load32(a[i].ql + 64 * h), l1 = load32(a[i].ql + 64 * h + 32), qh = load32(a[i].qh + 32 * h);
       const __m256i u[4] = {
@@ -411,9 +424,7 @@ float dot_q6_k_q8_k(const void* w, const void* xq, int64_t n) {
         sumi = _mm256_add_epi32(sumi, scale16(dot_u8_i8_pairs(u[g], load32(b[i].qs + 128 * h + 32 * g)), sc[s], sc[s + 1]));
       }
     }
-    const float d = _cvtsh_ss(a[i].d) * b[i].d;
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-    acc = _mm256_sub_ps(acc, _mm256_setr_ps(d * 32.0f * static_cast<float>(off), 0, 0, 0, 0, 0, 0, 0));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi), acc);
   }
   return hsum8(acc);
 #else
