@@ -353,16 +353,19 @@ void dequant_block(const ggml::BlockQ5_1& b, float* y) {
 }
 void dequant_block(const ggml::BlockQ2_K& b, float* y) {
   const float d = fp16_to_fp32(b.d), dmin = fp16_to_fp32(b.dmin);
-  for (int e = 0; e < kQKK; ++e) {
-    const uint8_t sc = b.scales[e / 16];
-    const int q = (b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
-    y[e] = d * static_cast<float>(sc & 0xF) * static_cast<float>(q) - dmin * static_cast<float>(sc >> 4);
+  for (int g = 0; g < 16; ++g) {  // groups of 16 sharing a scale and a min
+    const float dl = d * static_cast<float>(b.scales[g] & 0xF), ml = dmin * static_cast<float>(b.scales[g] >> 4);
+    for (int e = 16 * g; e < 16 * g + 16; ++e) {
+      const int q = (b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+      y[e] = dl * static_cast<float>(q) - ml;
+    }
   }
 }
 void dequant_block(const ggml::BlockQ3_K& b, float* y) {
   const float d = fp16_to_fp32(b.d);
+  float dl = 0.0f;
   for (int e = 0; e < kQKK; ++e) {
-    const float dl = d * static_cast<float>(ggml::q3k_scale(b.scales, e / 16));
+    if (e % 16 == 0) dl = d * static_cast<float>(ggml::q3k_scale(b.scales, e / 16));
     const int low = (b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
     const bool high = (b.hmask[e % 32] >> (e / 32)) & 1;
     y[e] = dl * static_cast<float>(low - (high ? 0 : 4));
@@ -371,13 +374,16 @@ void dequant_block(const ggml::BlockQ3_K& b, float* y) {
 template <class Block>
 void dequant_k4_like(const Block& b, const uint8_t* qh, float* y) {
   const float d = fp16_to_fp32(b.d), dmin = fp16_to_fp32(b.dmin);
-  for (int e = 0; e < kQKK; ++e) {
+  for (int s = 0; s < 8; ++s) {  // sub-blocks of 32; scale and min unpacked once each
     uint8_t sc, m;
-    ggml::k4_scale_min(b.scales, e / 32, sc, m);
-    const uint8_t byte = b.qs[32 * (e / 64) + e % 32];
-    int q = (e % 64 < 32) ? (byte & 0xF) : (byte >> 4);
-    if (qh) q |= ((qh[e % 32] >> (e / 32)) & 1) << 4;
-    y[e] = d * static_cast<float>(sc) * static_cast<float>(q) - dmin * static_cast<float>(m);
+    ggml::k4_scale_min(b.scales, s, sc, m);
+    const float ds = d * static_cast<float>(sc), ms = dmin * static_cast<float>(m);
+    const uint8_t* qs = b.qs + 32 * (s / 2);
+    for (int l = 0; l < 32; ++l) {
+      int q = (s % 2 == 0) ? (qs[l] & 0xF) : (qs[l] >> 4);
+      if (qh) q |= ((qh[l] >> s) & 1) << 4;
+      y[32 * s + l] = ds * static_cast<float>(q) - ms;
+    }
   }
 }
 void dequant_block(const ggml::BlockQ4_K& b, float* y) { dequant_k4_like(b, nullptr, y); }
