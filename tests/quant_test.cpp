@@ -19,6 +19,7 @@
 
 #include <unistd.h>
 
+#include "bench/bench.h"
 #include "format/ggml_blocks.h"
 #include "format/gguf.h"
 #include "kernels/matmul.h"
@@ -418,6 +419,38 @@ TEST(SynthTypes, Q4KMMixMatchesLlamaCppFile) {
   EXPECT_EQ(m5.tensor_type("token_embd", -1, 24, 1024, false), GgmlType::Q5_K);
   EXPECT_EQ(m5.tensor_type("attn_q", 5, 24, 960, true), GgmlType::Q5_1);
   EXPECT_THROW(parse_synth_types("iq2_xxs"), Error);
+}
+
+TEST(BenchDecode, ComparesTypesOfOneShapeInOneRun) {
+  // Expected: `bench decode --shape tiny --type q8_0,q4_k_m,q6_k` writes one model per type,
+  // reports one decode row and one prefill row per type and prompt length, in the order given,
+  // with the matrix-type mix each file holds (tiny's 64-wide rows: q4_k_m falls back to q5_0
+  // with q8_0 output, q6_k to q8_0), and rejects an unknown type before writing anything.
+  DecodeBenchConfig cfg;
+  cfg.shape = "tiny";
+  cfg.types = {"q8_0", "q4_k_m", "q6_k"};
+  cfg.synth_dir = ::testing::TempDir() + "/bench_types_" + std::to_string(::getpid());
+  cfg.prefill_lengths = {8, 16};
+  cfg.common.reps = 1;
+  cfg.common.threads = 1;
+  cfg.steps = 2;
+  const json out = bench_decode(cfg);
+  ASSERT_EQ(out.at("decode").size(), 3u);
+  EXPECT_EQ(out["decode"][0]["type"], "q8_0");
+  EXPECT_EQ(out["decode"][0]["mix"], "q8_0 100%");
+  EXPECT_EQ(out["decode"][1]["type"], "q4_k_m");
+  EXPECT_NE(out["decode"][1]["mix"].get<std::string>().find("q5_0"), std::string::npos);
+  EXPECT_EQ(out["decode"][2]["mix"], "q8_0 100%");
+  for (const json& r : out["decode"]) EXPECT_GT(r["tok_per_s"].get<double>(), 0) << r.dump();
+  ASSERT_EQ(out.at("prefill").size(), 6u);
+  EXPECT_EQ(out["prefill"][1]["prompt_tokens"], 16);
+  EXPECT_EQ(out["prefill"][5]["type"], "q6_k");
+  EXPECT_TRUE(fs::exists(cfg.synth_dir + "/tiny-q4_k_m-s0.gguf"));
+  cfg.types = {"q8_0", "iq2_xxs"};
+  cfg.synth_dir += "_bad";
+  EXPECT_THROW(bench_decode(cfg), Error);
+  EXPECT_FALSE(fs::exists(cfg.synth_dir));
+  fs::remove_all(cfg.synth_dir.substr(0, cfg.synth_dir.size() - 4));
 }
 
 }  // namespace
