@@ -342,6 +342,31 @@ TEST(QuantKernels, Q8KActivationsMatchTheirDefinition) {
   EXPECT_THROW(quantize_row_q8_k(x.data(), b.data(), 100), Error);
 }
 
+TEST(QuantKernels, Q8_0ActivationsRoundHalvesAwayFromZero) {
+  // Expected: the vectorised Q8_0 quantiser equals its definition (d = max|x| / 127, q =
+  // std::round(x / d), halves away from zero) on rows built to hit exact halves: x = (k + 0.5) s
+  // with max 127 s, so x / d lands on .5 whenever the float arithmetic is exact.
+  Rng rng(stream_id({9, 9}));
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<float> x(64);
+    const float s = static_cast<float>(std::pow(2.0, static_cast<int>(rng() % 12) - 6));
+    for (size_t j = 0; j < x.size(); ++j) x[j] = (static_cast<float>(static_cast<int>(rng() % 254) - 127) + 0.5f) * s;
+    x[3] = 127.0f * s;
+    x[40] = -127.0f * s;
+    std::vector<ggml::BlockQ8_0> b(2);
+    quantize_row_q8_0(x.data(), b.data(), 64);
+    for (int ib = 0; ib < 2; ++ib) {
+      float amax = 0;
+      for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[static_cast<size_t>(32 * ib + j)]));
+      const float d = amax / 127.0f, id = 1.0f / d;
+      ASSERT_EQ(b[static_cast<size_t>(ib)].d, fp32_to_fp16(d));
+      for (int j = 0; j < 32; ++j)
+        ASSERT_EQ(b[static_cast<size_t>(ib)].qs[j], static_cast<int8_t>(std::round(x[static_cast<size_t>(32 * ib + j)] * id)))
+            << "trial " << trial << " element " << 32 * ib + j;
+    }
+  }
+}
+
 TEST(QuantKernels, MultithreadedMatmulEqualsPerRowDots) {
   // Expected: matmul_jobs over every quantised type, with 1, 2 and 3 threads (shapes above the
   // parallel-work threshold, row counts not a multiple of the chunk) gives every output
