@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -582,10 +583,13 @@ TEST_F(GgufTest, RejectsTensorOutsideFile) {
 }
 
 TEST_F(GgufTest, RejectsUnknownTensorType) {
-  for (uint32_t id : {3u, 1000u}) {  // 3 = ggml Q4_1 (real but unsupported), 1000 = no such type
+  // Ids and names from gguf-py's GGMLQuantizationType: 16 = IQ2_XXS, 34 = TQ1_0 (real ggml types
+  // kvevict does not implement); 1000 is no ggml type at all.
+  const std::pair<uint32_t, std::string> cases[] = {{16u, "iq2_xxs"}, {34u, "tq1_0"}, {1000u, "type#1000"}};
+  for (const auto& [id, name] : cases) {
     GgufBuilder g = sample_builder();
     g.tensors[0].type = id;
-    expect_error(write("type.gguf", g.build()), {"tensor 'w.f32'", "unknown type id " + std::to_string(id)});
+    expect_error(write("type.gguf", g.build()), {"tensor 'w.f32'", "type " + name + " (id " + std::to_string(id) + ")"});
   }
 }
 
@@ -802,9 +806,10 @@ TEST(GgmlTypes, BlockSizesAndNames) {
   EXPECT_THROW(ggml_row_bytes(GgmlType::Q8_0, 33), Error);
   EXPECT_THROW(ggml_row_bytes(GgmlType::F32, -1), Error);
   EXPECT_EQ(ggml_type_name(8), "q8_0");
-  EXPECT_EQ(ggml_type_name(3), "type#3");
+  EXPECT_EQ(ggml_type_name(3), "q4_1");
+  EXPECT_EQ(ggml_type_name(4), "type#4");  // removed from ggml (Q4_2)
   EXPECT_TRUE(ggml_type_supported(30));
-  EXPECT_FALSE(ggml_type_supported(3));
+  EXPECT_FALSE(ggml_type_supported(16));  // IQ2_XXS
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -845,6 +850,7 @@ std::vector<double> ref_dequant(GgmlType t, const Bytes& row, int64_t n) {
         out[i] = double{fp16_to_fp32(h)} * (nib - 8);
         break;
       }
+      default: throw std::logic_error("ref_dequant: no reference for this type here (see quant_test.cpp)");
     }
   }
   return out;
@@ -872,6 +878,7 @@ Bytes random_row(GgmlType t, int64_t n, std::mt19937& rng) {
       break;
     case GgmlType::Q8_0: quantize_row_q8_0(v.data(), row.data(), n); break;
     case GgmlType::Q4_0: quantize_row_q4_0(v.data(), row.data(), n); break;
+    default: quantize_row(t, v.data(), row.data(), n); break;
   }
   return row;
 }

@@ -61,9 +61,16 @@ struct BenchCommon {
   int64_t recent = 64;     ///< r
 };
 
-/// `bench decode`.
+/// `bench decode`. With `shape` set, models of that shape (model/synth.h) are synthesised in
+/// each of `types` and measured one after another against one roofline (the best copy
+/// bandwidth measured before and after them), instead of common.model.
 struct DecodeBenchConfig {
   BenchCommon common;
+  std::string shape;                             ///< synth shape name; empty: use common.model
+  std::vector<std::string> types = {"q8_0"};     ///< synth weight types / mixes (SynthTypes)
+  std::string synth_dir = "out/bench-models";   ///< synthesised files, reused when present (same shape, type, seed)
+  std::vector<int64_t> prefill_lengths = {128};  ///< prompt tokens of the prefill table (empty: no table)
+  bool sweep = true;                             ///< run the length sweep (only with a single model)
   int steps = 32;                          ///< decode steps timed per repetition
   std::vector<int64_t> lengths = {1024, 2048, 4096, 8192, 16384, 32768};  ///< generated tokens
   int64_t max_length = 32768;              ///< lengths above this are skipped

@@ -23,8 +23,9 @@ struct CommonArgs {
   int max_wait_s = 600;
 };
 
-void add_common(CLI::App* cmd, CommonArgs& a) {
-  cmd->add_option("--model,-m", a.model, "GGUF model (e.g. from `kvevict tools synth-gguf`)")->required();
+void add_common(CLI::App* cmd, CommonArgs& a, bool model_required = true) {
+  auto* model = cmd->add_option("--model,-m", a.model, "GGUF model (e.g. from `kvevict tools synth-gguf`)");
+  if (model_required) model->required();
   cmd->add_option("--threads,-t", a.threads, "Threads (0 = all cores)")->check(at_least(0))->capture_default_str();
   cmd->add_option("--kv-type", a.kv_type, "KV cache element type: f32 or f16")->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
   cmd->add_option("--reps", a.reps, "Repetitions per figure (median, min, max reported)")->capture_default_str();
@@ -103,7 +104,20 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
   auto dc = std::make_shared<DecodeBenchConfig>();
   auto dl = std::make_shared<std::string>("1024,2048,4096,8192,16384,32768");
   auto* dec = bench->add_subcommand("decode", "Decode tok/s vs the copy-bandwidth roofline; step time vs generated length, full vs bounded");
-  add_common(dec, *da);
+  add_common(dec, *da, false);
+  auto dtypes = std::make_shared<std::string>("q8_0");
+  auto no_sweep = std::make_shared<bool>(false);
+  bool& dc_no_sweep = *no_sweep;
+  auto dprefill = std::make_shared<std::string>("128");
+  auto* dshape = dec->add_option("--shape", dc->shape,
+                                 "Instead of --model: synthesise this shape (tools synth-gguf) in each --type and compare them in one run");
+  dec->add_option("--type", *dtypes, "With --shape: weight types / mixes, comma-separated (e.g. q4_0,q4_k_m,q5_k_m,q6_k,q8_0)")
+      ->capture_default_str();
+  dec->add_option("--synth-dir", dc->synth_dir, "With --shape: where the synthesised models are written (reused when present)")
+      ->capture_default_str();
+  dec->add_option("--prefill", *dprefill, "Prompt lengths of the prefill table, comma-separated ('none': no table)")
+      ->capture_default_str();
+  dec->add_flag("--no-sweep", dc_no_sweep, "Skip the step-time-vs-length sweep (always skipped with --shape)");
   dec->add_option("--steps", dc->steps, "Decode steps per repetition (bounded runs: 2 r)")->capture_default_str();
   dec->add_option("--lengths", *dl, "Generated lengths of the sweep (comma-separated)")->capture_default_str();
   dec->add_option("--max-length", dc->max_length, "Skip sweep lengths above this")->capture_default_str();
@@ -145,8 +159,15 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
 
   out.push_back({bench, [=] {
                    if (dec->parsed()) {
+                     if (da->model.empty() == dc->shape.empty())
+                       throw Error("bench decode: give either --model or --shape (with --type)");
+                     if (dshape->count() == 0 && dec->count("--type") > 0)
+                       throw Error("bench decode: --type needs --shape (a --model file has its own types)");
                      dc->common = common(*da);
                      dc->lengths = parse_ints(*dl, "--lengths");
+                     dc->types = split_list(*dtypes, "--type");
+                     dc->prefill_lengths = *dprefill == "none" ? std::vector<int64_t>{} : parse_ints(*dprefill, "--prefill");
+                     dc->sweep = !*no_sweep;
                      const std::string note = wait_for_load(*da);
                      return finish(*da, bench_decode(*dc), note);
                    }

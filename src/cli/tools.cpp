@@ -23,9 +23,9 @@ int run_synth(const SynthArgs& a) {
   if (a.shape.empty() && a.arch.empty()) throw Error("tools synth-gguf: give --shape, --arch or both");
   SynthShape shape = synth_shape(a.shape.empty() ? synth_default_shape(a.arch) : a.shape);
   if (!a.arch.empty()) shape.arch = a.arch;
-  const GgmlType type = parse_synth_type(a.type);
+  const SynthTypes types = parse_synth_types(a.type);
   const auto t0 = std::chrono::steady_clock::now();
-  write_synth_gguf(shape, type, a.seed, a.out);
+  write_synth_gguf(shape, types, a.seed, a.out);
   // Read it back through the real loader so a broken file never leaves this command.
   const auto model = LlamaModel::load(a.out);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -46,7 +46,7 @@ void add_tools(CLI::App& root, std::vector<Command>& out) {
   for (const std::string& s : synth_shape_names()) shapes += (shapes.empty() ? "" : ", ") + s;
   synth->add_option("--shape", a->shape, "Model shape: " + shapes + " (default with --arch: that family's shape)");
   synth->add_option("--arch", a->arch, "Architecture: llama, qwen2, qwen3, phi3 (default: the shape's)");
-  synth->add_option("--type", a->type, "Weight type: f32, f16, q8_0, q4_0")->capture_default_str();
+  synth->add_option("--type", a->type, "Weight type: " + ggml_supported_type_names() + ", or the llama.cpp mixes q4_k_m, q5_k_m")->capture_default_str();
   synth->add_option("--seed", a->seed, "Seed of the random weights")->check(seed_value())->capture_default_str();
   synth->add_option("-o,--output", a->out, "Output GGUF path")->required();
   out.push_back({tools, [a, synth] {

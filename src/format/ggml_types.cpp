@@ -1,9 +1,12 @@
 // Row kernels for the ggml tensor types kvevict reads (layouts: see ggml_types.h).
 //
-// Hot path: dot_row, called once per weight row per token by every matmul. It has an AVX2+FMA
-// body (F16C for the fp16 loads) and a scalar twin; both accumulate in float32. Q8_0/Q4_0 sum
-// each block's products in float and scale the block sum by d, as the header promises.
+// dot_row serves the float weight types in every matmul (AVX2+FMA body, F16C for the fp16
+// loads, and a scalar twin; both accumulate in float32); quantised weights normally go through
+// the integer kernels of kernels/matmul.h instead. The quantisers for types other than
+// Q8_0/Q4_0 are a plain round-to-nearest per (sub-)block, enough for synthetic models.
 #include "format/ggml_types.h"
+
+#include "format/ggml_blocks.h"
 
 #include <algorithm>
 #include <cmath>
@@ -22,20 +25,10 @@
 namespace kvevict {
 namespace {
 
-constexpr int64_t kQK = 32;  // elements per Q8_0 / Q4_0 block (ggml's QK8_0 == QK4_0 == 32)
-
-// ggml's block_q8_0: fp16 scale, then 32 signed quants; x = d * q.
-struct BlockQ8_0 {
-  uint16_t d;
-  int8_t qs[kQK];
-};
-// ggml's block_q4_0: fp16 scale, then 16 bytes; byte j holds element j (low nibble) and
-// element j + 16 (high nibble); x = d * (nibble - 8).
-struct BlockQ4_0 {
-  uint16_t d;
-  uint8_t qs[kQK / 2];
-};
-static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18, "ggml block sizes");
+using ggml::BlockQ4_0;
+using ggml::BlockQ8_0;
+constexpr int64_t kQK = ggml::kQK;
+constexpr int64_t kQKK = ggml::kQKK;
 
 uint32_t bits_of(float f) {
   uint32_t u;
@@ -196,49 +189,78 @@ float dot_q4_0(const BlockQ4_0* b, const float* x, int64_t n) {
 
 }  // namespace
 
-bool ggml_type_supported(uint32_t id) {
-  switch (static_cast<GgmlType>(id)) {
-    case GgmlType::F32:
-    case GgmlType::F16:
-    case GgmlType::Q4_0:
-    case GgmlType::Q8_0:
-    case GgmlType::BF16: return true;
-  }
-  return false;
+namespace {
+
+struct TypeInfo {
+  GgmlType type;
+  const char* name;
+  int64_t block_elems, block_bytes;
+};
+
+// The supported types (sizes from ggml_blocks.h's structs).
+constexpr TypeInfo kTypes[] = {
+    {GgmlType::F32, "f32", 1, 4},
+    {GgmlType::F16, "f16", 1, 2},
+    {GgmlType::BF16, "bf16", 1, 2},
+    {GgmlType::Q4_0, "q4_0", kQK, sizeof(ggml::BlockQ4_0)},
+    {GgmlType::Q4_1, "q4_1", kQK, sizeof(ggml::BlockQ4_1)},
+    {GgmlType::Q5_0, "q5_0", kQK, sizeof(ggml::BlockQ5_0)},
+    {GgmlType::Q5_1, "q5_1", kQK, sizeof(ggml::BlockQ5_1)},
+    {GgmlType::Q8_0, "q8_0", kQK, sizeof(ggml::BlockQ8_0)},
+    {GgmlType::Q2_K, "q2_k", kQKK, sizeof(ggml::BlockQ2_K)},
+    {GgmlType::Q3_K, "q3_k", kQKK, sizeof(ggml::BlockQ3_K)},
+    {GgmlType::Q4_K, "q4_k", kQKK, sizeof(ggml::BlockQ4_K)},
+    {GgmlType::Q5_K, "q5_k", kQKK, sizeof(ggml::BlockQ5_K)},
+    {GgmlType::Q6_K, "q6_k", kQKK, sizeof(ggml::BlockQ6_K)},
+};
+
+// Every type id ggml defines (names as ggml / gguf-py's GGMLQuantizationType spell them), so
+// an unsupported file is refused by name.
+struct IdName {
+  uint32_t id;
+  const char* name;
+};
+constexpr IdName kAllNames[] = {
+    {0, "f32"},      {1, "f16"},     {2, "q4_0"},    {3, "q4_1"},     {6, "q5_0"},   {7, "q5_1"},   {8, "q8_0"},
+    {9, "q8_1"},     {10, "q2_k"},   {11, "q3_k"},   {12, "q4_k"},    {13, "q5_k"},  {14, "q6_k"},  {15, "q8_k"},
+    {16, "iq2_xxs"}, {17, "iq2_xs"}, {18, "iq3_xxs"}, {19, "iq1_s"},  {20, "iq4_nl"}, {21, "iq3_s"}, {22, "iq2_s"},
+    {23, "iq4_xs"},  {24, "i8"},     {25, "i16"},    {26, "i32"},     {27, "i64"},   {28, "f64"},   {29, "iq1_m"},
+    {30, "bf16"},    {34, "tq1_0"},  {35, "tq2_0"},  {39, "mxfp4"},   {40, "nvfp4"}, {41, "q1_0"},
+};
+
+const TypeInfo* find_type(uint32_t id) {
+  for (const TypeInfo& t : kTypes)
+    if (static_cast<uint32_t>(t.type) == id) return &t;
+  return nullptr;
+}
+
+const TypeInfo& type_info(GgmlType t, const char* what) {
+  const TypeInfo* info = find_type(static_cast<uint32_t>(t));
+  if (!info) throw Error(std::string(what) + ": unsupported ggml type " + ggml_type_name(static_cast<uint32_t>(t)));
+  return *info;
+}
+
+}  // namespace
+
+bool ggml_type_supported(uint32_t id) { return find_type(id) != nullptr; }
+
+std::string ggml_supported_type_names() {
+  std::string out;
+  for (const TypeInfo& t : kTypes) out += (out.empty() ? "" : ", ") + std::string(t.name);
+  return out;
 }
 
 std::string ggml_type_name(uint32_t id) {
-  switch (static_cast<GgmlType>(id)) {
-    case GgmlType::F32: return "f32";
-    case GgmlType::F16: return "f16";
-    case GgmlType::Q4_0: return "q4_0";
-    case GgmlType::Q8_0: return "q8_0";
-    case GgmlType::BF16: return "bf16";
-  }
+  for (const IdName& n : kAllNames)
+    if (n.id == id) return n.name;
   return "type#" + std::to_string(id);
 }
 
-int64_t ggml_block_elems(GgmlType t) {
-  switch (t) {
-    case GgmlType::F32:
-    case GgmlType::F16:
-    case GgmlType::BF16: return 1;
-    case GgmlType::Q4_0:
-    case GgmlType::Q8_0: return kQK;
-  }
-  throw Error("ggml_block_elems: unknown ggml type id " + std::to_string(static_cast<uint32_t>(t)));
-}
+int64_t ggml_block_elems(GgmlType t) { return type_info(t, "ggml_block_elems").block_elems; }
 
-int64_t ggml_block_bytes(GgmlType t) {
-  switch (t) {
-    case GgmlType::F32: return 4;
-    case GgmlType::F16:
-    case GgmlType::BF16: return 2;
-    case GgmlType::Q4_0: return sizeof(BlockQ4_0);
-    case GgmlType::Q8_0: return sizeof(BlockQ8_0);
-  }
-  throw Error("ggml_block_bytes: unknown ggml type id " + std::to_string(static_cast<uint32_t>(t)));
-}
+int64_t ggml_block_bytes(GgmlType t) { return type_info(t, "ggml_block_bytes").block_bytes; }
+
+bool ggml_is_k_quant(GgmlType t) { return find_type(static_cast<uint32_t>(t)) && ggml_block_elems(t) == kQKK; }
 
 int64_t ggml_row_bytes(GgmlType t, int64_t n) {
   check_row_length(t, n, "ggml_row_bytes");
@@ -293,6 +315,100 @@ uint16_t fp32_to_bf16(float f) {
   return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }
 
+namespace {
+
+// Per-block dequantisers (formulas in ggml_blocks.h). y receives the block's elements.
+uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);  // little-endian, as GGUF stores it
+  return v;
+}
+
+void dequant_block(const ggml::BlockQ4_1& b, float* y) {
+  const float d = fp16_to_fp32(b.d), m = fp16_to_fp32(b.m);
+  for (int j = 0; j < kQK / 2; ++j) {
+    y[j] = d * static_cast<float>(b.qs[j] & 0x0F) + m;
+    y[j + kQK / 2] = d * static_cast<float>(b.qs[j] >> 4) + m;
+  }
+}
+void dequant_block(const ggml::BlockQ5_0& b, float* y) {
+  const float d = fp16_to_fp32(b.d);
+  const uint32_t qh = load_u32(b.qh);
+  for (int j = 0; j < kQK / 2; ++j) {
+    const int lo = (b.qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1u) << 4);
+    const int hi = (b.qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+    y[j] = d * static_cast<float>(lo - 16);
+    y[j + kQK / 2] = d * static_cast<float>(hi - 16);
+  }
+}
+void dequant_block(const ggml::BlockQ5_1& b, float* y) {
+  const float d = fp16_to_fp32(b.d), m = fp16_to_fp32(b.m);
+  const uint32_t qh = load_u32(b.qh);
+  for (int j = 0; j < kQK / 2; ++j) {
+    const int lo = (b.qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1u) << 4);
+    const int hi = (b.qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+    y[j] = d * static_cast<float>(lo) + m;
+    y[j + kQK / 2] = d * static_cast<float>(hi) + m;
+  }
+}
+void dequant_block(const ggml::BlockQ2_K& b, float* y) {
+  const float d = fp16_to_fp32(b.d), dmin = fp16_to_fp32(b.dmin);
+  for (int g = 0; g < 16; ++g) {  // groups of 16 sharing a scale and a min
+    const float dl = d * static_cast<float>(b.scales[g] & 0xF), ml = dmin * static_cast<float>(b.scales[g] >> 4);
+    for (int e = 16 * g; e < 16 * g + 16; ++e) {
+      const int q = (b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+      y[e] = dl * static_cast<float>(q) - ml;
+    }
+  }
+}
+void dequant_block(const ggml::BlockQ3_K& b, float* y) {
+  const float d = fp16_to_fp32(b.d);
+  float dl = 0.0f;
+  for (int e = 0; e < kQKK; ++e) {
+    if (e % 16 == 0) dl = d * static_cast<float>(ggml::q3k_scale(b.scales, e / 16));
+    const int low = (b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+    const bool high = (b.hmask[e % 32] >> (e / 32)) & 1;
+    y[e] = dl * static_cast<float>(low - (high ? 0 : 4));
+  }
+}
+template <class Block>
+void dequant_k4_like(const Block& b, const uint8_t* qh, float* y) {
+  const float d = fp16_to_fp32(b.d), dmin = fp16_to_fp32(b.dmin);
+  for (int s = 0; s < 8; ++s) {  // sub-blocks of 32; scale and min unpacked once each
+    uint8_t sc, m;
+    ggml::k4_scale_min(b.scales, s, sc, m);
+    const float ds = d * static_cast<float>(sc), ms = dmin * static_cast<float>(m);
+    const uint8_t* qs = b.qs + 32 * (s / 2);
+    for (int l = 0; l < 32; ++l) {
+      int q = (s % 2 == 0) ? (qs[l] & 0xF) : (qs[l] >> 4);
+      if (qh) q |= ((qh[l] >> s) & 1) << 4;
+      y[32 * s + l] = ds * static_cast<float>(q) - ms;
+    }
+  }
+}
+void dequant_block(const ggml::BlockQ4_K& b, float* y) { dequant_k4_like(b, nullptr, y); }
+void dequant_block(const ggml::BlockQ5_K& b, float* y) { dequant_k4_like(b, b.qh, y); }
+void dequant_block(const ggml::BlockQ6_K& b, float* y) {
+  const float d = fp16_to_fp32(b.d);
+  for (int e = 0; e < kQKK; ++e) {
+    // Within each half of 128: group g = (e % 128) / 32 takes the low (g even) or high nibble of
+    // ql[64 h + 32 (g % 2) + l] and bits 2g..2g+1 of qh[32 h + l], l = e % 32.
+    const int h = e / 128, g = (e % 128) / 32, l = e % 32;
+    const uint8_t lb = b.ql[64 * h + 32 * (g % 2) + l];
+    const int low = g < 2 ? (lb & 0xF) : (lb >> 4);
+    const int high = (b.qh[32 * h + l] >> (2 * g)) & 3;
+    y[e] = d * static_cast<float>(b.scales[e / 16]) * static_cast<float>((low | (high << 4)) - 32);
+  }
+}
+
+template <class Block>
+void dequant_blocks(const void* src, float* dst, int64_t n, int64_t per_block) {
+  const auto* b = static_cast<const Block*>(src);
+  for (int64_t ib = 0; ib < n / per_block; ++ib) dequant_block(b[ib], dst + ib * per_block);
+}
+
+}  // namespace
+
 void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
   check_row_length(t, n, "dequantize_row");
   switch (t) {
@@ -326,6 +442,14 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
       }
       return;
     }
+    case GgmlType::Q4_1: return dequant_blocks<ggml::BlockQ4_1>(src, dst, n, kQK);
+    case GgmlType::Q5_0: return dequant_blocks<ggml::BlockQ5_0>(src, dst, n, kQK);
+    case GgmlType::Q5_1: return dequant_blocks<ggml::BlockQ5_1>(src, dst, n, kQK);
+    case GgmlType::Q2_K: return dequant_blocks<ggml::BlockQ2_K>(src, dst, n, kQKK);
+    case GgmlType::Q3_K: return dequant_blocks<ggml::BlockQ3_K>(src, dst, n, kQKK);
+    case GgmlType::Q4_K: return dequant_blocks<ggml::BlockQ4_K>(src, dst, n, kQKK);
+    case GgmlType::Q5_K: return dequant_blocks<ggml::BlockQ5_K>(src, dst, n, kQKK);
+    case GgmlType::Q6_K: return dequant_blocks<ggml::BlockQ6_K>(src, dst, n, kQKK);
   }
 }
 
@@ -337,20 +461,68 @@ float dot_row(GgmlType t, const void* row, const float* x, int64_t n) {
     case GgmlType::BF16: return dot_bf16(static_cast<const uint16_t*>(row), x, n);
     case GgmlType::Q8_0: return dot_q8_0(static_cast<const BlockQ8_0*>(row), x, n);
     case GgmlType::Q4_0: return dot_q4_0(static_cast<const BlockQ4_0*>(row), x, n);
+    default: break;
   }
-  return 0.0f;  // unreachable: check_row_length rejected unknown types
+  // Other quantised types: one block at a time through a float buffer (not a hot path).
+  const int64_t blk = ggml_block_elems(t), bytes = ggml_block_bytes(t);
+  float buf[kQKK];
+  float sum = 0.0f;
+  for (int64_t ib = 0; ib < n / blk; ++ib) {
+    dequantize_row(t, static_cast<const uint8_t*>(row) + ib * bytes, buf, blk);
+    sum += dot_f32(buf, x + ib * blk, blk);
+  }
+  return sum;
 }
+
+#ifdef KVEVICT_AVX2
+namespace {
+// std::round (halves away from zero) on 8 floats, exactly: truncate, then add ±1 where the
+// (exact) remainder is at least one half.
+inline __m256 round_half_away(__m256 v) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m256 ge = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v, t)), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+  return _mm256_add_ps(t, _mm256_and_ps(ge, _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f))));
+}
+}  // namespace
+#endif
 
 void quantize_row_q8_0(const float* src, void* dst, int64_t n) {
   check_row_length(GgmlType::Q8_0, n, "quantize_row_q8_0");
   auto* b = static_cast<BlockQ8_0*>(dst);
   for (int64_t ib = 0; ib < n / kQK; ++ib, src += kQK) {
+#ifdef KVEVICT_AVX2
+    // Same arithmetic as the scalar loop below (max, one multiply, std::round), 8 lanes at a
+    // time: the activations of every quantised matmul go through here once per call.
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4];
+    __m256 m = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) {
+      v[k] = _mm256_loadu_ps(src + 8 * k);
+      m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+#else
     float amax = 0.0f;
     for (int j = 0; j < kQK; ++j) amax = std::fmax(amax, std::fabs(src[j]));
+#endif
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;  // all-zero block -> d = 0, q = 0
     b[ib].d = fp32_to_fp16(d);
+#ifdef KVEVICT_AVX2
+    __m256i q[4];
+    for (int k = 0; k < 4; ++k) q[k] = _mm256_cvtps_epi32(round_half_away(_mm256_mul_ps(v[k], _mm256_set1_ps(id))));
+    // Pack 32 int32 to int8 (values already in [-127, 127]); packs interleave 128-bit lanes,
+    // the permute restores element order.
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[ib].qs),
+                        _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+#else
     for (int j = 0; j < kQK; ++j) b[ib].qs[j] = static_cast<int8_t>(std::round(src[j] * id));
+#endif
   }
 }
 
@@ -375,6 +547,260 @@ void quantize_row_q4_0(const float* src, void* dst, int64_t n) {
       const int q1 = std::min(15, static_cast<int>(static_cast<int8_t>(src[j + kQK / 2] * id + 8.5f)));
       b[ib].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
     }
+  }
+}
+
+namespace {
+
+// Round to nearest (halves away from zero), clamped to [lo, hi]; inputs are finite.
+int round_clamp(float v, int lo, int hi) { return std::clamp(static_cast<int>(std::lround(v)), lo, hi); }
+
+// The element of largest magnitude, with its sign (the first one on ties).
+float signed_absmax(const float* x, int n) {
+  float best = 0.0f;
+  for (int i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > std::fabs(best)) best = x[i];
+  return best;
+}
+
+// Legacy blocks with a 5th bit (qh != nullptr) or without: stores q[32] (0..31 or 0..15).
+void pack_legacy(const int* q, uint8_t* qs, uint8_t* qh) {
+  uint32_t h = 0;
+  for (int j = 0; j < kQK / 2; ++j) {
+    qs[j] = static_cast<uint8_t>((q[j] & 0xF) | ((q[j + kQK / 2] & 0xF) << 4));
+    h |= static_cast<uint32_t>((q[j] >> 4) & 1) << j;
+    h |= static_cast<uint32_t>((q[j + kQK / 2] >> 4) & 1) << (j + kQK / 2);
+  }
+  if (qh) std::memcpy(qh, &h, 4);
+}
+
+// Affine blocks (Q4_1, Q5_1): d = (max - min) / levels, m = min; q nearest on the stored d, m.
+void quant_affine(const float* x, int levels, uint16_t& d16, uint16_t& m16, uint8_t* qs, uint8_t* qh) {
+  const auto [mn, mx] = std::minmax_element(x, x + kQK);
+  d16 = fp32_to_fp16((*mx - *mn) / static_cast<float>(levels));
+  m16 = fp32_to_fp16(*mn);
+  const float d = fp16_to_fp32(d16), m = fp16_to_fp32(m16), id = d != 0.0f ? 1.0f / d : 0.0f;
+  int q[kQK];
+  for (int j = 0; j < kQK; ++j) q[j] = round_clamp((x[j] - m) * id, 0, levels);
+  pack_legacy(q, qs, qh);
+}
+
+void quant_q5_0(const float* x, ggml::BlockQ5_0& b) {
+  // As Q4_0 with 32 levels: the largest-magnitude element maps to -16.
+  b.d = fp32_to_fp16(signed_absmax(x, kQK) / -16.0f);
+  const float d = fp16_to_fp32(b.d), id = d != 0.0f ? 1.0f / d : 0.0f;
+  int q[kQK];
+  for (int j = 0; j < kQK; ++j) q[j] = round_clamp(x[j] * id, -16, 15) + 16;
+  pack_legacy(q, b.qs, b.qh);
+}
+
+// Sub-block scale and min (>= 0, so the block's zero is representable) of an affine K-quant,
+// then their integer codes on the super-block scales d, dmin (levels_sc codes each).
+struct AffineSub {
+  float scale, min;
+};
+AffineSub affine_sub(const float* x, int n, int levels) {
+  float mn = 0.0f, mx = x[0];
+  for (int i = 0; i < n; ++i) {
+    mn = std::min(mn, x[i]);
+    mx = std::max(mx, x[i]);
+  }
+  return {(mx - mn) / static_cast<float>(levels), -mn};
+}
+
+void quant_q2_k(const float* x, ggml::BlockQ2_K& b) {
+  AffineSub sub[16];
+  float max_scale = 0.0f, max_min = 0.0f;
+  for (int s = 0; s < 16; ++s) {
+    sub[s] = affine_sub(x + 16 * s, 16, 3);
+    max_scale = std::max(max_scale, sub[s].scale);
+    max_min = std::max(max_min, sub[s].min);
+  }
+  b.d = fp32_to_fp16(max_scale / 15.0f);
+  b.dmin = fp32_to_fp16(max_min / 15.0f);
+  const float d = fp16_to_fp32(b.d), dmin = fp16_to_fp32(b.dmin);
+  std::memset(b.qs, 0, sizeof b.qs);
+  for (int s = 0; s < 16; ++s) {
+    const int sc = d > 0.0f ? round_clamp(sub[s].scale / d, 0, 15) : 0;
+    const int m = dmin > 0.0f ? round_clamp(sub[s].min / dmin, 0, 15) : 0;
+    b.scales[s] = static_cast<uint8_t>(sc | (m << 4));
+    const float ed = d * static_cast<float>(sc), em = dmin * static_cast<float>(m);
+    for (int e = 16 * s; e < 16 * s + 16; ++e) {
+      const int q = ed > 0.0f ? round_clamp((x[e] + em) / ed, 0, 3) : 0;
+      b.qs[32 * (e / 128) + e % 32] |= static_cast<uint8_t>(q << (2 * ((e % 128) / 32)));
+    }
+  }
+}
+
+void quant_q3_k(const float* x, ggml::BlockQ3_K& b) {
+  float scale[16];
+  for (int s = 0; s < 16; ++s) scale[s] = signed_absmax(x + 16 * s, 16) / -4.0f;
+  b.d = fp32_to_fp16(signed_absmax(scale, 16) / -32.0f);
+  const float d = fp16_to_fp32(b.d);
+  std::memset(b.hmask, 0, sizeof b.hmask);
+  std::memset(b.qs, 0, sizeof b.qs);
+  std::memset(b.scales, 0, sizeof b.scales);
+  for (int s = 0; s < 16; ++s) {
+    const int sc = d != 0.0f ? round_clamp(scale[s] / d, -32, 31) : 0;
+    const int v = sc + 32;  // stored 6-bit code
+    b.scales[s % 8] |= static_cast<uint8_t>((v & 0xF) << (s < 8 ? 0 : 4));
+    b.scales[8 + s % 4] |= static_cast<uint8_t>((v >> 4) << (2 * (s / 4)));
+    const float ed = d * static_cast<float>(sc);
+    for (int e = 16 * s; e < 16 * s + 16; ++e) {
+      const int u = (ed != 0.0f ? round_clamp(x[e] / ed, -4, 3) : 0) + 4;  // 0..7
+      b.qs[32 * (e / 128) + e % 32] |= static_cast<uint8_t>((u & 3) << (2 * ((e % 128) / 32)));
+      b.hmask[e % 32] |= static_cast<uint8_t>((u >> 2) << (e / 32));
+    }
+  }
+}
+
+// Q4_K / Q5_K: 8 sub-blocks of 32, 6-bit scale and min codes packed as k4_scale_min reads them.
+template <class Block>
+void quant_k4_like(const float* x, Block& b, int levels, uint8_t* qh) {
+  AffineSub sub[8];
+  float max_scale = 0.0f, max_min = 0.0f;
+  for (int s = 0; s < 8; ++s) {
+    sub[s] = affine_sub(x + 32 * s, 32, levels);
+    max_scale = std::max(max_scale, sub[s].scale);
+    max_min = std::max(max_min, sub[s].min);
+  }
+  b.d = fp32_to_fp16(max_scale / 63.0f);
+  b.dmin = fp32_to_fp16(max_min / 63.0f);
+  const float d = fp16_to_fp32(b.d), dmin = fp16_to_fp32(b.dmin);
+  std::memset(b.scales, 0, sizeof b.scales);
+  std::memset(b.qs, 0, sizeof b.qs);
+  if (qh) std::memset(qh, 0, kQKK / 8);
+  for (int s = 0; s < 8; ++s) {
+    const int sc = d > 0.0f ? round_clamp(sub[s].scale / d, 0, 63) : 0;
+    const int m = dmin > 0.0f ? round_clamp(sub[s].min / dmin, 0, 63) : 0;
+    if (s < 4) {
+      b.scales[s] |= static_cast<uint8_t>(sc);
+      b.scales[s + 4] |= static_cast<uint8_t>(m);
+    } else {
+      b.scales[s + 4] = static_cast<uint8_t>((sc & 0xF) | ((m & 0xF) << 4));
+      b.scales[s - 4] |= static_cast<uint8_t>((sc >> 4) << 6);
+      b.scales[s] |= static_cast<uint8_t>((m >> 4) << 6);
+    }
+    const float ed = d * static_cast<float>(sc), em = dmin * static_cast<float>(m);
+    for (int e = 32 * s; e < 32 * s + 32; ++e) {
+      const int q = ed > 0.0f ? round_clamp((x[e] + em) / ed, 0, levels) : 0;
+      b.qs[32 * (e / 64) + e % 32] |= static_cast<uint8_t>((q & 0xF) << (e % 64 < 32 ? 0 : 4));
+      if (qh) qh[e % 32] |= static_cast<uint8_t>((q >> 4) << (e / 32));
+    }
+  }
+}
+
+void quant_q6_k(const float* x, ggml::BlockQ6_K& b) {
+  float scale[16];
+  for (int s = 0; s < 16; ++s) scale[s] = signed_absmax(x + 16 * s, 16) / -32.0f;
+  b.d = fp32_to_fp16(signed_absmax(scale, 16) / -128.0f);
+  const float d = fp16_to_fp32(b.d);
+  std::memset(b.ql, 0, sizeof b.ql);
+  std::memset(b.qh, 0, sizeof b.qh);
+  for (int s = 0; s < 16; ++s) {
+    const int sc = d != 0.0f ? round_clamp(scale[s] / d, -128, 127) : 0;
+    b.scales[s] = static_cast<int8_t>(sc);
+    const float ed = d * static_cast<float>(sc);
+    for (int e = 16 * s; e < 16 * s + 16; ++e) {
+      const int u = (ed != 0.0f ? round_clamp(x[e] / ed, -32, 31) : 0) + 32;  // 0..63
+      const int h = e / 128, g = (e % 128) / 32, l = e % 32;
+      b.ql[64 * h + 32 * (g % 2) + l] |= static_cast<uint8_t>((u & 0xF) << (g < 2 ? 0 : 4));
+      b.qh[32 * h + l] |= static_cast<uint8_t>((u >> 4) << (2 * g));
+    }
+  }
+}
+
+template <class Block, class Quant>
+void quant_blocks(const float* src, void* dst, int64_t n, int64_t per_block, Quant quant) {
+  auto* b = static_cast<Block*>(dst);
+  for (int64_t ib = 0; ib < n / per_block; ++ib) quant(src + ib * per_block, b[ib]);
+}
+
+}  // namespace
+
+void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
+  check_row_length(t, n, "quantize_row");
+  auto* out = static_cast<uint8_t*>(dst);
+  switch (t) {
+    case GgmlType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
+    case GgmlType::F16:
+    case GgmlType::BF16:
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = t == GgmlType::F16 ? fp32_to_fp16(src[i]) : fp32_to_bf16(src[i]);
+        std::memcpy(out + 2 * i, &h, 2);
+      }
+      return;
+    case GgmlType::Q8_0: return quantize_row_q8_0(src, dst, n);
+    case GgmlType::Q4_0: return quantize_row_q4_0(src, dst, n);
+    case GgmlType::Q4_1:
+      return quant_blocks<ggml::BlockQ4_1>(src, dst, n, kQK, [](const float* x, ggml::BlockQ4_1& b) {
+        quant_affine(x, 15, b.d, b.m, b.qs, nullptr);
+      });
+    case GgmlType::Q5_0: return quant_blocks<ggml::BlockQ5_0>(src, dst, n, kQK, quant_q5_0);
+    case GgmlType::Q5_1:
+      return quant_blocks<ggml::BlockQ5_1>(src, dst, n, kQK, [](const float* x, ggml::BlockQ5_1& b) {
+        quant_affine(x, 31, b.d, b.m, b.qs, b.qh);
+      });
+    case GgmlType::Q2_K: return quant_blocks<ggml::BlockQ2_K>(src, dst, n, kQKK, quant_q2_k);
+    case GgmlType::Q3_K: return quant_blocks<ggml::BlockQ3_K>(src, dst, n, kQKK, quant_q3_k);
+    case GgmlType::Q4_K:
+      return quant_blocks<ggml::BlockQ4_K>(src, dst, n, kQKK, [](const float* x, ggml::BlockQ4_K& b) {
+        quant_k4_like(x, b, 15, nullptr);
+      });
+    case GgmlType::Q5_K:
+      return quant_blocks<ggml::BlockQ5_K>(src, dst, n, kQKK, [](const float* x, ggml::BlockQ5_K& b) {
+        quant_k4_like(x, b, 31, b.qh);
+      });
+    case GgmlType::Q6_K: return quant_blocks<ggml::BlockQ6_K>(src, dst, n, kQKK, quant_q6_k);
+  }
+}
+
+void quantize_row_q8_k(const float* src, void* dst, int64_t n) {
+  if (n < 0 || n % kQKK != 0)
+    throw Error("quantize_row_q8_k: row of " + std::to_string(n) + " elements is not a multiple of 256");
+  auto* b = static_cast<ggml::BlockQ8_K*>(dst);
+  for (int64_t ib = 0; ib < n / kQKK; ++ib, src += kQKK) {
+#ifdef KVEVICT_AVX2
+    // The scalar loop below, 8 lanes at a time (same max, multiply and rounding).
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < kQKK; j += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(src + j)));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    b[ib].d = d;
+    for (int g = 0; g < kQKK / 32; ++g) {  // 32 elements: two bsum groups
+      __m256i q[4];
+      for (int k = 0; k < 4; ++k)
+        q[k] = _mm256_cvtps_epi32(round_half_away(_mm256_mul_ps(_mm256_loadu_ps(src + 32 * g + 8 * k), _mm256_set1_ps(id))));
+      const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[ib].qs + 32 * g),
+                          _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+      for (int h = 0; h < 2; ++h) {
+        const __m256i s8 = _mm256_add_epi32(q[2 * h], q[2 * h + 1]);
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+        s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
+        b[ib].bsums[2 * g + h] = static_cast<int16_t>(_mm_cvtsi128_si32(s4));
+      }
+    }
+#else
+    float amax = 0.0f;
+    for (int j = 0; j < kQKK; ++j) amax = std::fmax(amax, std::fabs(src[j]));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    b[ib].d = d;
+    for (int g = 0; g < kQKK / 16; ++g) {
+      int sum = 0;
+      for (int j = 16 * g; j < 16 * g + 16; ++j) {
+        const int q = round_clamp(src[j] * id, -127, 127);
+        b[ib].qs[j] = static_cast<int8_t>(q);
+        sum += q;
+      }
+      b[ib].bsums[g] = static_cast<int16_t>(sum);
+    }
+#endif
   }
 }
 

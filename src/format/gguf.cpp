@@ -256,7 +256,8 @@ void GgufFile::parse() {
     t.type = c.read<uint32_t>("type");
     t.offset = c.read<uint64_t>("data offset");
     if (!ggml_type_supported(t.type)) {
-      c.fail(cat(c.context, " has unknown type id ", t.type, " (supported: f32, f16, bf16, q8_0, q4_0)"));
+      c.fail(cat(c.context, " has type ", ggml_type_name(t.type), " (id ", t.type, "), which kvevict does not support (supported: ",
+                 ggml_supported_type_names(), ")"));
     }
     if (!tensor_index_.emplace(t.name, tensors_.size()).second) c.fail("duplicate " + c.context);
     tensors_.push_back(std::move(t));

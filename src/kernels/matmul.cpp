@@ -11,6 +11,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "format/ggml_blocks.h"
 #include "util/error.h"
 #include "util/simd.h"
 #include "util/thread_pool.h"
@@ -23,24 +24,11 @@
 namespace kvevict {
 namespace {
 
-constexpr int64_t kQK = 32;
-struct BlockQ8 {
-  uint16_t d;
-  int8_t qs[kQK];
-};
-struct BlockQ4 {
-  uint16_t d;
-  uint8_t qs[kQK / 2];
-};
-static_assert(sizeof(BlockQ8) == 34 && sizeof(BlockQ4) == 18, "ggml block sizes");
-
-inline float half_to_float(uint16_t h) {
-#ifdef KVEVICT_KERNELS_AVX2
-  return _cvtsh_ss(h);
-#else
-  return fp16_to_fp32(h);
-#endif
-}
+constexpr int64_t kQK = ggml::kQK;
+constexpr int64_t kQKK = ggml::kQKK;
+using BlockQ8 = ggml::BlockQ8_0;
+using BlockQ4 = ggml::BlockQ4_0;
+using ggml::BlockQ8_K;
 
 #ifdef KVEVICT_KERNELS_AVX2
 // Σ a_i · b_i over 32 signed bytes as 8 int32 lanes (|a| · sign(b, a) keeps maddubs' unsigned
@@ -158,27 +146,387 @@ float dot_q4_0_q8_0(const void* w, const void* xq, int64_t n) {
 #endif
 }
 
+void quantize_rows_q8_k(const float* x, int64_t T, int64_t n, uint8_t* dst) {
+  const int64_t row_bytes = n / kQKK * static_cast<int64_t>(sizeof(BlockQ8_K));
+  for (int64_t t = 0; t < T; ++t) quantize_row_q8_k(x + t * n, dst + t * row_bytes, n);
+}
+
+namespace {
+
+// Scalar fallback of every integer dot below: dequantised weights times dequantised activations
+// in float32 (not bit-identical to the AVX2 kernels; both are within the activation
+// quantisation error of the float product, which is what the tests check).
+float dot_dequantised(GgmlType wt, const void* w, ActivationQuant at, const void* xq, int64_t n) {
+  const int64_t blk = at == ActivationQuant::Q8_K ? kQKK : kQK;
+  const int64_t wbytes = ggml_block_bytes(wt) * (blk / ggml_block_elems(wt));
+  float wf[kQKK], xf[kQKK];
+  float sum = 0.0f;
+  for (int64_t ib = 0; ib < n / blk; ++ib) {
+    dequantize_row(wt, static_cast<const uint8_t*>(w) + ib * wbytes, wf, blk);
+    if (at == ActivationQuant::Q8_K) {
+      const BlockQ8_K& b = static_cast<const BlockQ8_K*>(xq)[ib];
+      for (int j = 0; j < kQKK; ++j) xf[j] = b.d * static_cast<float>(b.qs[j]);
+    } else {
+      dequantize_row(GgmlType::Q8_0, static_cast<const BlockQ8*>(xq) + ib, xf, kQK);
+    }
+    for (int64_t j = 0; j < blk; ++j) sum += wf[j] * xf[j];
+  }
+  return sum;
+}
+
+#ifdef KVEVICT_KERNELS_AVX2
+// 32 bits (little-endian at p) spread to 32 bytes: 0xFF where bit i is set, byte i.
+inline __m256i bytes_from_bits(const uint8_t* p) {
+  uint32_t bits;
+  std::memcpy(&bits, p, 4);
+  const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3,
+                                        3, 3, 3, 3);
+  const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), shuf);
+  const __m256i mask = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(v, mask), mask);
+}
+
+// Σ u_i · s_i of 32 unsigned (<= 63) by 32 signed bytes as 16 int16 pair sums (no saturation:
+// 2 · 63 · 127 < 2^15).
+inline __m256i dot_u8_i8_pairs(__m256i u, __m256i s) { return _mm256_maddubs_epi16(u, s); }
+
+// Pair sums of 16 int16 lanes times a per-16-elements scale: lanes 0..7 (elements 0..15) times
+// a, lanes 8..15 (elements 16..31) times b, summed pairwise into 8 int32.
+inline __m256i scale16(__m256i pairs, int a, int b) {
+  return _mm256_madd_epi16(pairs, _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(b)), _mm_set1_epi16(static_cast<int16_t>(a))));
+}
+
+inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// Σ over the 32 signed bytes of a Q8_0 block as 8 int32 lanes.
+inline __m256i sum_i8x32(__m256i q) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
+}
+
+// Low / high nibbles of 16 bytes as 32 bytes: elements 0..15 low nibbles, 16..31 high.
+inline __m256i nibbles_32(const uint8_t* qs) {
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes), _mm256_set1_epi8(0x0F));
+}
+#endif
+
+}  // namespace
+
+float dot_q4_1_q8_0(const void* w, const void* xq, int64_t n) {
+#ifdef KVEVICT_KERNELS_AVX2
+  const auto* a = static_cast<const ggml::BlockQ4_1*>(w);
+  const auto* b = static_cast<const BlockQ8*>(xq);
+  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const __m256i qa = nibbles_32(a[i].qs), qb = load32(b[i].qs);
+    const float dx = _cvtsh_ss(b[i].d);
+    const __m256i prod = _mm256_madd_epi16(dot_u8_i8_pairs(qa, qb), _mm256_set1_epi16(1));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].d) * dx), _mm256_cvtepi32_ps(prod), acc);
+    accm = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].m) * dx), _mm256_cvtepi32_ps(sum_i8x32(qb)), accm);
+  }
+  return hsum8(_mm256_add_ps(acc, accm));
+#else
+  return dot_dequantised(GgmlType::Q4_1, w, ActivationQuant::Q8_0, xq, n);
+#endif
+}
+
+float dot_q5_0_q8_0(const void* w, const void* xq, int64_t n) {
+#ifdef KVEVICT_KERNELS_AVX2
+  const auto* a = static_cast<const ggml::BlockQ5_0*>(w);
+  const auto* b = static_cast<const BlockQ8*>(xq);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const __m256i hi = _mm256_and_si256(bytes_from_bits(a[i].qh), _mm256_set1_epi8(0x10));
+    const __m256i qa = _mm256_sub_epi8(_mm256_or_si256(nibbles_32(a[i].qs), hi), _mm256_set1_epi8(16));
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(a[i].d) * _cvtsh_ss(b[i].d));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8x32(qa, load32(b[i].qs))), acc);
+  }
+  return hsum8(acc);
+#else
+  return dot_dequantised(GgmlType::Q5_0, w, ActivationQuant::Q8_0, xq, n);
+#endif
+}
+
+float dot_q5_1_q8_0(const void* w, const void* xq, int64_t n) {
+#ifdef KVEVICT_KERNELS_AVX2
+  const auto* a = static_cast<const ggml::BlockQ5_1*>(w);
+  const auto* b = static_cast<const BlockQ8*>(xq);
+  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const __m256i hi = _mm256_and_si256(bytes_from_bits(a[i].qh), _mm256_set1_epi8(0x10));
+    const __m256i qa = _mm256_or_si256(nibbles_32(a[i].qs), hi), qb = load32(b[i].qs);
+    const float dx = _cvtsh_ss(b[i].d);
+    const __m256i prod = _mm256_madd_epi16(dot_u8_i8_pairs(qa, qb), _mm256_set1_epi16(1));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].d) * dx), _mm256_cvtepi32_ps(prod), acc);
+    accm = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].m) * dx), _mm256_cvtepi32_ps(sum_i8x32(qb)), accm);
+  }
+  return hsum8(_mm256_add_ps(acc, accm));
+#else
+  return dot_dequantised(GgmlType::Q5_1, w, ActivationQuant::Q8_0, xq, n);
+#endif
+}
+
+float dot_q2_k_q8_k(const void* w, const void* xq, int64_t n) {
+#ifdef KVEVICT_KERNELS_AVX2
+  const auto* a = static_cast<const ggml::BlockQ2_K*>(w);
+  const auto* b = static_cast<const BlockQ8_K*>(xq);
+  const __m256i m3 = _mm256_set1_epi8(3);
+  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const uint8_t* sc = a[i].scales;
+    // Σ min_s bsum_s with the 16 mins (high nibbles) widened to int16.
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc));
+    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0F)));
+    const __m256i summ = _mm256_madd_epi16(mins16, load32(b[i].bsums));
+    accm = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].dmin) * b[i].d), _mm256_cvtepi32_ps(summ), accm);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q = load32(a[i].qs + 32 * h);
+      const int8_t* y = b[i].qs + 128 * h;
+      const uint8_t* s = sc + 8 * h;
+      sumi = _mm256_add_epi32(sumi, scale16(dot_u8_i8_pairs(_mm256_and_si256(q, m3), load32(y)), s[0] & 0xF, s[1] & 0xF));
+      sumi = _mm256_add_epi32(sumi, scale16(dot_u8_i8_pairs(_mm256_and_si256(_mm256_srli_epi16(q, 2), m3), load32(y + 32)), s[2] & 0xF, s[3] & 0xF));
+      sumi = _mm256_add_epi32(sumi, scale16(dot_u8_i8_pairs(_mm256_and_si256(_mm256_srli_epi16(q, 4), m3), load32(y + 64)), s[4] & 0xF, s[5] & 0xF));
+      sumi = _mm256_add_epi32(sumi, scale16(dot_u8_i8_pairs(_mm256_and_si256(_mm256_srli_epi16(q, 6), m3), load32(y + 96)), s[6] & 0xF, s[7] & 0xF));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi), acc);
+  }
+  return hsum8(acc) - hsum8(accm);
+#else
+  return dot_dequantised(GgmlType::Q2_K, w, ActivationQuant::Q8_K, xq, n);
+#endif
+}
+
+float dot_q3_k_q8_k(const void* w, const void* xq, int64_t n) {
+#ifdef KVEVICT_KERNELS_AVX2
+  const auto* a = static_cast<const ggml::BlockQ3_K*>(w);
+  const auto* b = static_cast<const BlockQ8_K*>(xq);
+  const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    // The 16 scales (ggml::q3k_scale, four at a time from the 12 packed bytes), minus 32.
+    uint32_t wd[3];
+    std::memcpy(wd, a[i].scales, 12);
+    const uint32_t lo4 = 0x0F0F0F0Fu, lo2 = 0x03030303u;
+    const uint32_t s4[4] = {(wd[0] & lo4) | ((wd[2] & lo2) << 4), (wd[1] & lo4) | (((wd[2] >> 2) & lo2) << 4),
+                            ((wd[0] >> 4) & lo4) | (((wd[2] >> 4) & lo2) << 4),
+                            ((wd[1] >> 4) & lo4) | (((wd[2] >> 6) & lo2) << 4)};
+    int8_t sc[16];
+    std::memcpy(sc, s4, 16);
+    for (int8_t& v : sc) v = static_cast<int8_t>(v - 32);
+    // The stored value is u = q + 4 (0..7): Σ sc (u - 4) y = Σ sc u y - 4 Σ sc bsum, in int32 lanes.
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+    __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(b[i].bsums)), 2));
+    const __m256i hm = load32(a[i].hmask);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q = load32(a[i].qs + 32 * h);
+      for (int j = 0; j < 4; ++j) {
+        const __m256i low = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3);
+        const __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), one), 2);
+        const __m256i u = _mm256_or_si256(low, high);
+        const int s = 8 * h + 2 * j;
+        sumi = _mm256_add_epi32(sumi, scale16(dot_u8_i8_pairs(u, load32(b[i].qs + 128 * h + 32 * j)), sc[s], sc[s + 1]));
+      }
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi), acc);
+  }
+  return hsum8(acc);
+#else
+  return dot_dequantised(GgmlType::Q3_K, w, ActivationQuant::Q8_K, xq, n);
+#endif
+}
+
+namespace {
+#ifdef KVEVICT_KERNELS_AVX2
+// Q4_K and Q5_K (qh != nullptr: the fifth bits).
+template <class Block>
+float dot_k4_like(const Block* a, const BlockQ8_K* b, int64_t n) {
+  constexpr bool five = requires { a->qh; };
+  const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+  __m256 acc = _mm256_setzero_ps();
+  __m128 accm = _mm_setzero_ps();
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    // The 8 scales and 8 mins from the 12 packed bytes (ggml::k4_scale_min, four at a time).
+    uint32_t wd[3];
+    std::memcpy(wd, a[i].scales, 12);
+    const uint32_t lo6 = 0x3F3F3F3Fu, lo4 = 0x0F0F0F0Fu, lo2 = 0x03030303u;
+    const uint32_t s4[4] = {wd[0] & lo6, (wd[2] & lo4) | (((wd[0] >> 6) & lo2) << 4), wd[1] & lo6,
+                            ((wd[2] >> 4) & lo4) | (((wd[1] >> 6) & lo2) << 4)};
+    uint8_t sc[16];  // sc[0..7] scales, sc[8..15] mins
+    std::memcpy(sc, s4, 16);
+    // Σ_j min_j (bsum_2j + bsum_2j+1): pairwise sums of the 16 bsums times the 8 mins.
+    const __m128i bs_lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].bsums));
+    const __m128i bs_hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].bsums + 8));
+    const __m128i mins16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 8)));
+    const __m128i summ = _mm_madd_epi16(mins16, _mm_hadd_epi16(bs_lo, bs_hi));
+    accm = _mm_fmadd_ps(_mm_set1_ps(_cvtsh_ss(a[i].dmin) * b[i].d), _mm_cvtepi32_ps(summ), accm);
+    __m256i qh = _mm256_setzero_si256();
+    if constexpr (five) qh = load32(a[i].qh);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int p = 0; p < 4; ++p) {
+      const __m256i q = load32(a[i].qs + 32 * p);
+      __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      if constexpr (five) {
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * p), one), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * p + 1), one), 4));
+      }
+      const __m256i plo = _mm256_madd_epi16(dot_u8_i8_pairs(lo, load32(b[i].qs + 64 * p)), _mm256_set1_epi16(sc[2 * p]));
+      const __m256i phi = _mm256_madd_epi16(dot_u8_i8_pairs(hi, load32(b[i].qs + 64 * p + 32)), _mm256_set1_epi16(sc[2 * p + 1]));
+      sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi), acc);
+  }
+  return hsum8(acc) - hsum8(_mm256_set_m128(_mm_setzero_ps(), accm));
+}
+#endif
+}  // namespace
+
+float dot_q4_k_q8_k(const void* w, const void* xq, int64_t n) {
+#ifdef KVEVICT_KERNELS_AVX2
+  return dot_k4_like(static_cast<const ggml::BlockQ4_K*>(w), static_cast<const BlockQ8_K*>(xq), n);
+#else
+  return dot_dequantised(GgmlType::Q4_K, w, ActivationQuant::Q8_K, xq, n);
+#endif
+}
+
+float dot_q5_k_q8_k(const void* w, const void* xq, int64_t n) {
+#ifdef KVEVICT_KERNELS_AVX2
+  return dot_k4_like(static_cast<const ggml::BlockQ5_K*>(w), static_cast<const BlockQ8_K*>(xq), n);
+#else
+  return dot_dequantised(GgmlType::Q5_K, w, ActivationQuant::Q8_K, xq, n);
+#endif
+}
+
+float dot_q6_k_q8_k(const void* w, const void* xq, int64_t n) {
+#ifdef KVEVICT_KERNELS_AVX2
+  const auto* a = static_cast<const ggml::BlockQ6_K*>(w);
+  const auto* b = static_cast<const BlockQ8_K*>(xq);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const int8_t* sc = a[i].scales;
+    // Stored u = q + 32 (0..63): Σ sc (u - 32) y = Σ sc u y - 32 Σ sc bsum, all in int32 lanes.
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+    __m256i sumi = _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(b[i].bsums)), 5);
+    sumi = _mm256_sub_epi32(_mm256_setzero_si256(), sumi);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i l0 = load32(a[i].ql + 64 * h), l1 = load32(a[i].ql + 64 * h + 32), qh = load32(a[i].qh + 32 * h);
+      const __m256i u[4] = {
+          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4)),
+      };
+      for (int g = 0; g < 4; ++g) {
+        const int s = 8 * h + 2 * g;
+        sumi = _mm256_add_epi32(sumi, scale16(dot_u8_i8_pairs(u[g], load32(b[i].qs + 128 * h + 32 * g)), sc[s], sc[s + 1]));
+      }
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi), acc);
+  }
+  return hsum8(acc);
+#else
+  return dot_dequantised(GgmlType::Q6_K, w, ActivationQuant::Q8_K, xq, n);
+#endif
+}
+
+ActivationQuant activation_quant(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1:
+    case GgmlType::Q8_0: return ActivationQuant::Q8_0;
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K: return ActivationQuant::Q8_K;
+    default: return ActivationQuant::None;
+  }
+}
+
+float dot_quantised(GgmlType t, const void* w, const void* xq, int64_t n) {
+  switch (t) {
+    case GgmlType::Q8_0: return dot_q8_0_q8_0(w, xq, n);
+    case GgmlType::Q4_0: return dot_q4_0_q8_0(w, xq, n);
+    case GgmlType::Q4_1: return dot_q4_1_q8_0(w, xq, n);
+    case GgmlType::Q5_0: return dot_q5_0_q8_0(w, xq, n);
+    case GgmlType::Q5_1: return dot_q5_1_q8_0(w, xq, n);
+    case GgmlType::Q2_K: return dot_q2_k_q8_k(w, xq, n);
+    case GgmlType::Q3_K: return dot_q3_k_q8_k(w, xq, n);
+    case GgmlType::Q4_K: return dot_q4_k_q8_k(w, xq, n);
+    case GgmlType::Q5_K: return dot_q5_k_q8_k(w, xq, n);
+    case GgmlType::Q6_K: return dot_q6_k_q8_k(w, xq, n);
+    default: break;
+  }
+  throw Error("dot_quantised: " + ggml_type_name(static_cast<uint32_t>(t)) + " is not a quantised type");
+}
+
+float dot_quantised_ref(GgmlType t, const void* w, const void* xq, int64_t n) {
+  return dot_dequantised(t, w, activation_quant(t), xq, n);
+}
+
+namespace {
+
+// Four weight rows (row r at w + r * row_bytes) against one Q8_0 activation row at once: the
+// activation block and its scale are loaded once for the four. Each row's operations are those
+// of its one-row kernel in the same order, so each output equals the one-row kernel's bit for bit.
+// unpack(block) returns the block's 32 signed values.
+#ifdef KVEVICT_KERNELS_AVX2
+template <class Block, class Unpack>
+void dot4_q8_0_act(const uint8_t* w, int64_t row_bytes, const void* xq, int64_t n, float* out, Unpack unpack) {
+  const auto* b = static_cast<const BlockQ8*>(xq);
+  const Block* rows[4];
+  for (int r = 0; r < 4; ++r) rows[r] = reinterpret_cast<const Block*>(w + r * row_bytes);
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs));
+    const float dx = _cvtsh_ss(b[i].d);
+    for (int r = 0; r < 4; ++r) {
+      const Block& a = rows[r][i];
+      const __m256 d = _mm256_set1_ps(_cvtsh_ss(a.d) * dx);
+      acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8x32(unpack(a), qb)), acc[r]);
+    }
+  }
+  for (int r = 0; r < 4; ++r) out[r] = hsum8(acc[r]);
+}
+#endif
+
+}  // namespace
+
 void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, ThreadPool& pool,
                  MatmulScratch& scratch, bool allow_blas) {
   if (jobs.empty() || T <= 0) return;
   const int64_t cols = jobs[0].w.cols;
-  bool any_quant = false;
+  bool need_q8_0 = false, need_q8_k = false;
   for (const MatmulJob& j : jobs) {
     if (j.w.cols != cols)
       throw Error(fmt::format("matmul: fused jobs need equal column counts ({} vs {})", j.w.cols, cols));
-    if (j.w.type == GgmlType::Q8_0 || j.w.type == GgmlType::Q4_0) {
-      if (cols % kQK != 0) throw Error(fmt::format("matmul: {} columns are not a multiple of 32", cols));
-      any_quant = true;
-    }
+    const ActivationQuant aq = activation_quant(j.w.type);
+    const int64_t blk = aq == ActivationQuant::Q8_K ? kQKK : kQK;
+    if (aq != ActivationQuant::None && cols % blk != 0)
+      throw Error(fmt::format("matmul: {} columns are not a multiple of the {} block size {}", cols,
+                              ggml_type_name(static_cast<uint32_t>(j.w.type)), blk));
+    need_q8_0 |= aq == ActivationQuant::Q8_0;
+    need_q8_k |= aq == ActivationQuant::Q8_K;
   }
   const bool blas = allow_blas && T >= kBlasMinRows;
   if (blas) init_blas_once();
   const int64_t q_row_bytes = cols / kQK * static_cast<int64_t>(sizeof(BlockQ8));
-  if (any_quant && !blas) {
+  const int64_t qk_row_bytes = cols / kQKK * static_cast<int64_t>(sizeof(BlockQ8_K));
+  if (need_q8_0 && !blas) {
     scratch.xq.resize(static_cast<size_t>(T * q_row_bytes));
     quantize_rows_q8_0(x, T, cols, scratch.xq.data());
   }
+  if (need_q8_k && !blas) {
+    scratch.xqk.resize(static_cast<size_t>(T * qk_row_bytes));
+    quantize_rows_q8_k(x, T, cols, scratch.xqk.data());
+  }
   const uint8_t* xq = scratch.xq.data();
+  const uint8_t* xqk = scratch.xqk.data();
 
   // Work items: fixed chunks of rows of each job, concatenated.
   const int64_t chunk = blas ? kBlasTile : std::max(kRowChunk, kChunkBytes / std::max<int64_t>(1, jobs[0].w.row_bytes));
@@ -209,7 +557,36 @@ void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, Thr
                     y + r0, static_cast<int>(W.rows));
         continue;
       }
-      for (int64_t r = r0; r < r1; ++r) {
+      int64_t r = r0;
+#ifdef KVEVICT_KERNELS_AVX2
+      // Groups of four rows for the 32-element types (same results as one row at a time).
+      if (W.type == GgmlType::Q8_0 || W.type == GgmlType::Q4_0 || W.type == GgmlType::Q5_0) {
+        float out4[4];
+        for (; r + 4 <= r1; r += 4) {
+          const uint8_t* w = W.data + r * W.row_bytes;
+          for (int64_t t = 0; t < T; ++t) {
+            const uint8_t* xt = xq + t * q_row_bytes;
+            if (W.type == GgmlType::Q8_0) {
+              dot4_q8_0_act<BlockQ8>(w, W.row_bytes, xt, cols, out4,
+                                     [](const BlockQ8& a) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs)); });
+            } else if (W.type == GgmlType::Q4_0) {
+              dot4_q8_0_act<BlockQ4>(w, W.row_bytes, xt, cols, out4, [](const BlockQ4& a) {
+                const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs));
+                const __m256i both = _mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes);
+                return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
+              });
+            } else {
+              dot4_q8_0_act<ggml::BlockQ5_0>(w, W.row_bytes, xt, cols, out4, [](const ggml::BlockQ5_0& a) {
+                const __m256i hi = _mm256_and_si256(bytes_from_bits(a.qh), _mm256_set1_epi8(0x10));
+                return _mm256_sub_epi8(_mm256_or_si256(nibbles_32(a.qs), hi), _mm256_set1_epi8(16));
+              });
+            }
+            for (int k = 0; k < 4; ++k) y[t * W.rows + r + k] = out4[k];
+          }
+        }
+      }
+#endif
+      for (; r < r1; ++r) {
         const uint8_t* w = W.data + r * W.row_bytes;
         switch (W.type) {
           case GgmlType::Q8_0:
@@ -217,6 +594,18 @@ void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, Thr
             break;
           case GgmlType::Q4_0:
             for (int64_t t = 0; t < T; ++t) y[t * W.rows + r] = dot_q4_0_q8_0(w, xq + t * q_row_bytes, cols);
+            break;
+          case GgmlType::Q4_1:
+          case GgmlType::Q5_0:
+          case GgmlType::Q5_1:
+            for (int64_t t = 0; t < T; ++t) y[t * W.rows + r] = dot_quantised(W.type, w, xq + t * q_row_bytes, cols);
+            break;
+          case GgmlType::Q2_K:
+          case GgmlType::Q3_K:
+          case GgmlType::Q4_K:
+          case GgmlType::Q5_K:
+          case GgmlType::Q6_K:
+            for (int64_t t = 0; t < T; ++t) y[t * W.rows + r] = dot_quantised(W.type, w, xqk + t * qk_row_bytes, cols);
             break;
           default:
             for (int64_t t = 0; t < T; ++t) y[t * W.rows + r] = dot_row(W.type, w, x + t * cols, cols);

@@ -1,9 +1,14 @@
 // Matrix-vector and small-batch matrix products y = x · Wᵀ for weights stored in a ggml type.
 //
-// Source: ggml block layouts (format/ggml_types.h). For Q8_0/Q4_0 weights the activation rows
-// are quantised once to Q8_0 blocks (d = max|x| / 127, q = round(x / d), as ggml's
-// quantize_row_q8_0) and each 32-element block product is an exact integer dot product scaled
-// by d_w · d_x in float32 — the approach of ggml's vec_dot_q8_0_q8_0 / vec_dot_q4_0_q8_0. F32,
+// Source: ggml block layouts (format/ggml_blocks.h). For the legacy quantised weights (Q4_0,
+// Q4_1, Q5_0, Q5_1, Q8_0) the activation rows are quantised once to Q8_0 blocks (d = max|x| /
+// 127, q = round(x / d), as ggml's quantize_row_q8_0) and each 32-element block product is an
+// exact integer dot product scaled by d_w · d_x in float32 — the approach of ggml's
+// vec_dot_q*_q8_0 / q8_1 kernels. For the K-quants (Q2_K .. Q6_K) the activations are quantised
+// per 256 elements to Q8_K blocks with 16-element sums (ggml's Q8_K), the sub-block products are
+// integer sums times the integer sub-block scales, and the min/offset terms use the block sums
+// (ggml's vec_dot_q*_K_q8_K). Every quantised result is within the activation quantisation
+// error of the float product of the dequantised weights (kernels_test, quant_test). F32,
 // F16 and BF16 weights use dot_row (float32 FMA accumulation), so the F32 path is bit-identical
 // to the scalar-order kernel the parity tests were written against. Prefill (many rows) may use
 // OpenBLAS sgemm on float32 weight tiles (dequantised on the fly for other types).
@@ -42,14 +47,15 @@ struct MatmulJob {
 
 /// Scratch a matmul call reuses (quantised activations, dequantised tiles).
 struct MatmulScratch {
-  std::vector<uint8_t> xq;  ///< T rows of Q8_0 blocks
+  std::vector<uint8_t> xq;   ///< T rows of Q8_0 blocks
+  std::vector<uint8_t> xqk;  ///< T rows of Q8_K blocks (ggml::BlockQ8_K)
 };
 
 /// Runs every job over the same input x[T, cols] (all jobs must share cols) as one parallel
 /// loop on `pool` (rows split into fixed chunks, so no result depends on the thread count).
 /// allow_blas: when T >= 16, products may go through OpenBLAS sgemm (prefill); results then
 /// differ from the per-row kernel in the last bits. Throws kvevict::Error when cols differ or a
-/// quantised type's cols is not a multiple of 32.
+/// quantised type's cols is not a multiple of its block size (32, or 256 for K-quants).
 void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, ThreadPool& pool,
                  MatmulScratch& scratch, bool allow_blas = false);
 
@@ -66,5 +72,36 @@ float dot_q4_0_q8_0(const void* w, const void* xq, int64_t n);
 /// Scalar references of the two above (same lane layout and operation order): for tests.
 float dot_q8_0_q8_0_ref(const void* w, const void* xq, int64_t n);
 float dot_q4_0_q8_0_ref(const void* w, const void* xq, int64_t n);
+
+/// How a weight type's matmul quantises the activations: Q8_0 (32-element blocks) for the
+/// legacy quants, Q8_K (256-element blocks with 16-element sums) for the K-quants, None for
+/// float types (they use dot_row on the float activations).
+enum class ActivationQuant { None, Q8_0, Q8_K };
+ActivationQuant activation_quant(GgmlType t);
+
+/// Quantises T rows of n floats (n % 256 == 0) to Q8_K blocks into dst[T * n / 256 * 292 bytes].
+void quantize_rows_q8_k(const float* x, int64_t T, int64_t n, uint8_t* dst);
+
+/// Integer dot products of one weight row of n elements with its quantised activation row
+/// (activation_quant of the type): Σ over sub-blocks of d_w · d_x · scale · Σ q_w q_x, minus
+/// the min (Q4_1/Q5_1/Q2_K/Q4_K/Q5_K) or offset (Q3_K/Q6_K) term from the activation block sums;
+/// float32 results. AVX2 kernels with a scalar fallback (dot_quantised_ref). Source: the block
+/// formulas of format/ggml_blocks.h; ggml's vec_dot_*_q8_0 / *_q8_K for the decomposition.
+float dot_q4_1_q8_0(const void* w, const void* xq, int64_t n);
+float dot_q5_0_q8_0(const void* w, const void* xq, int64_t n);
+float dot_q5_1_q8_0(const void* w, const void* xq, int64_t n);
+float dot_q2_k_q8_k(const void* w, const void* xq, int64_t n);
+float dot_q3_k_q8_k(const void* w, const void* xq, int64_t n);
+float dot_q4_k_q8_k(const void* w, const void* xq, int64_t n);
+float dot_q5_k_q8_k(const void* w, const void* xq, int64_t n);
+float dot_q6_k_q8_k(const void* w, const void* xq, int64_t n);
+
+/// The kernel above for weight type t (Q8_0 and Q4_0 included). Throws kvevict::Error for
+/// float types.
+float dot_quantised(GgmlType t, const void* w, const void* xq, int64_t n);
+
+/// Scalar reference of dot_quantised: dequantised weights times dequantised activations in
+/// float32 (for tests; not bit-identical to the AVX2 kernels).
+float dot_quantised_ref(GgmlType t, const void* w, const void* xq, int64_t n);
 
 }  // namespace kvevict

@@ -39,24 +39,7 @@ GgufWriter::Fill random_matrix(GgmlType type, int64_t rows, int64_t cols, uint64
     for (int64_t r = 0; r < rows; ++r) {
       Rng rng(stream_id({seed, tensor, static_cast<uint64_t>(r)}));
       for (float& v : row) v = static_cast<float>((2.0 * rng.uniform() - 1.0) * a);
-      uint8_t* out = dst + r * row_bytes;
-      switch (type) {
-        case GgmlType::F32: std::memcpy(out, row.data(), static_cast<size_t>(row_bytes)); break;
-        case GgmlType::F16:
-          for (int64_t i = 0; i < cols; ++i) {
-            const uint16_t h = fp32_to_fp16(row[static_cast<size_t>(i)]);
-            std::memcpy(out + 2 * i, &h, 2);
-          }
-          break;
-        case GgmlType::BF16:
-          for (int64_t i = 0; i < cols; ++i) {
-            const uint16_t h = fp32_to_bf16(row[static_cast<size_t>(i)]);
-            std::memcpy(out + 2 * i, &h, 2);
-          }
-          break;
-        case GgmlType::Q8_0: quantize_row_q8_0(row.data(), out, cols); break;
-        case GgmlType::Q4_0: quantize_row_q4_0(row.data(), out, cols); break;
-      }
+      quantize_row(type, row.data(), dst + r * row_bytes, cols);
     }
   };
 }
@@ -115,14 +98,77 @@ std::string synth_default_shape(const std::string& arch) {
 }
 
 GgmlType parse_synth_type(const std::string& name) {
-  if (name == "f32") return GgmlType::F32;
-  if (name == "f16") return GgmlType::F16;
-  if (name == "q8_0") return GgmlType::Q8_0;
-  if (name == "q4_0") return GgmlType::Q4_0;
-  throw Error(fmt::format("weight type '{}' is not supported for synthetic models (f32, f16, q8_0, q4_0)", name));
+  for (uint32_t id = 0; id < 64; ++id)
+    if (ggml_type_supported(id) && ggml_type_name(id) == name) return static_cast<GgmlType>(id);
+  throw Error(fmt::format("weight type '{}' is not supported for synthetic models ({}, or the mixes q4_k_m, q5_k_m)", name,
+                          ggml_supported_type_names()));
+}
+
+SynthTypes parse_synth_types(const std::string& name) {
+  SynthTypes t;
+  t.name = name;
+  if (name == "q4_k_m" || name == "q5_k_m") {
+    t.base = name == "q4_k_m" ? GgmlType::Q4_K : GgmlType::Q5_K;
+    t.k_m = true;
+  } else {
+    t.base = parse_synth_type(name);
+  }
+  return t;
+}
+
+namespace {
+// llama.cpp's use_more_bits(i, n): the layers a _M mix promotes.
+bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+// llama.cpp's fallback for a K-quant whose rows are not whole super-blocks.
+GgmlType k_fallback(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_K: return GgmlType::Q5_0;
+    case GgmlType::Q5_K: return GgmlType::Q5_1;
+    case GgmlType::Q6_K: return GgmlType::Q8_0;
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K: return GgmlType::Q4_0;
+    default: return t;
+  }
+}
+}  // namespace
+
+GgmlType SynthTypes::tensor_type(const std::string& tensor, int layer, int n_layers, int64_t cols, bool tied) const {
+  GgmlType t = base;
+  if (k_m) {
+    const bool output = tensor == "output" || (tied && tensor == "token_embd");
+    if (output || ((tensor == "attn_v" || tensor == "attn_qkv" || tensor == "ffn_down") && layer >= 0 && use_more_bits(layer, n_layers)))
+      t = GgmlType::Q6_K;
+  }
+  if (ggml_is_k_quant(t) && cols % 256 != 0) t = k_fallback(t);
+  return t;
+}
+
+uint32_t SynthTypes::file_type() const {
+  if (k_m) return base == GgmlType::Q4_K ? 15 : 17;  // LLAMA_FTYPE_MOSTLY_Q4_K_M / Q5_K_M
+  switch (base) {
+    case GgmlType::F32: return 0;
+    case GgmlType::F16: return 1;
+    case GgmlType::Q4_0: return 2;
+    case GgmlType::Q4_1: return 3;
+    case GgmlType::Q8_0: return 7;
+    case GgmlType::Q5_0: return 8;
+    case GgmlType::Q5_1: return 9;
+    case GgmlType::Q2_K: return 10;
+    case GgmlType::Q3_K: return 11;  // Q3_K_S
+    case GgmlType::Q4_K: return 14;  // Q4_K_S
+    case GgmlType::Q5_K: return 16;  // Q5_K_S
+    case GgmlType::Q6_K: return 18;
+    case GgmlType::BF16: return 32;
+  }
+  return 0;
 }
 
 void write_synth_gguf(const SynthShape& s, GgmlType type, uint64_t seed, const std::string& path) {
+  write_synth_gguf(s, parse_synth_types(ggml_type_name(static_cast<uint32_t>(type))), seed, path);
+}
+
+void write_synth_gguf(const SynthShape& s, const SynthTypes& wtypes, uint64_t seed, const std::string& path) {
   if (s.n_heads <= 0 || s.n_kv_heads <= 0 || (s.head_dim <= 0 && s.dim % s.n_heads != 0) ||
       s.n_heads % s.n_kv_heads != 0)
     throw Error(fmt::format("synth shape '{}': need dim % heads == 0 (or a head_dim) and heads % kv_heads == 0", s.name));
@@ -130,19 +176,19 @@ void write_synth_gguf(const SynthShape& s, GgmlType type, uint64_t seed, const s
   const int hd = s.head_dim_or_default(), n_rot = s.n_rot > 0 ? s.n_rot : hd;
   if (hd % 2 != 0 || n_rot % 2 != 0 || n_rot > hd)
     throw Error(fmt::format("synth shape '{}': head_dim {} and n_rot {} must be even, n_rot <= head_dim", s.name, hd, n_rot));
-  const int64_t blk = ggml_block_elems(type);
+  // K-quants fall back per tensor (SynthTypes); every other block size must divide the rows.
+  const int64_t blk = ggml_is_k_quant(wtypes.base) ? 32 : ggml_block_elems(wtypes.base);
   if (s.dim % blk != 0 || s.hidden_dim % blk != 0)
     throw Error(fmt::format("synth shape '{}': dim {} and FFN {} must be multiples of {} for {}", s.name, s.dim,
-                            s.hidden_dim, blk, ggml_type_name(static_cast<uint32_t>(type))));
+                            s.hidden_dim, blk, wtypes.name));
   if (s.n_vocab < 260) throw Error(fmt::format("synth shape '{}': vocabulary {} < 260 (specials, bytes, space)", s.name, s.n_vocab));
   const int64_t qd = int64_t{s.n_heads} * hd, kvd = int64_t{s.n_kv_heads} * hd;
   const std::string a = s.arch + ".";
 
   GgufWriter w;
   w.add_string("general.architecture", s.arch);
-  w.add_string("general.name", fmt::format("kvevict synthetic {} ({}, seed {})", s.name,
-                                           ggml_type_name(static_cast<uint32_t>(type)), seed));
-  w.add_uint32("general.file_type", type == GgmlType::F32 ? 0 : type == GgmlType::F16 ? 1 : type == GgmlType::Q4_0 ? 2 : 7);
+  w.add_string("general.name", fmt::format("kvevict synthetic {} ({}, seed {})", s.name, wtypes.name, seed));
+  w.add_uint32("general.file_type", wtypes.file_type());
   w.add_uint32(a + "context_length", static_cast<uint32_t>(s.context_length));
   w.add_uint32(a + "embedding_length", static_cast<uint32_t>(s.dim));
   w.add_uint32(a + "block_count", static_cast<uint32_t>(s.n_layers));
@@ -180,7 +226,16 @@ void write_synth_gguf(const SynthShape& s, GgmlType type, uint64_t seed, const s
   w.add_uint32("tokenizer.ggml.eos_token_id", 2);
 
   uint64_t tensor = 0;
+  // name: "blk.<layer>.<kind>.weight" or "<kind>.weight"; the kind and layer pick the type.
   const auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
+    int layer = -1;
+    std::string kind = name.substr(0, name.size() - 7);  // drop ".weight"
+    if (kind.rfind("blk.", 0) == 0) {
+      const size_t dot = kind.find('.', 4);
+      layer = std::stoi(kind.substr(4, dot - 4));
+      kind = kind.substr(dot + 1);
+    }
+    const GgmlType type = wtypes.tensor_type(kind, layer, s.n_layers, cols, s.tied_embeddings);
     w.add_tensor(name, {cols, rows}, type, random_matrix(type, rows, cols, seed, tensor++));
   };
   const auto bias = [&](const std::string& name, int64_t n) {

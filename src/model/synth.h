@@ -15,8 +15,8 @@
 // biases (random), qwen3 Q/K norms (ones), phi3 fused attn_qkv and ffn_up [gate | up].
 //
 // The file is a GGUF v3 of llama.cpp's "llama" naming (model/llama.h), written by
-// format/gguf_writer.h: 2-D weights (and token_embd, output) in the requested type, norm
-// vectors in F32 (all ones). Weights are uniform in ±sqrt(3 / cols) (unit-variance products),
+// format/gguf_writer.h: 2-D weights (and token_embd, output) in the requested type or mix
+// (SynthTypes), norm vectors in F32 (all ones). Weights are uniform in ±sqrt(3 / cols) (unit-variance products),
 // drawn from xoshiro256** streams keyed by (seed, tensor index, row), so the file is a pure
 // function of (shape, type, seed). Tokenizer: SPM ("llama") with <unk>, <s>, </s>, the 256
 // byte tokens <0x00>..<0xFF>, the space piece U+2581 and filler pieces up to the vocabulary size.
@@ -60,13 +60,39 @@ std::string synth_default_shape(const std::string& arch);
 /// Shape by name; throws kvevict::Error listing the known names.
 SynthShape synth_shape(const std::string& name);
 
-/// Parses a weight type for synth models: "f32", "f16", "q8_0", "q4_0" (Error otherwise).
+/// Parses a single weight type for synth models: any supported ggml type by its name ("f32",
+/// "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k" .. "q6_k"); Error otherwise.
 GgmlType parse_synth_type(const std::string& name);
+
+/// The weight types of a synthetic model: one type for every matrix, or a llama.cpp-style
+/// K-quant mix. Mixes follow llama.cpp's llama_tensor_get_type for these file types:
+/// "q4_k_m" / "q5_k_m": Q4_K / Q5_K everywhere except attn_v (or a fused attn_qkv) and ffn_down of the layers
+/// use_more_bits picks (the first and last eighth, and every third layer between) and the
+/// output matrix, which are Q6_K (a tied embedding counts as the output). Any K-quant matrix
+/// whose row length is not a multiple of 256 falls back as llama.cpp does: Q4_K -> Q5_0,
+/// Q5_K -> Q5_1, Q6_K -> Q8_0, and Q2_K / Q3_K -> Q4_0 (llama.cpp uses IQ4_NL, which kvevict
+/// does not implement).
+struct SynthTypes {
+  std::string name;                ///< as given: "q8_0", "q4_k_m", ...
+  GgmlType base = GgmlType::Q8_0;  ///< the type of every matrix not promoted by the mix
+  bool k_m = false;                ///< a "_k_m" mix
+  /// Type of matrix `tensor` ("token_embd", "output", "attn_q", "attn_k", "attn_v",
+  /// "attn_output", "ffn_gate", "ffn_up", "ffn_down") of layer `layer` (-1 outside layers) of
+  /// n_layers, whose rows have `cols` elements; tied: the embedding doubles as the output.
+  GgmlType tensor_type(const std::string& tensor, int layer, int n_layers, int64_t cols, bool tied) const;
+  /// llama.cpp's general.file_type value (LLAMA_FTYPE_*) for this choice.
+  uint32_t file_type() const;
+};
+
+/// Parses `--type` of synth-gguf: a single type (parse_synth_type) or "q4_k_m" / "q5_k_m".
+SynthTypes parse_synth_types(const std::string& name);
 
 /// Writes the synthetic model to `path`. Throws kvevict::Error when the shape is inconsistent
 /// (dim % heads without head_dim, heads % kv_heads, odd head_dim or n_rot, quantised type with
 /// dim or FFN not a multiple of the block), the architecture is unknown, or the file cannot be
 /// written.
 void write_synth_gguf(const SynthShape& shape, GgmlType type, uint64_t seed, const std::string& path);
+/// As above with per-tensor types (SynthTypes).
+void write_synth_gguf(const SynthShape& shape, const SynthTypes& types, uint64_t seed, const std::string& path);
 
 }  // namespace kvevict
