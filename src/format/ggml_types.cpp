@@ -390,14 +390,23 @@ void dequant_block(const ggml::BlockQ4_K& b, float* y) { dequant_k4_like(b, null
 void dequant_block(const ggml::BlockQ5_K& b, float* y) { dequant_k4_like(b, b.qh, y); }
 void dequant_block(const ggml::BlockQ6_K& b, float* y) {
   const float d = fp16_to_fp32(b.d);
-  for (int e = 0; e < kQKK; ++e) {
-    // Within each half of 128: group g = (e % 128) / 32 takes the low (g even) or high nibble of
-    // ql[64 h + 32 (g % 2) + l] and bits 2g..2g+1 of qh[32 h + l], l = e % 32.
-    const int h = e / 128, g = (e % 128) / 32, l = e % 32;
-    const uint8_t lb = b.ql[64 * h + 32 * (g % 2) + l];
-    const int low = g < 2 ? (lb & 0xF) : (lb >> 4);
-    const int high = (b.qh[32 * h + l] >> (2 * g)) & 3;
-    y[e] = d * static_cast<float>(b.scales[e / 16]) * static_cast<float>((low | (high << 4)) - 32);
+  // Within each half h of 128: group g (32 elements) takes the low (g < 2) or high nibble of
+  // ql[64 h + 32 (g % 2) + l] and bits 2g..2g+1 of qh[32 h + l], l = element % 32.
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* ql = b.ql + 64 * h;
+    const uint8_t* qh = b.qh + 32 * h;
+    float* yy = y + 128 * h;
+    for (int g = 0; g < 4; ++g) {
+      for (int half = 0; half < 2; ++half) {  // 16 elements sharing a scale
+        const float ds = d * static_cast<float>(b.scales[8 * h + 2 * g + half]);
+        for (int l = 16 * half; l < 16 * half + 16; ++l) {
+          const uint8_t lb = ql[32 * (g % 2) + l];
+          const int low = g < 2 ? (lb & 0xF) : (lb >> 4);
+          const int high = (qh[l] >> (2 * g)) & 3;
+          yy[32 * g + l] = ds * static_cast<float>((low | (high << 4)) - 32);
+        }
+      }
+    }
   }
 }
 
