@@ -19,6 +19,7 @@ PKGS=(
   libopenblas0-pthread libopenblas-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
   python3-matplotlib
+  libcpp-httplib-dev
 )
 if [ "$TRAIN" = "1" ]; then PKGS+=(python3-torch libopenblas0-pthread); fi
 missing=()
@@ -38,4 +39,12 @@ fi
 if ! python3 -c "import gguf, numpy" 2>/dev/null; then
   python3 -m pip install --quiet --disable-pip-version-check gguf numpy >/dev/null 2>&1 ||
     echo "setup: could not pip-install gguf (the GGUF cross-check test will be skipped)" >&2
+fi
+
+# The official `openai` Python client, used by the serving tests against `kvevict serve` (they
+# fail under CI=true when it is missing, and skip elsewhere).
+if ! python3 -c "import openai" 2>/dev/null; then
+  python3 -m pip install --quiet --disable-pip-version-check openai >/dev/null 2>&1 ||
+    python3 -m pip install --quiet --disable-pip-version-check --break-system-packages openai >/dev/null 2>&1 ||
+    echo "setup: could not pip-install openai (the serving client tests will fail under CI)" >&2
 fi
