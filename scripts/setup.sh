@@ -20,6 +20,7 @@ PKGS=(
   nlohmann-json3-dev libcli11-dev libfmt-dev
   python3-matplotlib
   libcpp-httplib-dev
+  libpcre2-dev python3-jinja2
 )
 if [ "$TRAIN" = "1" ]; then PKGS+=(python3-torch libopenblas0-pthread); fi
 missing=()

@@ -319,13 +319,51 @@ TEST(TokenizerGguf, DefaultsAndAddSpacePrefix) {
   EXPECT_EQ(u.bos_id(), 3);
 }
 
+// Expected (llama.cpp semantics): add_bos_token=false removes BOS from encode(text, true), and
+// add_eos_token=true appends EOS; both only with add_special.
+TEST(TokenizerGguf, AddBosAndAddEosTokenKeys) {
+  MiniGguf g = mini_vocab();
+  g.boolean("tokenizer.ggml.add_space_prefix", false).boolean("tokenizer.ggml.add_bos_token", false);
+  Tokenizer no_bos = Tokenizer::from_gguf(GgufFile::open(g.write("no_bos")));
+  EXPECT_FALSE(no_bos.add_bos());
+  EXPECT_EQ(no_bos.encode("a", true), (std::vector<int32_t>{3}));
+  MiniGguf h = mini_vocab();
+  h.boolean("tokenizer.ggml.add_space_prefix", false).boolean("tokenizer.ggml.add_eos_token", true);
+  Tokenizer eos = Tokenizer::from_gguf(GgufFile::open(h.write("add_eos")));
+  EXPECT_TRUE(eos.add_eos());
+  EXPECT_EQ(eos.encode("a", true, false), (std::vector<int32_t>{1, 3, 2}));
+  EXPECT_EQ(eos.encode("a", false, false), (std::vector<int32_t>{3}));
+}
+
 // Expected: every error names the file and the offending key (and value where there is one).
 TEST(TokenizerGguf, ErrorsNameFileAndKey) {
-  const std::string gpt2 = mini_vocab("gpt2").write("gpt2");
-  std::string msg = from_gguf_error(gpt2);
-  EXPECT_NE(msg.find(gpt2), std::string::npos) << msg;
+  const std::string bert = mini_vocab("bert").write("bert");
+  std::string msg = from_gguf_error(bert);
+  EXPECT_NE(msg.find(bert), std::string::npos) << msg;
   EXPECT_NE(msg.find("tokenizer.ggml.model"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("gpt2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("bert"), std::string::npos) << msg;
+
+  // Byte-level BPE without / with an unknown pre-tokenizer: refused, naming the key and value
+  // (llama.cpp would fall back to GPT-2's regex and produce different ids).
+  MiniGguf no_pre = mini_vocab("gpt2");
+  no_pre.strs("tokenizer.ggml.merges", {});
+  const std::string p0 = no_pre.write("no_pre");
+  msg = from_gguf_error(p0);
+  EXPECT_NE(msg.find(p0), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tokenizer.ggml.pre"), std::string::npos) << msg;
+  MiniGguf odd_pre = mini_vocab("gpt2");
+  odd_pre.strs("tokenizer.ggml.merges", {}).str("tokenizer.ggml.pre", "starcoder");
+  const std::string p1 = odd_pre.write("odd_pre");
+  msg = from_gguf_error(p1);
+  EXPECT_NE(msg.find(p1), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tokenizer.ggml.pre"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("starcoder"), std::string::npos) << msg;
+
+  MiniGguf bad_add_bos = mini_vocab();
+  bad_add_bos.u32("tokenizer.ggml.add_bos_token", 0);
+  const std::string p6 = bad_add_bos.write("bad_add_bos");
+  msg = from_gguf_error(p6);
+  EXPECT_NE(msg.find("tokenizer.ggml.add_bos_token"), std::string::npos) << msg;
 
   MiniGguf no_tokens;
   no_tokens.str("tokenizer.ggml.model", "llama").floats("tokenizer.ggml.scores", {0});

@@ -16,6 +16,7 @@
 #include "engine/sampler.h"
 #include "eval/plots.h"
 #include "eval/prompt.h"
+#include "model/chat_template.h"
 #include "eval/results.h"
 #include "eval/runner.h"
 #include "eval/summary.h"
@@ -40,6 +41,8 @@ struct EvalArgs {
   int64_t max_length = 32768, max_new_tokens = 0;
   std::optional<bool> math_suffix;
   bool resume = true, no_plots = false;
+  bool chat = false, no_think = false;  ///< --chat (= --template chat), --no-think
+  std::string chat_template;            ///< --chat-template NAME
   int threads = 0, bootstrap = 10000;
   int64_t debug_delay_ms = 0;
   PolicyArgs policy;
@@ -135,7 +138,8 @@ int run_eval(const EvalArgs& a) {
   }
   if (std::find(names.begin(), names.end(), a.reference) == names.end())
     throw Error(fmt::format("--reference '{}' is not among --policies ({})", a.reference, a.policies));
-  const TemplateChoice tmpl = parse_template_choice(a.tmpl);
+  const TemplateChoice tmpl = parse_template_choice(a.chat ? "chat" : a.tmpl);
+  if (!a.chat_template.empty()) (void)ChatTemplate::by_name(a.chat_template);  // bad name: fail early
 
   // 2. Tasks (bad lines stop or are skipped), then the model and the prompt template.
   TaskReadOptions ro;
@@ -150,7 +154,7 @@ int run_eval(const EvalArgs& a) {
   PromptOptions po;
   po.choice = tmpl;
   po.math_suffix = a.math_suffix.value_or(tf.format != TaskFormat::Kvevict);
-  const PromptBuilder prompts(*model, po, warn);
+  const PromptBuilder prompts(*model, po, warn, ChatPromptOptions{a.chat_template, !a.no_think});
 
   EvalSettings st;
   st.model_file = fs::path(a.model).filename().string();
@@ -333,6 +337,10 @@ void add_eval(CLI::App& root, std::vector<Command>& out) {
       ->capture_default_str();
   cmd->add_option("--template", e->tmpl, "Prompt template: auto (the GGUF's chat template if supported), plain, chat")
       ->capture_default_str();
+  cmd->add_flag("--chat", e->chat, "Same as --template chat: the model's chat template, one user turn, no system prompt");
+  cmd->add_flag("--no-think", e->no_think, "Chat templates of Qwen3 / DeepSeek-R1: thinking off (enable_thinking=false)");
+  cmd->add_option("--chat-template", e->chat_template,
+                  "Chat template to use instead of the GGUF's (" + ChatTemplate::names() + ")");
   // A flag function, not a flag bound to the optional: CLI11 then leaves the optional empty
   // when neither form is given, so the per-format default below applies.
   cmd->add_flag_function("--math-suffix,!--no-math-suffix", [e](std::int64_t n) { e->math_suffix = n > 0; },

@@ -12,6 +12,7 @@
 #include "engine/sampler.h"
 #include "eval/keeplog.h"
 #include "eval/perplexity.h"
+#include "model/chat_template.h"
 #include "model/llama.h"
 #include "util/error.h"
 
@@ -30,10 +31,14 @@ struct GenerateArgs {
   bool ignore_eos = false;
   std::string keep_log;          ///< --keep-log FILE: one JSON line per round and layer
   bool keep_log_positions = false;
+  bool chat = false;           ///< --chat: wrap the prompt in the model's chat template
+  bool no_think = false;       ///< --no-think: enable_thinking=false (Qwen3, DeepSeek-R1 templates)
+  std::string chat_template;   ///< --chat-template NAME: template family instead of the GGUF's
   PolicyArgs policy;
 };
 
 int run_generate(const GenerateArgs& a) {
+  if (!a.chat_template.empty()) (void)ChatTemplate::by_name(a.chat_template);  // bad name: fail before loading
   const auto model = LlamaModel::load(a.model);
   const Policy policy = build_policy(a.policy, default_policy(a.policy));
   const EvictionConfig cfg = build_eviction(a.policy, policy);
@@ -41,7 +46,19 @@ int run_generate(const GenerateArgs& a) {
   validate_sampler(sc);
   if (a.n < 1) throw Error(fmt::format("-n {}: must be >= 1", a.n));
   const Tokenizer& tok = model->tokenizer();
-  const std::vector<int32_t> prompt = tok.encode(a.prompt, true);
+  // With --chat the user's text becomes one user turn (no system prompt, generation prompt
+  // added, as the paper runs its models); the rendered text holds special tokens as text.
+  std::string prompt_text = a.prompt;
+  bool add_special = true, parse_special = false;
+  if (a.chat) {
+    const ChatTemplate chat = ChatTemplate::from_gguf(model->gguf(), a.chat_template);
+    if (a.no_think && chat.name() != "qwen3" && chat.name() != "deepseek-r1")
+      warn(fmt::format("--no-think has no effect with the {} chat template", chat.name()));
+    prompt_text = chat.render({{"user", a.prompt}}, ChatOptions{true, !a.no_think});
+    add_special = !chat.renders_bos();
+    parse_special = true;
+  }
+  const std::vector<int32_t> prompt = tok.encode(prompt_text, add_special, parse_special);
   if (auto w = long_prompt_warning(cfg, policy, static_cast<int64_t>(prompt.size())); !w.empty()) warn(w);
   if (!policy.evicts && static_cast<int64_t>(prompt.size()) + a.n > model->config().context_length)
     warn(fmt::format("{} tokens exceed the model's stated context of {}", prompt.size() + static_cast<size_t>(a.n),
@@ -53,16 +70,19 @@ int run_generate(const GenerateArgs& a) {
   if (!a.keep_log.empty()) keep_log.emplace(a.keep_log, a.keep_log_positions);
   std::vector<float> logits;
   engine.prefill(*seq, prompt, logits);
-  fmt::print("{}", a.prompt);
+  fmt::print("{}", prompt_text);
   std::fflush(stdout);
   int64_t generated = 0;
+  TokenTextStream stream(tok);  // holds back a character split across byte tokens
+  std::vector<int32_t> out_ids;
   const auto t0 = Clock::now();
   for (int64_t i = 0; i < a.n; ++i) {
     Rng rng(stream_id({a.policy.seed, seq->id, static_cast<uint64_t>(i), 0x5A4D504CULL}));
     const int32_t next = sample_token(logits, sc, rng);
-    if (next == tok.eos_id() && !a.ignore_eos) break;
+    if (tok.is_eog(next) && !a.ignore_eos) break;
     ++generated;
-    fmt::print("{}", tok.piece(next));
+    out_ids.push_back(next);
+    fmt::print("{}", stream.push(next));
     std::fflush(stdout);
     if (i + 1 < a.n) {
       const int64_t rounds = seq->stats.rounds;
@@ -72,10 +92,11 @@ int run_generate(const GenerateArgs& a) {
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   const SequenceStats& s = seq->stats;
-  fmt::print("\n");
+  const int64_t thinking = thinking_trace_tokens(tok, out_ids);
+  fmt::print("{}\n", stream.finish());
   fmt::print(
       "[kvevict] policy {} | prompt {} tok | generated {} tok | {:.1f} tok/s | eviction rounds {} | "
-      "peak slots/KV head {} (B+r = {}) | KV bytes {} | score {:.3f} ms/round | compact {:.3f} ms/round{}\n",
+      "peak slots/KV head {} (B+r = {}) | KV bytes {} | score {:.3f} ms/round | compact {:.3f} ms/round{}{}\n",
       policy.name, prompt.size(), generated, secs > 0 ? static_cast<double>(generated) / secs : 0.0, s.rounds,
       s.peak_slots, policy.evicts ? fmt::format("{}", cfg.budget + cfg.recent) : std::string("n/a"),
       seq->kv.allocated_bytes(), s.rounds ? s.score_ms / static_cast<double>(s.rounds) : 0.0,
@@ -83,6 +104,9 @@ int run_generate(const GenerateArgs& a) {
       // Per-token selector work (query windows, H2O's accumulation) happens outside the rounds.
       policy.selector && policy.selector->needs().any()
           ? fmt::format(" | observe {:.4f} ms/token", s.observe_ms / static_cast<double>(prompt.size() + static_cast<size_t>(s.decode_steps)))
+          : std::string(),
+      // Reasoning models: tokens up to and including the first </think>, and the answer after it.
+      thinking > 0 ? fmt::format(" | thinking {} tok | answer {} tok", thinking, generated - thinking)
           : std::string());
   return 0;
 }
@@ -108,6 +132,14 @@ void add_generate(CLI::App& root, std::vector<Command>& out) {
                   "survival, pairwise Jaccard, slot coverage, survival by position band (see kvevict keeplog)");
   gen->add_flag("--keep-log-positions", g->keep_log_positions, "With --keep-log: also write the kept positions")
       ->needs(keep_log);
+  auto* chat = gen->add_flag("--chat", g->chat,
+                             "Wrap the prompt in the model's chat template as one user turn (no system prompt, "
+                             "generation prompt added); stops at every end-of-generation token");
+  gen->add_flag("--no-think", g->no_think, "With --chat: thinking off (Qwen3 / DeepSeek-R1 enable_thinking=false)")
+      ->needs(chat);
+  gen->add_option("--chat-template", g->chat_template,
+                  "With --chat: template to use instead of the GGUF's (" + ChatTemplate::names() + ")")
+      ->needs(chat);
   add_policy_options(*gen, g->policy);
   out.push_back({gen, [g] { return run_generate(*g); }});
 }

@@ -18,21 +18,36 @@ TemplateChoice parse_template_choice(const std::string& name) {
 }
 
 PromptBuilder::PromptBuilder(const LlamaModel& model, const PromptOptions& opts,
-                             const std::function<void(const std::string&)>& warn)
-    : model_(model), opts_(opts) {
+                             const std::function<void(const std::string&)>& warn, const ChatPromptOptions& chat)
+    : model_(model), opts_(opts), chat_opts_(chat) {
   if (opts.choice == TemplateChoice::Plain) return;
+  const auto use = [&](const ChatTemplate& c) {
+    chat_ = c;
+    template_ = c.name();
+    if (!chat.enable_thinking && (c.name() == "qwen3" || c.name() == "deepseek-r1")) template_ += "+no-think";
+  };
+  if (!chat.chat_template.empty()) {
+    use(ChatTemplate::by_name(chat.chat_template));
+    return;
+  }
   const GgufFile& g = model.gguf();
   const std::string tmpl = g.has(kChatTemplateKey) ? g.get_string(kChatTemplateKey) : std::string();
   if (tmpl.find("[INST]") != std::string::npos) {
     template_ = "llama2";
     return;
   }
-  if (opts.choice == TemplateChoice::Chat)
-    throw Error(fmt::format("{}: --template chat: {} (kvevict renders only the Llama-2 [INST] form)", g.path(),
-                            tmpl.empty() ? "the GGUF carries no chat template" : "its chat template is not supported"));
-  if (!tmpl.empty() && warn)
-    warn(fmt::format("{}: chat template not supported (kvevict renders only the Llama-2 [INST] form); using the "
-                     "plain template", g.path()));
+  if (tmpl.empty()) {
+    if (opts.choice == TemplateChoice::Chat)
+      throw Error(fmt::format("{}: --template chat: the GGUF carries no chat template (pass --chat-template NAME: {})",
+                              g.path(), ChatTemplate::names()));
+    return;
+  }
+  try {
+    use(ChatTemplate::detect(tmpl, g.path()));
+  } catch (const Error& e) {
+    if (opts.choice == TemplateChoice::Chat) throw;
+    if (warn) warn(fmt::format("{}; using the plain template", e.what()));
+  }
 }
 
 std::string PromptBuilder::user_text(const std::string& problem) const {
@@ -42,11 +57,13 @@ std::string PromptBuilder::user_text(const std::string& problem) const {
 std::string PromptBuilder::text(const std::string& problem) const {
   const std::string user = user_text(problem);
   if (template_ == "llama2") return "[INST] " + user + " [/INST]";
+  if (chat_) return chat_->render({{"user", user}}, ChatOptions{true, chat_opts_.enable_thinking});
   return user;
 }
 
 std::vector<int32_t> PromptBuilder::tokens(const std::string& problem) const {
   const Tokenizer& tok = model_.tokenizer();
+  if (chat_) return tok.encode(text(problem), !chat_->renders_bos(), true);
   return tok.encode(text(problem), tok.bos_id() >= 0);
 }
 

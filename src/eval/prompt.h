@@ -2,16 +2,21 @@
 // the model's chat template when it is one kvevict can render).
 //
 // Source: the paper's protocol (eviction-spec.md §4): math prompts end with "Please reason step
-// by step, and put your final answer within \boxed{}.". Chat templates: kvevict renders only the
-// Llama-2 form `[INST] {user} [/INST]` (Touvron et al., arXiv 2307.09288 §3; its markers are plain
-// text for the SentencePiece tokenizer, so no special-token parsing is needed). A GGUF whose
-// `tokenizer.chat_template` is anything else is run with the plain template (and a warning).
+// by step, and put your final answer within \boxed{}.". Chat templates: the Llama-2 form
+// `[INST] {user} [/INST]` (Touvron et al., arXiv 2307.09288 §3; its markers are plain text for the
+// SentencePiece tokenizer) and the reasoning families of model/chat_template.h (Qwen3, ChatML,
+// DeepSeek-R1, Llama-3, Phi-3, Phi-4), applied as the paper does: the problem is one user turn, no
+// system prompt, generation prompt added. A GGUF whose `tokenizer.chat_template` is none of these
+// is run with the plain template (and a warning) under Auto.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "model/chat_template.h"
 
 namespace kvevict {
 
@@ -36,28 +41,39 @@ struct PromptOptions {
   bool math_suffix = true;  ///< append "\n" + kMathSuffix to the problem
 };
 
+/// Chat-template choices of a PromptBuilder (kept apart from PromptOptions so its brace
+/// initialisations stay valid).
+struct ChatPromptOptions {
+  std::string chat_template;    ///< template family to use instead of the GGUF's ("" = detect)
+  bool enable_thinking = true;  ///< false: Qwen3 / DeepSeek-R1 enable_thinking=false
+};
+
 /// Turns problem texts into prompt tokens for one model.
 class PromptBuilder {
  public:
   /// Decides the template from `model`'s GGUF metadata (`tokenizer.chat_template`). `warn`
   /// receives one message when Auto falls back to plain although a template is present.
   /// Throws kvevict::Error when Chat was asked for and no supported template is present.
+  /// `chat.chat_template` overrides the detected family (an unknown name throws).
   PromptBuilder(const LlamaModel& model, const PromptOptions& opts,
-                const std::function<void(const std::string&)>& warn = {});
+                const std::function<void(const std::string&)>& warn = {}, const ChatPromptOptions& chat = {});
 
   /// The user message: problem, then "\n" + kMathSuffix when math_suffix is set.
   std::string user_text(const std::string& problem) const;
   /// The full prompt text after templating (what is tokenized, BOS excluded).
   std::string text(const std::string& problem) const;
-  /// Prompt token ids [T], BOS first when the model has one.
+  /// Prompt token ids [T]: BOS first when the model's metadata adds one (or the chat template
+  /// writes it); special tokens in a chat-templated text are parsed.
   std::vector<int32_t> tokens(const std::string& problem) const;
-  /// "plain" or "llama2".
+  /// "plain", "llama2" or a chat template name (with "+no-think" when thinking is switched off).
   const std::string& template_name() const { return template_; }
 
  private:
   const LlamaModel& model_;
   PromptOptions opts_;
+  ChatPromptOptions chat_opts_;
   std::string template_ = "plain";
+  std::optional<ChatTemplate> chat_;
 };
 
 }  // namespace kvevict

@@ -95,7 +95,7 @@ void run_rollouts(Engine& engine, const EvalTask& task, std::span<const int32_t>
       if (!l.seq) continue;
       Rng rng(stream_id({opts.sampler.seed, l.seq->id, static_cast<uint64_t>(step), kSampleTag}));
       const int32_t next = sample_token(l.logits, opts.sampler, rng);
-      if (next == tok.eos_id()) {
+      if (tok.is_eog(next)) {  // EOS or any end-of-turn token of the family
         finish(l, "eos");
         continue;
       }

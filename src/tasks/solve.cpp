@@ -26,7 +26,7 @@ std::string greedy_solve(Engine& engine, const LlamaModel& model, const Task& ta
   std::string out;
   for (int64_t i = 0; i < max_new; ++i) {
     const int32_t next = argmax(logits);
-    if (next == tok.eos_id()) break;
+    if (tok.is_eog(next)) break;
     out += tok.piece(next);
     if (out.back() == '}' && extract_last_boxed(out)) break;
     if (i + 1 < max_new) engine.decode(*seq, next, logits);
