@@ -61,6 +61,8 @@ def main() -> int:
         print(f"chat: 400 {e.body['message'] if isinstance(e.body, dict) else e}")
         return 0
     ctext = c.choices[0].message.content
+    assert c.object == "chat.completion" and c.choices[0].message.role == "assistant", c
+    assert c.choices[0].finish_reason in ("stop", "length") and c.usage.prompt_tokens > 5, c
     sparts = [ch.choices[0].delta.content or "" for ch in client.chat.completions.create(**chat, stream=True) if ch.choices]
     assert "".join(sparts) == ctext, ("".join(sparts), ctext)
     print(f"chat: {ctext!r}; streamed text equal")

@@ -82,8 +82,10 @@ class ServerProcess {
 
 std::string reasoner_path() { return std::string(KVEVICT_SOURCE_DIR) + "/models/reasoner/reasoner.gguf"; }
 
-void run_openai_client(const std::string& model_path, const std::string& name) {
-  ServerProcess s({"serve", "-m", model_path, "--port", "0", "-t", "1", "--kv-memory", "64MiB", "--alias", name});
+void run_openai_client(const std::string& model_path, const std::string& name, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"serve", "-m", model_path, "--port", "0", "-t", "1", "--kv-memory", "64MiB", "--alias", name};
+  args.insert(args.end(), extra.begin(), extra.end());
+  ServerProcess s(args);
   ASSERT_GT(s.port(), 0) << "no ready line: " << s.ready_line();
   EXPECT_NE(s.ready_line().find("admits up to"), std::string::npos) << s.ready_line();
   const std::string script = std::string(KVEVICT_SOURCE_DIR) + "/tests/serve_openai_client.py";
@@ -104,6 +106,13 @@ TEST(ServeProcess, OpenAIClientOnTheDefaultModel) { run_openai_client(reasoner_p
 TEST(ServeProcess, OpenAIClientOnStories260K) {
   if (!std::filesystem::exists(test::stories260k())) GTEST_SKIP() << "missing " << test::stories260k();
   run_openai_client(test::stories260k(), "stories260K");
+}
+
+// stories260K has no chat template; --chat-template chatml gives it one, so the client's chat
+// calls run (streamed text must equal the non-streamed text).
+TEST(ServeProcess, OpenAIClientChatWithTemplateOverride) {
+  if (!std::filesystem::exists(test::stories260k())) GTEST_SKIP() << "missing " << test::stories260k();
+  run_openai_client(test::stories260k(), "stories260K", {"--chat-template", "chatml"});
 }
 
 TEST(ServeProcess, SigtermFinishesInFlightRequestsAndExitsZero) {

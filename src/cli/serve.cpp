@@ -14,6 +14,7 @@
 
 #include "cli/common.h"
 #include "kvcache/kv_pool.h"
+#include "model/chat_template.h"
 #include "model/llama.h"
 #include "serve/http_server.h"
 #include "serve/scheduler.h"
@@ -26,7 +27,7 @@ void add_bench_serve(CLI::App& root, std::vector<Command>& out);  // cli/bench_s
 namespace {
 
 struct ServeArgs {
-  std::string model, host = "127.0.0.1", alias, api_key, kv_memory, kv_type = "f32";
+  std::string model, host = "127.0.0.1", alias, api_key, kv_memory, kv_type = "f32", chat_template;
   int port = 8080;
   int max_seqs = 64, max_queue = 256, threads = 0;
   int64_t max_tokens = 0;  ///< 0 = the model's context length
@@ -84,6 +85,7 @@ int run_serve(const ServeArgs& a) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 
+  if (!a.chat_template.empty()) (void)ChatTemplate::by_name(a.chat_template);  // bad name: fail before loading
   const auto model = LlamaModel::load(a.model);
   const Policy policy = build_policy(a.policy, default_policy(a.policy));
   const EvictionConfig cfg = build_eviction(a.policy, policy);
@@ -107,6 +109,7 @@ int run_serve(const ServeArgs& a) {
   so.max_queue = a.max_queue;
   so.prefill_chunk = a.prefill_chunk;
   serve::ApiOptions ao;
+  std::string chat_name = "none";
   ao.model_name = a.alias.empty() ? std::filesystem::path(a.model).stem().string() : a.alias;
   ao.api_key = a.api_key;
   ao.max_tokens_limit = a.max_tokens > 0 ? a.max_tokens : mc.context_length;
@@ -115,10 +118,21 @@ int run_serve(const ServeArgs& a) {
   ao.recent = cfg.recent;
   ao.long_prompt = cfg.long_prompt;
   ao.seed = a.policy.seed;
-  ao.chat_unavailable = fmt::format(
-      "chat templates are not available in this build of kvevict, so {} cannot render messages; use /v1/completions "
-      "with a prompt",
-      ao.model_name);
+  // Chat: the GGUF's template, or --chat-template NAME; without one /v1/chat/completions
+  // answers 400 with the reason.
+  try {
+    const ChatTemplate chat = ChatTemplate::from_gguf(model->gguf(), a.chat_template);
+    ao.chat = [chat](const std::vector<std::pair<std::string, std::string>>& msgs, bool thinking) {
+      std::vector<ChatMessage> m;
+      for (const auto& [role, content] : msgs) m.push_back({role, content});
+      return serve::ChatPrompt{chat.render(m, ChatOptions{true, thinking}), !chat.renders_bos()};
+    };
+    chat_name = chat.name();
+  } catch (const Error& e) {
+    ao.chat_unavailable = fmt::format("{} has no usable chat template ({}); use /v1/completions, or start the server "
+                                      "with --chat-template NAME ({})",
+                                      ao.model_name, e.what(), ChatTemplate::names());
+  }
   ao.retry_after_s = 1;
 
   serve::Scheduler sched(*model, so);
@@ -126,16 +140,16 @@ int run_serve(const ServeArgs& a) {
   const int port = api.bind(a.host, a.port);
 
   // Sequences the pool admits at once for the server's default policy: B + r slots each for a
-  // bounded policy (a prompt up to B), the model's context for `full`.
-  const int64_t slots = policy.evicts ? cfg.budget + cfg.recent : mc.context_length;
+  // bounded policy (a prompt up to B), --max-tokens for `full` (prompt + max_tokens <= that).
+  const int64_t slots = policy.evicts ? cfg.budget + cfg.recent : ao.max_tokens_limit;
   const int64_t per_seq = kv_bytes_for_capacity(shape, slots);
   const int64_t fit = std::min<int64_t>(pool_bytes / per_seq, a.max_seqs);
   fmt::print("kvevict serve: listening on http://{}:{} | model {} ({} layers, {} KV heads) | policy {}{} | KV pool {} bytes "
-             "({:.1f} MiB{}) | admits up to {} concurrent sequences ({} slots x {} bytes/slot each; --max-seqs {})\n",
+             "({:.1f} MiB{}) | admits up to {} concurrent sequences ({} slots x {} bytes/slot each; --max-seqs {}) | chat template {}\n",
              a.host, port, ao.model_name, mc.n_layers, mc.n_kv_heads, policy.name,
              policy.evicts ? fmt::format(" B={} r={}", cfg.budget, cfg.recent) : std::string(), pool_bytes,
              static_cast<double>(pool_bytes) / (1024.0 * 1024.0), a.kv_memory.empty() ? ", half of MemAvailable" : "", fit,
-             slots, shape.bytes_per_token(), a.max_seqs);
+             slots, shape.bytes_per_token(), a.max_seqs, chat_name);
   std::fflush(stdout);
 
   std::thread stopper([&] {
@@ -185,6 +199,8 @@ void add_serve(CLI::App& root, std::vector<Command>& out) {
   cmd->add_option("--shutdown-grace", s->shutdown_grace_s,
                   "Seconds running requests may finish after SIGINT/SIGTERM before they are cancelled")
       ->check(CLI::Range(0.0, 3600.0))->capture_default_str();
+  cmd->add_option("--chat-template", s->chat_template,
+                  "Chat template for /v1/chat/completions instead of the GGUF's (" + ChatTemplate::names() + ")");
   add_policy_options(*cmd, s->policy);
   out.push_back({cmd, [s] { return run_serve(*s); }});
   add_bench_serve(root, out);

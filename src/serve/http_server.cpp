@@ -161,8 +161,19 @@ struct ApiServer::Impl {
         msgs.emplace_back(*role, content);
       }
       if (!opt.chat) throw ApiError{400, opt.chat_unavailable, "messages"};
-      const ChatPrompt cp = opt.chat(msgs);
-      g.prompt = tok.encode(cp.text, !cp.has_bos);
+      bool thinking = true;
+      if (auto k = body.find("chat_template_kwargs"); k != body.end() && !k->is_null()) {
+        if (!k->is_object()) throw bad("chat_template_kwargs", "must be an object");
+        thinking = get_bool(*k, "enable_thinking").value_or(true);
+      }
+      ChatPrompt cp;
+      try {
+        cp = opt.chat(msgs, thinking);
+      } catch (const Error& e) {
+        throw bad("messages", e.what());
+      }
+      // The template spells its special tokens (<|im_start|>, ...) as text: parse them.
+      g.prompt = tok.encode(cp.text, cp.add_special, /*parse_special=*/true);
     }
     if (g.prompt.empty()) throw bad(ep == Endpoint::Chat ? "messages" : "prompt", "produced no tokens");
 

@@ -21,13 +21,17 @@
 
 namespace kvevict::serve {
 
-/// A chat prompt renderer: messages (role, content) -> prompt text, and whether the text
-/// already holds BOS (then the tokenizer does not add one).
+/// A rendered chat prompt: text with the template's special tokens spelled out (tokenized with
+/// parse_special), and whether the tokenizer adds BOS/EOS (false when the text holds BOS).
 struct ChatPrompt {
   std::string text;
-  bool has_bos = false;
+  bool add_special = true;
 };
-using ChatRenderer = std::function<ChatPrompt(const std::vector<std::pair<std::string, std::string>>& messages)>;
+/// Renders chat messages (role, content) with the model's chat template; enable_thinking is the
+/// request's chat_template_kwargs.enable_thinking (Qwen3 / DeepSeek-R1 templates). May throw
+/// kvevict::Error (answered with 400).
+using ChatRenderer =
+    std::function<ChatPrompt(const std::vector<std::pair<std::string, std::string>>& messages, bool enable_thinking)>;
 
 /// Settings of the HTTP front end.
 struct ApiOptions {

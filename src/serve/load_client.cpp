@@ -129,7 +129,8 @@ LoadResult run_load(const LoadOptions& opt) {
       const auto end = Clock::now();
       std::lock_guard<std::mutex> lock(mu);
       if (!res) error = fmt::format("HTTP client error: {}", httplib::to_string(res.error()));
-      else if (res->status != 200) error = fmt::format("HTTP {}: {}", res->status, res->body.substr(0, 200));
+      // With a content receiver the body of an error answer arrives there, not in res->body.
+      else if (res->status != 200) error = fmt::format("HTTP {}: {}", res->status, (res->body.empty() ? buf : res->body).substr(0, 300));
       else if (error.empty() && (!done || finish.empty() || tokens < 0))
         error = fmt::format("incomplete stream (done={}, finish_reason='{}', usage={})", done, finish, tokens);
       if (!error.empty()) {

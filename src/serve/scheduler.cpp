@@ -228,7 +228,8 @@ void Scheduler::on_token(Active& a, int32_t token) {
   else
     metrics_.itl_seconds.observe(std::chrono::duration<double>(now - a.last_token).count());
   a.last_token = now;
-  if (token == tok.eos_id() && !p.ignore_eos) return finish(a, FinishReason::Stop);
+  // Every end-of-generation token (EOS, <|im_end|>, <|eot_id|>, ...) ends the sequence.
+  if (tok.is_eog(token) && !p.ignore_eos) return finish(a, FinishReason::Stop);
   const std::string delta = a.text.push(tok.piece(token));
   if (!delta.empty()) a.req->push({RequestEvent::Kind::Text, a.choice, delta, FinishReason::Stop, 200});
   if (a.text.stopped()) return finish(a, FinishReason::Stop);
