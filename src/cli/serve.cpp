@@ -129,9 +129,8 @@ int run_serve(const ServeArgs& a) {
     };
     chat_name = chat.name();
   } catch (const Error& e) {
-    ao.chat_unavailable = fmt::format("{} has no usable chat template ({}); use /v1/completions, or start the server "
-                                      "with --chat-template NAME ({})",
-                                      ao.model_name, e.what(), ChatTemplate::names());
+    // The reason names the file and the --chat-template option (model/chat_template.h).
+    ao.chat_unavailable = fmt::format("{} has no usable chat template: {}; or use /v1/completions", ao.model_name, e.what());
   }
   ao.retry_after_s = 1;
 
