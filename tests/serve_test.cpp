@@ -314,6 +314,44 @@ TEST(Serve, PoolAdmitsExactlyNBoundedSequencesAndTheNextWaits) {
   EXPECT_EQ(s.metric("kvevict:num_sequences_running"), 0);
 }
 
+TEST(Serve, FullReservesPromptPlusMaxTokensSoFewerSequencesFit) {
+  // Pool of 4 bounded sequences (B = 32, r = 8: 40 slots each). `full` with prompt 3 +
+  // max_tokens 77 needs 80 slots per sequence (prompt + max_tokens), so 2 fit; and a `full`
+  // request of 2000 tokens is larger than the whole pool: 400 at once.
+  const auto m = LlamaModel::load(reasoner_path());
+  const LlamaConfig& c = m->config();
+  const int64_t slot = int64_t{c.n_layers} * c.n_kv_heads * (2 * c.head_dim * 4 + 4);
+  TestServer s(reasoner_path(), small_opts(4 * 40 * slot), {});
+  EXPECT_EQ(s.sched().pool().capacity() / (80 * slot), 2);
+  int st = 0;
+  const json big = post(s, "/v1/completions", {{"prompt", "AB"}, {"max_tokens", 2000}, {"kv_policy", "full"}}, &st);
+  EXPECT_EQ(st, 400);
+  EXPECT_NE(big["error"]["message"].get<std::string>().find("KV pool"), std::string::npos) << big.dump();
+  // n = 2 choices: two sequences, one reservation each, different sampling streams.
+  const json two = post(s, "/v1/completions", {{"prompt", "AB"}, {"max_tokens", 77}, {"kv_policy", "full"}, {"n", 2},
+                                               {"seed", 5}, {"temperature", 1.0}, {"ignore_eos", true}}, &st);
+  ASSERT_EQ(st, 200) << two.dump();
+  ASSERT_EQ(two["choices"].size(), 2u);
+  EXPECT_EQ(two["usage"]["kv"]["kv_bytes_reserved"], 2 * 80 * slot);
+  EXPECT_EQ(two["usage"]["completion_tokens"], 2 * 77);
+  EXPECT_NE(two["choices"][0]["text"], two["choices"][1]["text"]);
+  // Three concurrent `full` requests of 80 slots: never more than 2 run at once (the n = 2
+  // request above already made the peak 2), and all three complete.
+  std::vector<std::thread> th;
+  std::vector<int> codes(3, 0);
+  for (int k = 0; k < 3; ++k)
+    th.emplace_back([&, k] {
+      post(s, "/v1/completions", {{"prompt", "AB"}, {"max_tokens", 77}, {"kv_policy", "full"}, {"ignore_eos", true}},
+           &codes[static_cast<size_t>(k)]);
+    });
+  for (auto& t : th) t.join();
+  EXPECT_EQ(codes, std::vector<int>({200, 200, 200}));
+  EXPECT_EQ(s.metric("kvevict:num_sequences_running_peak"), 2);
+  const json many = post(s, "/v1/completions", {{"prompt", "AB"}, {"n", 16}, {"kv_policy", "full"}, {"max_tokens", 5}}, &st);
+  EXPECT_EQ(st, 200) << many.dump();  // 16 x 8 slots (3 prompt + 5) fit in 160
+  EXPECT_EQ(s.metric("kvevict:num_sequences_running_peak"), 16);
+}
+
 TEST(Serve, DisconnectMidStreamFreesTheReservation) {
   TestServer s(reasoner_path(), small_opts(), {});
   const json b = {{"prompt", "AB\n"}, {"max_tokens", 2000}, {"ignore_eos", true}};

@@ -185,7 +185,7 @@ void add_serve(CLI::App& root, std::vector<Command>& out) {
                   "KV memory pool: bytes, or with a K/M/G (KiB/MiB/GiB) suffix; default half of MemAvailable at start");
   cmd->add_option("--max-seqs", s->max_seqs, "Sequences running at once")->check(at_least(1))->capture_default_str();
   cmd->add_option("--max-queue", s->max_queue, "Requests waiting at once; more get 429 with Retry-After")
-      ->check(at_least(0))->capture_default_str();
+      ->check(at_least(1))->capture_default_str();
   cmd->add_option("--max-tokens", s->max_tokens, "Largest max_tokens a request may ask (default: the model's context length)")
       ->check(at_least(1));
   cmd->add_option("--prefill-chunk", s->prefill_chunk, "Prompt tokens prefilled per scheduler step (a long prompt "

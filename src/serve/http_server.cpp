@@ -308,6 +308,9 @@ struct ApiServer::Impl {
     switch (sched.submit(req)) {
       case Admission::Queued: break;
       case Admission::TooLarge:
+        if (p.gen.n > sched.options().max_seqs)
+          return send_error(res, {400, fmt::format("n: {} choices exceed the {} sequences the server runs at once (--max-seqs)",
+                                                   p.gen.n, sched.options().max_seqs), "n"});
         return send_error(res, {400,
                                 fmt::format("the request needs {} bytes of KV memory ({} sequence(s) of {} bytes) but the "
                                             "KV pool holds {} bytes (--kv-memory); lower max_tokens, n or the prompt, or use a bounded kv_policy",

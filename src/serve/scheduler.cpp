@@ -61,7 +61,8 @@ struct Scheduler::Active {
 Scheduler::Scheduler(const LlamaModel& model, SchedulerOptions opt)
     : model_(model), opt_(opt), engine_(model, opt.threads, opt.kv_type), pool_(opt.kv_memory_bytes) {
   if (opt.max_seqs < 1) throw Error(fmt::format("--max-seqs {}: must be >= 1", opt.max_seqs));
-  if (opt.max_queue < 0) throw Error(fmt::format("--max-queue {}: must be >= 0", opt.max_queue));
+  // Every request passes through the queue, so 0 would refuse everything.
+  if (opt.max_queue < 1) throw Error(fmt::format("--max-queue {}: must be >= 1", opt.max_queue));
   if (opt.prefill_chunk < 1) throw Error(fmt::format("--prefill-chunk {}: must be >= 1", opt.prefill_chunk));
   thread_ = std::thread([this] { loop(); });
 }

@@ -106,7 +106,7 @@ struct SchedulerOptions {
   KvType kv_type = KvType::F32;
   int64_t kv_memory_bytes = 0;     ///< pool size (> 0)
   int max_seqs = 64;               ///< sequences running at once (>= 1)
-  int max_queue = 256;             ///< requests waiting at once (>= 0); more are refused
+  int max_queue = 256;             ///< requests waiting at once (>= 1); more are refused
   int64_t prefill_chunk = 256;     ///< prompt tokens per prefill call (>= 1)
 };
 
@@ -124,8 +124,8 @@ class Scheduler {
   /// (layer, KV head) × the model's bytes per slot (keys, values, position over all layers and
   /// KV heads).
   int64_t sequence_bytes(const GenerationParams& p) const;
-  /// Queues the request FIFO. TooLarge: n × sequence_bytes exceeds the whole pool (it would
-  /// never run); QueueFull: max_queue requests already wait; ShuttingDown: shutdown() began.
+  /// Queues the request FIFO. TooLarge: n × sequence_bytes exceeds the whole pool, or n exceeds
+  /// max_seqs (it would never run); QueueFull: max_queue requests already wait; ShuttingDown: shutdown() began.
   Admission submit(const std::shared_ptr<Request>& req);
   /// Stops admitting; waiting requests fail with 503; running ones may finish for `grace`,
   /// then are cancelled (their streams get ChoiceDone(Cancelled) + Failed 503). Joins the thread.
