@@ -232,8 +232,8 @@ struct ApiServer::Impl {
     // Per-request eviction settings, validated as the CLI validates --policy/--budget/--buffer/--sinks.
     const auto policy_name = get_string(body, "kv_policy");
     const auto sinks = get_int(body, "kv_sinks", 0, 1 << 20);
-    if (!policy_name && !sinks) {
-      g.policy = opt.policy;  // the server's policy, with its --param values
+    if ((!policy_name || *policy_name == opt.policy.name) && !sinks) {
+      g.policy = opt.policy;  // the server's policy, with its --param values (e.g. TriAttention's stats)
     } else {
       const std::string name = policy_name.value_or(opt.policy.name);
       try {
