@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <atomic>
 #include <chrono>
+#include <functional>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -153,7 +155,9 @@ struct Streamed {
   int chunks = 0;
 };
 
-Streamed post_stream(int port, const json& body, int stop_after_chunks = -1) {
+// keep_going(first): called after each event (first = it was the first one); false hangs up.
+Streamed post_stream(int port, const json& body, int stop_after_chunks = -1,
+                     const std::function<bool(bool)>& keep_going = nullptr) {
   Streamed out;
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(120, 0);
@@ -186,6 +190,7 @@ Streamed post_stream(int port, const json& body, int stop_after_chunks = -1) {
         if (ch["finish_reason"].is_string()) out.finish = ch["finish_reason"];
       }
     }
+    if (keep_going && !keep_going(out.chunks == 1)) return false;
     return stop_after_chunks < 0 || out.chunks < stop_after_chunks;
   };
   auto r = c.send(req);
@@ -287,27 +292,36 @@ TEST(Serve, PoolAdmitsExactlyNBoundedSequencesAndTheNextWaits) {
                   {"kv_budget", 32}, {"kv_buffer", 8}};
   std::vector<Streamed> res(4);
   std::vector<std::thread> th;
-  // Clients 0-2 hang up after 400 events (which also frees their reservations); client 3 runs on.
-  for (int k = 0; k < 4; ++k) {
-    th.emplace_back([&, k] { res[static_cast<size_t>(k)] = post_stream(s.port(), b, k < 3 ? 400 : -1); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  }
+  // Four clients at once: three are admitted, one waits. Once that was seen, the clients that
+  // were streaming hang up (freeing their reservations) and the waiting one runs to the end.
+  std::atomic<bool> release{false};
+  std::atomic<int> waiter{-1};
+  for (int k = 0; k < 4; ++k)
+    th.emplace_back([&, k] {
+      res[static_cast<size_t>(k)] = post_stream(s.port(), b, -1, [&, k](bool first) {
+        if (first && release) waiter = k;  // its first token came after the release: it waited
+        return !(release && waiter != k);
+      });
+    });
   bool saw = false;
-  for (int i = 0; i < 2000 && !saw; ++i) {
+  for (int i = 0; i < 5000 && !saw; ++i) {
     const double run = s.metric("kvevict:num_sequences_running"), wait = s.metric("kvevict:num_requests_waiting");
     const double used = s.metric("kvevict:kv_pool_used_bytes");
     if (run == 3 && wait == 1) {
       EXPECT_EQ(used, 3 * per_seq);
       saw = true;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   EXPECT_TRUE(saw) << "never saw 3 running and 1 waiting";
+  release = true;
   for (auto& t : th) t.join();
-  EXPECT_TRUE(res[3].done);
-  EXPECT_EQ(res[3].finish, "length");
-  EXPECT_EQ(res[3].usage["kv"]["kv_bytes_reserved"], per_seq);
-  EXPECT_LE(res[3].usage["kv"]["peak_slots_per_kv_head"].get<int64_t>(), 40);
+  ASSERT_GE(waiter.load(), 0) << "no client waited for admission";
+  const Streamed& w = res[static_cast<size_t>(waiter.load())];
+  EXPECT_TRUE(w.done);
+  EXPECT_EQ(w.finish, "length");
+  EXPECT_EQ(w.usage["kv"]["kv_bytes_reserved"], per_seq);
+  EXPECT_LE(w.usage["kv"]["peak_slots_per_kv_head"].get<int64_t>(), 40);
   for (int i = 0; i < 500 && s.metric("kvevict:kv_pool_used_bytes") != 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(s.metric("kvevict:kv_pool_used_bytes"), 0);

@@ -19,12 +19,14 @@ class Histogram {
  public:
   /// bounds: ascending finite upper bounds; +Inf is implicit.
   explicit Histogram(std::vector<double> bounds);
+  /// Adds one sample (seconds).
   void observe(double value);
   /// Appends `name`_bucket / _sum / _count lines (HELP and TYPE included).
   void render(const std::string& name, const std::string& help, std::string& out) const;
   /// Value at quantile q in [0, 1] estimated from the buckets (upper bound of the bucket that
   /// holds it; +Inf reads as the largest bound). 0 when empty. For tests and summaries.
   double quantile_upper_bound(double q) const;
+  /// Samples observed so far.
   uint64_t count() const;
 
  private:
@@ -37,6 +39,7 @@ class Histogram {
 
 /// Every series the server exports. Counters are atomics; gauges are passed in at render time.
 struct ServerMetrics {
+  /// Latency buckets from 0.1 ms to 80 s for every histogram.
   ServerMetrics();
   std::atomic<uint64_t> prompt_tokens{0};       ///< prompt tokens prefilled
   std::atomic<uint64_t> generation_tokens{0};   ///< tokens generated

@@ -75,6 +75,7 @@ struct ChoiceOutcome {
 /// A request shared between the HTTP thread that submitted it and the scheduler thread.
 class Request {
  public:
+  /// Records the arrival time (TTFT and end-to-end latency count from here).
   explicit Request(GenerationParams p) : params(std::move(p)), arrival(Clock::now()) {}
   const GenerationParams params;
   const Clock::time_point arrival;
@@ -131,11 +132,16 @@ class Scheduler {
   /// then are cancelled (their streams get ChoiceDone(Cancelled) + Failed 503). Joins the thread.
   void shutdown(std::chrono::milliseconds grace);
 
+  /// Instantaneous values for /metrics (requests running and waiting, pool bytes, ...).
   MetricsGauges gauges() const;
+  /// Counters and histograms (the HTTP layer adds its rejections).
   const ServerMetrics& metrics() const { return metrics_; }
   ServerMetrics& metrics() { return metrics_; }
+  /// The KV memory pool (bytes reserved by running sequences).
   const KvMemoryPool& pool() const { return pool_; }
+  /// The model the engine runs.
   const LlamaModel& model() const { return model_; }
+  /// The options the scheduler was started with.
   const SchedulerOptions& options() const { return opt_; }
 
  private:

@@ -1,6 +1,7 @@
 #include "serve/text_stream.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace kvevict::serve {
 
