@@ -97,7 +97,7 @@ int run_bench_serve(const BenchServeArgs& a) {
 }  // namespace
 
 void add_bench_serve(CLI::App& root, std::vector<Command>& out) {
-  CLI::App* bench = root.get_subcommand("bench");
+  CLI::App* bench = root.get_subcommand("bench");  // registered by add_bench (main.cpp lists it earlier)
   auto a = std::make_shared<BenchServeArgs>();
   auto* cmd = bench->add_subcommand("serve", "Throughput of a running kvevict serve per policy at equal KV memory "
                                              "(K concurrent streaming clients over loopback)");
@@ -117,8 +117,13 @@ void add_bench_serve(CLI::App& root, std::vector<Command>& out) {
       ->check(CLI::Range(1.0, 86400.0))->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of the prompt and of request i (seed + i)")->check(seed_value())->capture_default_str();
   cmd->add_option("--json", a->json_out, "Also write the rows as JSON to this file");
-  // Listed first so main() runs it rather than the `bench` command's dispatcher.
-  out.insert(out.begin(), Command{cmd, [a] { return run_bench_serve(*a); }});
+  // `bench` dispatches its subcommands in cli/bench.cpp: run this one before handing over.
+  for (Command& c : out)
+    if (c.app == bench) {
+      c.run = [cmd, a, rest = c.run] { return cmd->parsed() ? run_bench_serve(*a) : rest(); };
+      return;
+    }
+  throw Error("bench serve: the bench command must be registered first");
 }
 
 }  // namespace kvevict::cli
