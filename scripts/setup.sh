@@ -19,7 +19,7 @@ PKGS=(
   libopenblas0-pthread libopenblas-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
   python3-matplotlib
-  libpcre2-dev python3-jinja2 python3-regex
+  libcpp-httplib-dev libpcre2-dev python3-jinja2 python3-regex
 )
 if [ "$TRAIN" = "1" ]; then PKGS+=(python3-torch libopenblas0-pthread); fi
 missing=()
@@ -34,12 +34,6 @@ else
   echo "setup: all Debian packages present" >&2
 fi
 
-# Optional: llama.cpp's own Python GGUF reader, used by one test as an independent cross-check of
-# kvevict's GGUF parser (the test skips itself when it is missing, e.g. offline).
-if ! python3 -c "import gguf, numpy" 2>/dev/null; then
-  python3 -m pip install --quiet --disable-pip-version-check gguf numpy >/dev/null 2>&1 ||
-    echo "setup: could not pip-install gguf (the GGUF cross-check test will be skipped)" >&2
-fi
 
 # Training (--train): tools/train_reasoner.py --init reads the shipped GGUF with the gguf package
 # under Debian's /usr/bin/python3 (the one that has python3-torch).
@@ -47,3 +41,16 @@ if [ "$TRAIN" = "1" ] && ! /usr/bin/python3 -c "import gguf" 2>/dev/null; then
   /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --break-system-packages gguf >/dev/null 2>&1 ||
     echo "setup: could not pip-install gguf for /usr/bin/python3 (train_reasoner.py --init FILE.gguf needs it)" >&2
 fi
+
+# Test-time references for the `python3` on PATH (which may not be Debian's, so Debian's
+# python3-* packages above need not be visible to it): llama.cpp's `gguf` reader and quantiser,
+# `jinja2` (chat templates), `regex` (pre-tokenizer splits), the official `openai` client (serving
+# tests). Tests that need one fail under CI=true when it is missing, and skip elsewhere.
+for spec in gguf:gguf numpy:numpy jinja2:jinja2 regex:regex openai:openai; do
+  mod="${spec%%:*}" pkg="${spec##*:}"
+  if ! python3 -c "import $mod" 2>/dev/null; then
+    python3 -m pip install --quiet --disable-pip-version-check "$pkg" >/dev/null 2>&1 ||
+      python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "$pkg" >/dev/null 2>&1 ||
+      echo "setup: could not pip-install $pkg (tests that need it fail under CI=true)" >&2
+  fi
+done

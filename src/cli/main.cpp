@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   add_eval(app, commands);
   add_merge(app, commands);
   add_probe(app, commands);
+  add_serve(app, commands);
 
   if (argc > 1 && argv[1][0] != '-') {
     std::string known;

@@ -1,0 +1,208 @@
+// `kvevict serve`: an OpenAI-compatible HTTP server with continuous batching over a KV memory
+// pool (serve/scheduler.h, serve/http_server.h). Prints one line when ready; SIGINT/SIGTERM stop
+// it cleanly (exit 0).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "cli/common.h"
+#include "kvcache/kv_pool.h"
+#include "model/chat_template.h"
+#include "model/llama.h"
+#include "serve/http_server.h"
+#include "serve/scheduler.h"
+#include "util/error.h"
+
+namespace kvevict::cli {
+
+void add_bench_serve(CLI::App& root, std::vector<Command>& out);  // cli/bench_serve.cpp
+
+namespace {
+
+struct ServeArgs {
+  std::string model, host = "127.0.0.1", alias, api_key, kv_memory, kv_type = "f32", chat_template;
+  int port = 8080;
+  int max_seqs = 64, max_queue = 256, threads = 0;
+  int64_t max_tokens = 0;  ///< 0 = the model's context length
+  int64_t prefill_chunk = 256;
+  double shutdown_grace_s = 5;
+  PolicyArgs policy;
+};
+
+int g_signal_pipe[2] = {-1, -1};
+void on_signal(int sig) {
+  const ssize_t n = write(g_signal_pipe[1], &sig, sizeof sig);
+  (void)n;
+}
+
+// "268435456", "256MiB", "256M", "1.5GiB", "512k" -> bytes (K/M/G and KiB/MiB/GiB are powers of 1024).
+int64_t parse_bytes(const std::string& s) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = s.substr(used);
+  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double mult = 0;
+  if (unit.empty() || unit == "b") mult = 1;
+  else if (unit == "k" || unit == "kib" || unit == "kb") mult = 1024.0;
+  else if (unit == "m" || unit == "mib" || unit == "mb") mult = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gib" || unit == "gb") mult = 1024.0 * 1024 * 1024;
+  if (used == 0 || mult == 0 || !(v > 0) || v * mult > 1e15)
+    throw Error(fmt::format("--kv-memory '{}': expected a positive size such as 268435456, 256MiB or 2GiB", s));
+  return static_cast<int64_t>(v * mult);
+}
+
+// Bytes of memory available now (MemAvailable in /proc/meminfo), 0 when unknown.
+int64_t mem_available_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (f >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
+}
+
+int run_serve(const ServeArgs& a) {
+  // SIGINT/SIGTERM: the handler only writes the signal number to a pipe (async-signal-safe,
+  // and it works whichever thread receives the signal, OpenBLAS's included); a thread reading
+  // the pipe shuts the server down in order.
+  if (pipe(g_signal_pipe) != 0) throw Error("cannot create the signal pipe");
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  if (!a.chat_template.empty()) (void)ChatTemplate::by_name(a.chat_template);  // bad name: fail before loading
+  const auto model = LlamaModel::load(a.model);
+  const Policy policy = build_policy(a.policy, default_policy(a.policy));
+  const EvictionConfig cfg = build_eviction(a.policy, policy);
+  const KvType kv_type = parse_kv_type(a.kv_type);
+  const LlamaConfig& mc = model->config();
+  const KvShape shape{mc.n_layers, mc.n_kv_heads, mc.head_dim, kv_type};
+
+  // Default pool: half of the memory available after the model is loaded.
+  int64_t pool_bytes = 0;
+  if (!a.kv_memory.empty()) {
+    pool_bytes = parse_bytes(a.kv_memory);
+  } else {
+    pool_bytes = mem_available_bytes() / 2;
+    if (pool_bytes <= 0) throw Error("cannot read MemAvailable from /proc/meminfo: give --kv-memory BYTES");
+  }
+  serve::SchedulerOptions so;
+  so.threads = a.threads;
+  so.kv_type = kv_type;
+  so.kv_memory_bytes = pool_bytes;
+  so.max_seqs = a.max_seqs;
+  so.max_queue = a.max_queue;
+  so.prefill_chunk = a.prefill_chunk;
+  serve::ApiOptions ao;
+  std::string chat_name = "none";
+  ao.model_name = a.alias.empty() ? std::filesystem::path(a.model).stem().string() : a.alias;
+  ao.api_key = a.api_key;
+  ao.max_tokens_limit = a.max_tokens > 0 ? a.max_tokens : mc.context_length;
+  ao.policy = policy;
+  ao.budget = cfg.budget;
+  ao.recent = cfg.recent;
+  ao.long_prompt = cfg.long_prompt;
+  ao.seed = a.policy.seed;
+  // Chat: the GGUF's template, or --chat-template NAME; without one /v1/chat/completions
+  // answers 400 with the reason.
+  try {
+    const ChatTemplate chat = ChatTemplate::from_gguf(model->gguf(), a.chat_template);
+    ao.chat = [chat](const std::vector<std::pair<std::string, std::string>>& msgs, bool thinking) {
+      std::vector<ChatMessage> m;
+      for (const auto& [role, content] : msgs) m.push_back({role, content});
+      return serve::ChatPrompt{chat.render(m, ChatOptions{true, thinking}), !chat.renders_bos()};
+    };
+    chat_name = chat.name();
+  } catch (const Error& e) {
+    // The reason names the file and the --chat-template option (model/chat_template.h).
+    ao.chat_unavailable = fmt::format("{} has no usable chat template: {}; or use /v1/completions", ao.model_name, e.what());
+  }
+  ao.retry_after_s = 1;
+
+  serve::Scheduler sched(*model, so);
+  serve::ApiServer api(sched, ao);
+  const int port = api.bind(a.host, a.port);
+
+  // Sequences the pool admits at once for the server's default policy: B + r slots each for a
+  // bounded policy (a prompt up to B), --max-tokens for `full` (prompt + max_tokens <= that).
+  const int64_t slots = policy.evicts ? cfg.budget + cfg.recent : ao.max_tokens_limit;
+  const int64_t per_seq = kv_bytes_for_capacity(shape, slots);
+  const int64_t fit = std::min<int64_t>(pool_bytes / per_seq, a.max_seqs);
+  fmt::print("kvevict serve: listening on http://{}:{} | model {} ({} layers, {} KV heads) | policy {}{} | KV pool {} bytes "
+             "({:.1f} MiB{}) | admits up to {} concurrent sequences ({} slots x {} bytes/slot each; --max-seqs {}) | chat template {}\n",
+             a.host, port, ao.model_name, mc.n_layers, mc.n_kv_heads, policy.name,
+             policy.evicts ? fmt::format(" B={} r={}", cfg.budget, cfg.recent) : std::string(), pool_bytes,
+             static_cast<double>(pool_bytes) / (1024.0 * 1024.0), a.kv_memory.empty() ? ", half of MemAvailable" : "", fit,
+             slots, shape.bytes_per_token(), a.max_seqs, chat_name);
+  std::fflush(stdout);
+
+  std::thread stopper([&] {
+    int sig = 0;
+    while (read(g_signal_pipe[0], &sig, sizeof sig) != static_cast<ssize_t>(sizeof sig)) {
+    }
+    fmt::print(stderr, "kvevict serve: {} received: finishing running requests (up to {:.0f} s), refusing new ones\n",
+               sig == SIGINT ? "SIGINT" : "SIGTERM", a.shutdown_grace_s);
+    api.begin_shutdown();
+    sched.shutdown(std::chrono::milliseconds(static_cast<int64_t>(a.shutdown_grace_s * 1000)));
+    // Let the HTTP workers write the last events of every stream before the listener closes.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    api.stop();
+  });
+  api.run();
+  stopper.join();
+  const serve::MetricsGauges g = sched.gauges();
+  fmt::print(stderr, "kvevict serve: stopped ({} requests finished, {} cancelled, {} rejected; peak {} sequences)\n",
+             sched.metrics().requests_success.load(), sched.metrics().requests_cancelled.load(),
+             sched.metrics().requests_rejected.load(), g.peak_sequences_running);
+  return 0;
+}
+
+}  // namespace
+
+void add_serve(CLI::App& root, std::vector<Command>& out) {
+  auto s = std::make_shared<ServeArgs>();
+  auto* cmd = root.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching over a KV memory pool");
+  cmd->add_option("-m,--model", s->model, "GGUF model (llama architecture)")->required();
+  cmd->add_option("--host", s->host, "Address to bind (loopback by default)")->capture_default_str();
+  cmd->add_option("--port", s->port, "TCP port (0 = any free port; the ready line names it)")
+      ->check(CLI::Range(0, 65535))->capture_default_str();
+  cmd->add_option("--kv-memory", s->kv_memory,
+                  "KV memory pool: bytes, or with a K/M/G (KiB/MiB/GiB) suffix; default half of MemAvailable at start");
+  cmd->add_option("--max-seqs", s->max_seqs, "Sequences running at once")->check(at_least(1))->capture_default_str();
+  cmd->add_option("--max-queue", s->max_queue, "Requests waiting at once; more get 429 with Retry-After")
+      ->check(at_least(1))->capture_default_str();
+  cmd->add_option("--max-tokens", s->max_tokens, "Largest max_tokens a request may ask (default: the model's context length)")
+      ->check(at_least(1));
+  cmd->add_option("--prefill-chunk", s->prefill_chunk, "Prompt tokens prefilled per scheduler step (a long prompt "
+                  "delays running sequences by at most one chunk)")->check(at_least(1))->capture_default_str();
+  cmd->add_option("--api-key", s->api_key, "Require Authorization: Bearer KEY on every endpoint but /health");
+  cmd->add_option("--alias", s->alias, "Model name in responses and /v1/models (default: the file name)");
+  cmd->add_option("-t,--threads", s->threads, "Engine threads (0 = all cores)")->check(at_least(0))->capture_default_str();
+  cmd->add_option("--kv-type", s->kv_type, "KV cache element type: f32 or f16")
+      ->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
+  cmd->add_option("--shutdown-grace", s->shutdown_grace_s,
+                  "Seconds running requests may finish after SIGINT/SIGTERM before they are cancelled")
+      ->check(CLI::Range(0.0, 3600.0))->capture_default_str();
+  cmd->add_option("--chat-template", s->chat_template,
+                  "Chat template for /v1/chat/completions instead of the GGUF's (" + ChatTemplate::names() + ")");
+  add_policy_options(*cmd, s->policy);
+  out.push_back({cmd, [s] { return run_serve(*s); }});
+  add_bench_serve(root, out);
+}
+
+}  // namespace kvevict::cli

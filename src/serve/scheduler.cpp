@@ -1,0 +1,355 @@
+#include "serve/scheduler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "serve/text_stream.h"
+#include "util/error.h"
+#include "util/rng.h"
+
+namespace kvevict::serve {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "abort";
+    case FinishReason::Error: return "error";
+  }
+  return "error";
+}
+
+std::optional<RequestEvent> Request::next_event(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return std::nullopt;
+  RequestEvent e = std::move(events_.front());
+  events_.pop_front();
+  return e;
+}
+
+std::vector<ChoiceOutcome> Request::outcomes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return outcomes_;
+}
+
+void Request::push(RequestEvent e) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::move(e));
+  }
+  cv_.notify_all();
+}
+
+// One running sequence (one choice of one request).
+struct Scheduler::Active {
+  std::shared_ptr<Request> req;
+  int choice = 0;
+  std::unique_ptr<Sequence> seq;
+  TextStream text;
+  int64_t bytes = 0;           // reserved in the pool
+  int64_t prefilled = 0;       // prompt tokens already run
+  int64_t generated = 0;       // tokens sampled
+  int32_t next_token = -1;     // token the next decode step appends
+  bool decoding = false;
+  bool done = false;
+  Clock::time_point last_token;
+  Active(std::shared_ptr<Request> r, int c, std::unique_ptr<Sequence> s, int64_t b)
+      : req(std::move(r)), choice(c), seq(std::move(s)), text(req->params.stop), bytes(b) {}
+};
+
+Scheduler::Scheduler(const LlamaModel& model, SchedulerOptions opt)
+    : model_(model), opt_(opt), engine_(model, opt.threads, opt.kv_type), pool_(opt.kv_memory_bytes) {
+  if (opt.max_seqs < 1) throw Error(fmt::format("--max-seqs {}: must be >= 1", opt.max_seqs));
+  // Every request passes through the queue, so 0 would refuse everything.
+  if (opt.max_queue < 1) throw Error(fmt::format("--max-queue {}: must be >= 1", opt.max_queue));
+  if (opt.prefill_chunk < 1) throw Error(fmt::format("--prefill-chunk {}: must be >= 1", opt.prefill_chunk));
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+  if (thread_.joinable()) shutdown(std::chrono::milliseconds(0));
+}
+
+int64_t Scheduler::sequence_bytes(const GenerationParams& p) const {
+  const int64_t cap = required_capacity(p.eviction, p.policy, static_cast<int64_t>(p.prompt.size()), p.max_tokens);
+  return kv_bytes_for_capacity(engine_.kv_shape(), cap);
+}
+
+Admission Scheduler::submit(const std::shared_ptr<Request>& req) {
+  const int64_t need = sequence_bytes(req->params) * req->params.n;
+  if (!pool_.could_fit(need) || req->params.n > opt_.max_seqs) return Admission::TooLarge;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!accepting_) return Admission::ShuttingDown;
+    if (static_cast<int64_t>(waiting_.size()) >= opt_.max_queue) return Admission::QueueFull;
+    waiting_.push_back(req);
+  }
+  cv_.notify_all();
+  return Admission::Queued;
+}
+
+MetricsGauges Scheduler::gauges() const {
+  MetricsGauges g;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    g.requests_waiting = static_cast<int64_t>(waiting_.size());
+  }
+  g.requests_running = running_requests_.load();
+  g.sequences_running = running_seqs_.load();
+  g.peak_sequences_running = peak_seqs_.load();
+  g.kv_pool_used_bytes = pool_.used();
+  g.kv_pool_free_bytes = pool_.free();
+  g.kv_pool_capacity_bytes = pool_.capacity();
+  return g;
+}
+
+void Scheduler::shutdown(std::chrono::milliseconds grace) {
+  std::deque<std::shared_ptr<Request>> refused;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    accepting_ = false;
+    stop_ = true;
+    refused.swap(waiting_);
+  }
+  for (auto& r : refused) {
+    metrics_.requests_rejected += 1;
+    r->push({RequestEvent::Kind::Failed, 0, "the server is shutting down; the request was not started",
+             FinishReason::Error, 503});
+  }
+  cv_.notify_all();
+  if (!thread_.joinable()) return;
+  const auto deadline = Clock::now() + grace;
+  while (running_seqs_.load() > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancel_running_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Scheduler::admit_locked() {
+  // Strict FIFO: the head of the queue blocks the rest until it fits (no starvation of large
+  // requests by small ones).
+  while (!waiting_.empty()) {
+    const std::shared_ptr<Request>& req = waiting_.front();
+    if (req->cancelled()) {
+      req->push({RequestEvent::Kind::Failed, 0, "cancelled before it started", FinishReason::Cancelled, 499});
+      metrics_.requests_cancelled += 1;
+      waiting_.pop_front();
+      continue;
+    }
+    const int n = req->params.n;
+    const int64_t per_seq = sequence_bytes(req->params);
+    if (running_seqs_.load() + n > opt_.max_seqs) return;
+    if (!pool_.try_reserve(per_seq * n)) return;
+    std::shared_ptr<Request> r = req;
+    waiting_.pop_front();
+    // Allocate every choice's cache first, so a refusal (allocation failure) leaves nothing
+    // half-started.
+    std::vector<std::unique_ptr<Sequence>> seqs;
+    try {
+      for (int c = 0; c < n; ++c)
+        // The choice index is the sequence id: random streams depend on (seed, choice), never
+        // on the server's state.
+        seqs.push_back(engine_.new_sequence(static_cast<uint64_t>(c), r->params.policy, r->params.eviction,
+                                            static_cast<int64_t>(r->params.prompt.size()), r->params.max_tokens));
+    } catch (const std::exception& e) {
+      pool_.release(per_seq * n);
+      metrics_.requests_failed += 1;
+      r->push({RequestEvent::Kind::Failed, 0, fmt::format("cannot start the request: {}", e.what()),
+               FinishReason::Error, 500});
+      continue;
+    }
+    r->remaining_ = n;
+    {
+      std::lock_guard<std::mutex> rl(r->mu_);
+      r->outcomes_.assign(static_cast<size_t>(n), ChoiceOutcome{});
+    }
+    running_requests_ += 1;
+    for (int c = 0; c < n; ++c) {
+      running_seqs_ += 1;
+      peak_seqs_.store(std::max(peak_seqs_.load(), running_seqs_.load()));
+      active_.push_back(std::make_unique<Active>(r, c, std::move(seqs[static_cast<size_t>(c)]), per_seq));
+    }
+  }
+}
+
+void Scheduler::finish(Active& a, FinishReason why, const std::string& error) {
+  if (a.done) return;
+  a.done = true;
+  if (why == FinishReason::Stop || why == FinishReason::Length) {
+    if (const std::string tail = a.text.flush(); !tail.empty())
+      a.req->push({RequestEvent::Kind::Text, a.choice, tail, FinishReason::Stop, 200});
+  }
+  // The reservation is released the step the sequence ends, and its cache freed with it.
+  pool_.release(a.bytes);
+  const SequenceStats st = a.seq->stats;
+  a.seq.reset();
+  running_seqs_ -= 1;
+  Request& r = *a.req;
+  {
+    std::lock_guard<std::mutex> lock(r.mu_);
+    ChoiceOutcome& o = r.outcomes_[static_cast<size_t>(a.choice)];
+    o.text = a.text.text();
+    o.finish = why;
+    o.completion_tokens = a.generated;
+    o.eviction_rounds = st.rounds;
+    o.peak_slots = st.peak_slots;
+    o.kv_bytes = a.bytes;
+  }
+  if (why == FinishReason::Error) r.failed_ = true;
+  r.push({RequestEvent::Kind::ChoiceDone, a.choice, error, why, 200});
+  if (--r.remaining_ == 0) {
+    running_requests_ -= 1;
+    metrics_.e2e_seconds.observe(std::chrono::duration<double>(Clock::now() - r.arrival).count());
+    if (r.failed_) {
+      metrics_.requests_failed += 1;
+      r.push({RequestEvent::Kind::Failed, 0, error.empty() ? "engine error" : error, FinishReason::Error, 500});
+    } else if (r.cancelled()) {
+      metrics_.requests_cancelled += 1;
+      r.push({RequestEvent::Kind::Failed, 0, "the request was cancelled (client disconnected or server shutting down)",
+              FinishReason::Cancelled, 503});
+    } else {
+      metrics_.requests_success += 1;
+      r.push({RequestEvent::Kind::Done, 0, {}, why, 200});
+    }
+  }
+}
+
+void Scheduler::on_token(Active& a, int32_t token) {
+  const GenerationParams& p = a.req->params;
+  const Tokenizer& tok = model_.tokenizer();
+  const auto now = Clock::now();
+  a.generated += 1;
+  metrics_.generation_tokens += 1;
+  if (a.generated == 1)
+    metrics_.ttft_seconds.observe(std::chrono::duration<double>(now - a.req->arrival).count());
+  else
+    metrics_.itl_seconds.observe(std::chrono::duration<double>(now - a.last_token).count());
+  a.last_token = now;
+  // Every end-of-generation token (EOS, <|im_end|>, <|eot_id|>, ...) ends the sequence.
+  if (tok.is_eog(token) && !p.ignore_eos) return finish(a, FinishReason::Stop);
+  const std::string delta = a.text.push(tok.piece(token));
+  if (!delta.empty()) a.req->push({RequestEvent::Kind::Text, a.choice, delta, FinishReason::Stop, 200});
+  if (a.text.stopped()) return finish(a, FinishReason::Stop);
+  if (a.generated >= p.max_tokens) return finish(a, FinishReason::Length);
+  a.next_token = token;
+  a.decoding = true;
+}
+
+namespace {
+// Sampling stream of one step: the same tuple as `kvevict generate`, with the choice index as
+// the sequence id.
+int32_t sample_step(std::span<const float> logits, const SamplerConfig& sc, uint64_t choice, int64_t step) {
+  Rng rng(stream_id({sc.seed, choice, static_cast<uint64_t>(step), 0x5A4D504CULL}));
+  return sample_token(logits, sc, rng);
+}
+}  // namespace
+
+void Scheduler::step_prefill() {
+  for (auto& ap : active_) {
+    Active& a = *ap;
+    if (a.done || a.decoding) continue;
+    const auto& prompt = a.req->params.prompt;
+    const int64_t n = std::min<int64_t>(opt_.prefill_chunk, static_cast<int64_t>(prompt.size()) - a.prefilled);
+    try {
+      engine_.prefill(*a.seq, std::span<const int32_t>(prompt).subspan(static_cast<size_t>(a.prefilled), static_cast<size_t>(n)),
+                      logits_);
+    } catch (const std::exception& e) {
+      finish(a, FinishReason::Error, e.what());
+      return;
+    }
+    a.prefilled += n;
+    metrics_.prompt_tokens += static_cast<uint64_t>(n);
+    if (a.prefilled == static_cast<int64_t>(prompt.size()))
+      on_token(a, sample_step(logits_, a.req->params.sampler, static_cast<uint64_t>(a.choice), 0));
+    return;  // one chunk per iteration, so running sequences wait at most one chunk
+  }
+}
+
+void Scheduler::step_decode() {
+  std::vector<Active*> batch;
+  std::vector<Sequence*> seqs;
+  std::vector<int32_t> toks;
+  for (auto& ap : active_)
+    if (!ap->done && ap->decoding) {
+      batch.push_back(ap.get());
+      seqs.push_back(ap->seq.get());
+      toks.push_back(ap->next_token);
+    }
+  if (batch.empty()) return;
+  std::vector<int64_t> rounds0(batch.size());
+  std::vector<double> round_ms0(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    rounds0[i] = seqs[i]->stats.rounds;
+    round_ms0[i] = seqs[i]->stats.score_ms + seqs[i]->stats.compact_ms;
+  }
+  const auto V = static_cast<size_t>(model_.config().n_vocab);
+  std::vector<bool> ok(batch.size(), true);
+  try {
+    engine_.decode_batch(seqs, toks, logits_);
+  } catch (const std::exception&) {
+    // decode_batch modified no cache: run the sequences one by one so only a faulty one fails.
+    std::vector<float> all(batch.size() * V), one;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      try {
+        engine_.decode(*seqs[i], toks[i], one);
+        std::copy(one.begin(), one.end(), all.begin() + static_cast<std::ptrdiff_t>(i * V));
+      } catch (const std::exception& e) {
+        ok[i] = false;
+        finish(*batch[i], FinishReason::Error, e.what());
+      }
+    }
+    logits_.swap(all);
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!ok[i]) continue;
+    Active& a = *batch[i];
+    const int64_t new_rounds = a.seq->stats.rounds - rounds0[i];
+    if (new_rounds > 0) {
+      metrics_.eviction_rounds += static_cast<uint64_t>(new_rounds);
+      const double ms = a.seq->stats.score_ms + a.seq->stats.compact_ms - round_ms0[i];
+      metrics_.round_seconds.observe(ms / 1000.0 / static_cast<double>(new_rounds));
+    }
+    const std::span<const float> row(logits_.data() + i * V, V);
+    on_token(a, sample_step(row, a.req->params.sampler, static_cast<uint64_t>(a.choice), a.generated));
+  }
+}
+
+void Scheduler::drop_finished() {
+  active_.erase(std::remove_if(active_.begin(), active_.end(), [](const auto& a) { return a->done; }), active_.end());
+}
+
+void Scheduler::loop() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return !active_.empty() || !waiting_.empty() || stop_; });
+      if (cancel_running_) {
+        lock.unlock();
+        for (auto& a : active_) {
+          a->req->cancel();
+          finish(*a, FinishReason::Cancelled);
+        }
+        active_.clear();
+        return;
+      }
+      if (stop_ && active_.empty() && waiting_.empty()) {
+        // Wait for shutdown() to end the grace period (nothing runs, so it ends at once).
+        cv_.wait(lock, [&] { return cancel_running_; });
+        return;
+      }
+      admit_locked();
+    }
+    for (auto& a : active_)
+      if (!a->done && a->req->cancelled()) finish(*a, FinishReason::Cancelled);
+    drop_finished();
+    step_prefill();
+    step_decode();
+    drop_finished();
+  }
+}
+
+}  // namespace kvevict::serve

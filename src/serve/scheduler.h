@@ -1,0 +1,178 @@
+// Continuous batching over a KV memory pool: one thread owns the Engine, admits queued requests
+// when their worst-case KV footprint fits the pool, prefills them in chunks between decode steps,
+// and runs one Engine::decode_batch step over every running sequence per iteration. Sequences
+// join and leave between steps.
+//
+// Source: Orca's iteration-level scheduling (Yu et al., OSDI 2022 §3) and vLLM's admission by KV
+// memory (Kwon et al., arXiv 2309.06180 §4.2, FIFO); chunked prefill as Sarathi (Agrawal et al.,
+// arXiv 2308.16369) so a long prompt delays running sequences by at most one chunk per step.
+// Per-request determinism: a request's sequences get ids 0..n-1 (its choice index) and its own
+// seed, so eviction draws (stream_id(seed, sequence id, round, ...)) and sampling draws
+// (stream_id(seed, sequence id, step)) never depend on batch position or on other requests; and
+// decode_batch is bit-identical to sequential decode (engine.h).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "eviction/registry.h"
+#include "eviction/schedule.h"
+#include "kvcache/kv_pool.h"
+#include "serve/metrics.h"
+
+namespace kvevict::serve {
+
+using Clock = std::chrono::steady_clock;
+
+/// Why a sequence ended.
+enum class FinishReason { Stop, Length, Cancelled, Error };
+/// OpenAI's name: "stop", "length", "abort" (cancelled), "error".
+const char* finish_reason_name(FinishReason r);
+
+/// Everything needed to run one request (already validated by the caller).
+struct GenerationParams {
+  std::vector<int32_t> prompt;  ///< token ids, BOS included when the model adds one
+  int64_t max_tokens = 16;      ///< tokens to generate per choice (>= 1)
+  int n = 1;                    ///< choices: independent sequences sharing the prompt
+  SamplerConfig sampler;        ///< its seed seeds sampling and eviction
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  Policy policy;
+  EvictionConfig eviction;      ///< eviction.seed == sampler.seed
+};
+
+/// One thing that happened to a request, in order. Text events carry output text; ChoiceDone
+/// ends one choice; Done ends the request (after every ChoiceDone); Failed ends it with an error.
+struct RequestEvent {
+  enum class Kind { Text, ChoiceDone, Done, Failed } kind = Kind::Text;
+  int choice = 0;
+  std::string text;                         ///< Text: delta; Failed: error message
+  FinishReason finish = FinishReason::Stop;  ///< ChoiceDone
+  int status = 500;                         ///< Failed: HTTP status (503 when shut down)
+};
+
+/// Per-choice outcome, complete once the request's Done event was delivered.
+struct ChoiceOutcome {
+  std::string text;
+  FinishReason finish = FinishReason::Stop;
+  int64_t completion_tokens = 0;
+  int64_t eviction_rounds = 0;
+  int64_t peak_slots = 0;       ///< max live slots per (layer, KV head)
+  int64_t kv_bytes = 0;         ///< bytes reserved in the pool for this sequence
+};
+
+/// A request shared between the HTTP thread that submitted it and the scheduler thread.
+class Request {
+ public:
+  /// Records the arrival time (TTFT and end-to-end latency count from here).
+  explicit Request(GenerationParams p) : params(std::move(p)), arrival(Clock::now()) {}
+  const GenerationParams params;
+  const Clock::time_point arrival;
+
+  /// Next event, waiting up to `timeout`; nullopt on timeout.
+  std::optional<RequestEvent> next_event(std::chrono::milliseconds timeout);
+  /// Asks the scheduler to stop this request (client gone). Its reservation is released within
+  /// one scheduler step; its remaining events end with ChoiceDone(Cancelled) and Done.
+  void cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+  /// Outcomes per choice (read after Done).
+  std::vector<ChoiceOutcome> outcomes() const;
+
+ private:
+  friend class Scheduler;
+  void push(RequestEvent e);
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<RequestEvent> events_;
+  std::vector<ChoiceOutcome> outcomes_;
+  std::atomic<bool> cancelled_{false};
+  int remaining_ = 0;  ///< choices not yet finished (scheduler thread only)
+  bool failed_ = false;
+};
+
+/// Settings of the scheduler.
+struct SchedulerOptions {
+  int threads = 0;                 ///< engine worker threads (0 = all cores)
+  KvType kv_type = KvType::F32;
+  int64_t kv_memory_bytes = 0;     ///< pool size (> 0)
+  int max_seqs = 64;               ///< sequences running at once (>= 1)
+  int max_queue = 256;             ///< requests waiting at once (>= 1); more are refused
+  int64_t prefill_chunk = 256;     ///< prompt tokens per prefill call (>= 1)
+};
+
+/// Outcome of submit().
+enum class Admission { Queued, QueueFull, TooLarge, ShuttingDown };
+
+/// Owns the engine and its thread. Thread-safe: any thread may submit, cancel and read gauges.
+class Scheduler {
+ public:
+  /// Starts the scheduler thread. Throws kvevict::Error on invalid options.
+  Scheduler(const LlamaModel& model, SchedulerOptions opt);
+  ~Scheduler();  ///< shutdown(0) when still running
+
+  /// Bytes one sequence of `p` reserves: required_capacity (eviction/schedule.h) slots per
+  /// (layer, KV head) × the model's bytes per slot (keys, values, position over all layers and
+  /// KV heads).
+  int64_t sequence_bytes(const GenerationParams& p) const;
+  /// Queues the request FIFO. TooLarge: n × sequence_bytes exceeds the whole pool, or n exceeds
+  /// max_seqs (it would never run); QueueFull: max_queue requests already wait; ShuttingDown: shutdown() began.
+  Admission submit(const std::shared_ptr<Request>& req);
+  /// Stops admitting; waiting requests fail with 503; running ones may finish for `grace`,
+  /// then are cancelled (their streams get ChoiceDone(Cancelled) + Failed 503). Joins the thread.
+  void shutdown(std::chrono::milliseconds grace);
+
+  /// Instantaneous values for /metrics (requests running and waiting, pool bytes, ...).
+  MetricsGauges gauges() const;
+  /// Counters and histograms (the HTTP layer adds its rejections).
+  const ServerMetrics& metrics() const { return metrics_; }
+  ServerMetrics& metrics() { return metrics_; }
+  /// The KV memory pool (bytes reserved by running sequences).
+  const KvMemoryPool& pool() const { return pool_; }
+  /// The model the engine runs.
+  const LlamaModel& model() const { return model_; }
+  /// The options the scheduler was started with.
+  const SchedulerOptions& options() const { return opt_; }
+
+ private:
+  struct Active;
+  void loop();
+  void admit_locked();
+  void step_prefill();
+  void step_decode();
+  void on_token(Active& a, int32_t token);
+  void finish(Active& a, FinishReason why, const std::string& error = {});
+  void drop_finished();
+
+  const LlamaModel& model_;
+  SchedulerOptions opt_;
+  Engine engine_;
+  KvMemoryPool pool_;
+  ServerMetrics metrics_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Request>> waiting_;
+  bool accepting_ = true;
+  bool stop_ = false;                 ///< shutdown: exit once nothing runs
+  bool cancel_running_ = false;       ///< shutdown grace over: cancel what runs
+  std::atomic<int64_t> running_requests_{0};
+  std::atomic<int64_t> running_seqs_{0};
+  std::atomic<int64_t> peak_seqs_{0};
+
+  std::vector<std::unique_ptr<Active>> active_;  ///< scheduler thread only, admission order
+  std::vector<float> logits_;
+  std::thread thread_;
+};
+
+}  // namespace kvevict::serve

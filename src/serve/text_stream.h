@@ -1,0 +1,47 @@
+// Incremental output text of one generated sequence: stop strings matched across token
+// boundaries and never emitted, and no partial UTF-8 character handed to a client.
+//
+// Source: OpenAI API `stop` ("up to 4 sequences where the API will stop generating; the returned
+// text will not contain the stop sequence"); vLLM and llama-server hold back text that could
+// still become a stop string, which is what this does.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kvevict::serve {
+
+/// Feeds token pieces in, hands out text that is safe to show.
+class TextStream {
+ public:
+  /// stops: stop strings (empty strings are ignored).
+  explicit TextStream(std::vector<std::string> stops);
+
+  /// Appends one token's bytes. Returns the text that became final: everything except a tail
+  /// that is a prefix of some stop string or an incomplete UTF-8 character. Once a stop string
+  /// is found, returns the text before it and stopped() turns true; later calls return "".
+  std::string push(const std::string& piece);
+  /// Text still held back (at the end of a sequence that did not stop): returned once, with
+  /// an incomplete trailing UTF-8 character dropped rather than emitted as invalid bytes.
+  std::string flush();
+  /// True when a stop string was matched.
+  bool stopped() const { return stopped_; }
+  /// Everything emitted so far (push + flush results concatenated).
+  const std::string& text() const { return emitted_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string pending_;  ///< bytes received but not yet emitted
+  std::string emitted_;
+  bool stopped_ = false;
+};
+
+/// Length of the longest prefix of `s` that ends on a UTF-8 character boundary, i.e. `s` minus
+/// an incomplete trailing multi-byte sequence (at most 3 bytes are cut).
+size_t utf8_complete_prefix(const std::string& s);
+
+/// True when `s` is well-formed UTF-8 (RFC 3629: no overlong forms, surrogates or values above
+/// U+10FFFF).
+bool utf8_valid(const std::string& s);
+
+}  // namespace kvevict::serve
