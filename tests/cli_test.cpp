@@ -42,7 +42,8 @@ TEST(Cli, ErrorsAreOneLineWithExitCode2) {
       {"perplexity -m " + model() + " -f /nonexistent.txt", "/nonexistent.txt"},
       {"perplexity -m " + model() + " -f " + test::shared_path("data/tinystories/tinystories_sample.txt") +
            " --policies random,,full --budget 128", "empty list entry"},
-      {"perplexity -m " + test::shared_path("data/tinystories/tinystories_sample.txt") + " -f x", "GGUF"},
+      {"perplexity -m " + test::shared_path("data/tinystories/tinystories_sample.txt") + " -f " +
+           test::shared_path("data/tinystories/tinystories_sample.txt"), "GGUF"},
       {"frobnicate", "frobnicate"},
   };
   for (const auto& c : cases) {

@@ -14,6 +14,8 @@
 // the live slots, the positions and the policy's work, not on how the values were produced.
 #pragma once
 
+#include <functional>
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -59,6 +61,9 @@ struct BenchCommon {
   int reps = 5;            ///< repetitions per figure
   uint64_t seed = 0;
   int64_t recent = 64;     ///< r
+  /// Called after each measured cell (a sweep length, a (policy, B) pair, a policy of a table)
+  /// with a short label; the CLI drives its progress display from it. May be empty.
+  std::function<void(const std::string& label)> on_cell;
 };
 
 /// `bench decode`.

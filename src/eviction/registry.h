@@ -52,4 +52,21 @@ Policy make_policy(const std::string& spec, std::optional<bool> protect_prompt =
                    std::optional<int> sinks = std::nullopt, const SelectorParams& params = {},
                    bool check_params = true);
 
+/// The parameters policy `info` reads (name, type, default, range), found by running its
+/// factory on a recording SelectorParams (eviction/selector.h): a new selector is described
+/// without extra code. Empty for `full`.
+std::vector<ParamSpec> policy_params(const PolicyInfo& info);
+
+/// The `--param` items that apply to policy `spec` (name or name+prompt). An item is
+/// `[POLICY:]NAME=VALUE`: with a POLICY prefix (a registered name, "+prompt" optional) it applies
+/// to that policy only and is returned without the prefix; without one it applies to every
+/// policy that takes NAME. A ':' after the '=' belongs to the value (`stats=C:/x.json`). Throws
+/// kvevict::Error for an unknown POLICY prefix (with a "did you mean").
+std::vector<std::string> params_for_policy(const std::vector<std::string>& items, const std::string& spec);
+
+/// Checks `items` against the policies `specs` of one run: every item must be taken by at least
+/// one of them (a prefixed item by its policy). Builds each policy once (so a parameter's value
+/// and files are checked too). Throws kvevict::Error naming the first item nobody takes.
+void check_param_items(const std::vector<std::string>& items, const std::vector<std::string>& specs);
+
 }  // namespace kvevict
