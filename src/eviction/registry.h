@@ -15,16 +15,18 @@
 
 namespace kvevict {
 
-/// Static description of one policy.
+/// Static description of one policy, written with designated initializers in its selector file
+/// (`.name = "snapkv", .summary = ..., .make = ...`). Its parameters (names, defaults, ranges)
+/// are not listed here: policy_params() records them from `make`'s SelectorParams::get* calls.
 struct PolicyInfo {
-  std::string name;          ///< CLI name, e.g. "random-unprotected"
-  std::string summary;       ///< one sentence for --help and README
-  std::string source;        ///< paper / spec section
+  std::string name = {};     ///< CLI name, e.g. "random-unprotected"
+  std::string summary = {};  ///< one sentence for --help and README
+  std::string source = {};   ///< paper / spec section
   bool evicts = true;        ///< false only for `full`
   bool protect_prompt = false;  ///< default prompt pinning (spec §3)
   int sinks = 0;             ///< default sink count (StreamingLLM: 4)
-  /// Builds the selector; reads its parameters from `params` (nullptr for `full`).
-  std::function<std::unique_ptr<Selector>(const SelectorParams& params)> make;
+  /// Builds the selector; reads its parameters from `params` (empty for `full`).
+  std::function<std::unique_ptr<Selector>(const SelectorParams& params)> make = {};
 };
 
 /// A policy ready to run: selector plus the protection actually in force.

@@ -27,9 +27,13 @@ class RandomSharedSelector final : public PerHeadSelector {
 
 const PolicyInfo& policy_random_shared() {
   static const PolicyInfo info{
-      "random-shared", "Random Attention with one draw per layer shared by all KV heads (prompt pinned).",
-      "arXiv 2609.03430 (cross-head ablation); eviction-spec.md §3", true, /*protect_prompt=*/true, 0,
-      [](const SelectorParams&) { return std::make_unique<RandomSharedSelector>(); }};
+      .name = "random-shared",
+      .summary = "Random Attention with one draw per layer shared by all KV heads (prompt pinned).",
+      .source = "arXiv 2609.03430 (cross-head ablation); eviction-spec.md §3",
+      .evicts = true,
+      .protect_prompt = true,
+      .sinks = 0,
+      .make = [](const SelectorParams&) { return std::make_unique<RandomSharedSelector>(); }};
   return info;
 }
 

@@ -68,8 +68,13 @@ class RkvSelector final : public PerHeadSelector {
 
 const PolicyInfo& policy_rkv() {
   static const PolicyInfo info{
-      "rkv", "R-KV: lambda * SnapKV importance - (1 - lambda) * softmaxed key redundancy (lambda 0.5).",
-      "arXiv 2505.24133 §3; eviction-spec.md §3", true, false, 0, [](const SelectorParams& params) {
+      .name = "rkv",
+      .summary = "R-KV: lambda * SnapKV importance - (1 - lambda) * softmaxed key redundancy (lambda 0.5).",
+      .source = "arXiv 2505.24133 §3; eviction-spec.md §3",
+      .evicts = true,
+      .protect_prompt = false,
+      .sinks = 0,
+      .make = [](const SelectorParams& params) {
         const double lambda = params.get("lambda", 0.5, 0.0, 1.0);
         return std::make_unique<RkvSelector>(SnapKvParams::read(params), lambda);
       }};

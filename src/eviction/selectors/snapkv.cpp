@@ -31,9 +31,13 @@ class SnapKvSelector final : public PerHeadSelector {
 
 const PolicyInfo& policy_snapkv() {
   static const PolicyInfo info{
-      "snapkv", "SnapKV: keep what the last w queries attend to (softmax over candidates, avg-pooled, group mean).",
-      "arXiv 2404.14469 §4; eviction-spec.md §3", true, false, 0,
-      [](const SelectorParams& params) { return std::make_unique<SnapKvSelector>(SnapKvParams::read(params)); }};
+      .name = "snapkv",
+      .summary = "SnapKV: keep what the last w queries attend to (softmax over candidates, avg-pooled, group mean).",
+      .source = "arXiv 2404.14469 §4; eviction-spec.md §3",
+      .evicts = true,
+      .protect_prompt = false,
+      .sinks = 0,
+      .make = [](const SelectorParams& params) { return std::make_unique<SnapKvSelector>(SnapKvParams::read(params)); }};
   return info;
 }
 
