@@ -672,7 +672,15 @@ const std::string& stories_stats() {
   return path;
 }
 
-std::vector<std::string> scored_policies() { return {"random-shared", "snapkv", "rkv", "vase", "h2o", "tova", "triattention"}; }
+// Every registered evicting policy except the four schedule baselines that eviction_test.cpp
+// covers: read from the registry, so a new selector is tested by adding its file and registry line.
+std::vector<std::string> scored_policies() {
+  const std::set<std::string> baselines = {"random", "random-unprotected", "recency", "streaming"};
+  std::vector<std::string> out;
+  for (const PolicyInfo* p : all_policies())
+    if (p->evicts && !baselines.count(p->name)) out.push_back(p->name);
+  return out;
+}
 
 Policy build(const std::string& spec, std::optional<int> sinks = std::nullopt) {
   std::vector<std::string> params;
@@ -770,8 +778,8 @@ TEST(SelectorsEndToEnd, AttentionProbabilitiesOnlyWhenAsked) {
   // it counts one row per (token, layer, query head): (prompt + decode steps) * layers * heads.
   KVEVICT_REQUIRE_MODEL(m);
   const auto tokens = story(*m, 150);
-  std::vector<std::string> policies = {"full", "random", "random-unprotected", "recency", "streaming"};
-  for (const std::string& s : scored_policies()) policies.push_back(s);
+  std::vector<std::string> policies;
+  for (const PolicyInfo* p : all_policies()) policies.push_back(p->name);  // the whole registry
   for (const std::string& name : policies) {
     SCOPED_TRACE(name);
     const Policy p = build(name);
