@@ -1,5 +1,5 @@
 // The kvevict binary as a user runs it: bad input gives one line on stderr and exit code 2;
-// the main commands print their summaries. Expected values come from the CLI contract
+// the main commands print their summaries. Expected values come from the CLI contract
 // and from the spec's peak-cache rule (B + r).
 #include <gtest/gtest.h>
 #include <sys/wait.h>

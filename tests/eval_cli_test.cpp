@@ -1,6 +1,6 @@
 // Bad input to `kvevict eval`, `merge`, `probe` and `perplexity --budgets`: one line on stderr
 // starting "kvevict: error: ", exit code 2, and nothing already on disk changed. Expected
-// messages are the contract (file:line for malformed JSON, missing fields, B <= r,
+// messages are the CLI's contract (file:line for malformed JSON, missing fields, B <= r,
 // unknown policies, an output directory holding another configuration).
 #include <gtest/gtest.h>
 

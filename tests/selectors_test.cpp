@@ -1,7 +1,7 @@
-// The issue-3 selectors (snapkv, rkv, vase, h2o, tova, random-shared, triattention).
+// The scored selectors (snapkv, rkv, vase, h2o, tova, random-shared, triattention).
 //
 // Unit tests build a SequenceKv by hand from seeded normal draws and compare each selector's
-// keep-set with a brute-force reference written here from the formula in eviction-spec.md §3:
+// keep-set with a brute-force reference written here from the formula in docs/eviction-spec.md §3:
 // the reference scores are recomputed in double with plain loops (no code shared with the
 // selectors), ranked pins first, then score descending, then slot ascending (spec §2.4), and the
 // top K_sel plus the newest r taken. End-to-end tests run every selector on stories260K through
@@ -773,7 +773,7 @@ TEST(SelectorsEndToEnd, SeededSelectorsAreReproducibleAcrossThreadCounts) {
 }
 
 TEST(SelectorsEndToEnd, AttentionProbabilitiesOnlyWhenAsked) {
-  // Issue 3 item 2: only H2O declares needs().attention; for every other policy the two-pass
+  // Only H2O declares needs().attention; for every other policy the two-pass
   // kernel never runs, so g_attention_probability_rows must not move over a generation. For H2O
   // it counts one row per (token, layer, query head): (prompt + decode steps) * layers * heads.
   KVEVICT_REQUIRE_MODEL(m);

@@ -1,7 +1,7 @@
 // `kvevict bench` measurements: decode speed vs the memory-bandwidth roofline, eviction-round
 // cost per selector, and batched throughput at equal batch and at equal KV memory.
 //
-// Source: issue 5 (targets), eviction-spec.md §4 (the paper's round costs and serving numbers
+// Source: docs/eviction-spec.md §4 (the paper's round costs and serving numbers
 // these tables are analogues of); STREAM (McCalpin, "Memory Bandwidth and Machine Balance",
 // 1995) for the copy kernel and its byte-counting convention (read + write bytes).
 //

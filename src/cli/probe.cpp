@@ -1,4 +1,4 @@
-// `kvevict probe`: the paper's synthetic retrieval probes (eviction-spec.md §4) on any model:
+// `kvevict probe`: the paper's synthetic retrieval probes (docs/eviction-spec.md §4) on any model:
 // a fact planted in chosen (layer, KV head) sites only, a restated fact, a passcode stated once.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>

@@ -2,7 +2,7 @@
 // pre-RoPE queries per (layer, query head, RoPE band).
 //
 // Source: TriAttention (arXiv 2604.04921) §3 (offline query centres, ~50k tokens);
-// eviction-spec.md §3 row `triattention` ("calibrate on text that is not the evaluation set").
+// docs/eviction-spec.md §3 row `triattention` ("calibrate on text that is not the evaluation set").
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,7 @@
 // default protection. Adding a selector = one file in eviction/selectors/ defining
 // `const PolicyInfo& policy_<id>()` plus one entry in KVEVICT_POLICIES (registry.cpp).
 //
-// Source: eviction-spec.md §3 (policy table, defaults) and its `+prompt` / `--sinks` rule.
+// Source: docs/eviction-spec.md §3 (policy table, defaults) and its `+prompt` / `--sinks` rule.
 #pragma once
 
 #include <functional>

@@ -1,7 +1,7 @@
 // The policy interface: a selector scores eviction candidates; the shared schedule
 // (eviction/schedule.h) pins, takes the top K_sel, sorts and gathers.
 //
-// Source: eviction-spec.md §2 (schedule) and §3 (policies); the split mirrors kvpress's
+// Source: docs/eviction-spec.md §2 (schedule) and §3 (policies); the split mirrors kvpress's
 // ScorerPress (a policy writes only `score`, higher = kept).
 #pragma once
 

@@ -1,4 +1,4 @@
-// `full`: no eviction; the reference every policy is compared with (eviction-spec.md §3).
+// `full`: no eviction; the reference every policy is compared with (docs/eviction-spec.md §3).
 #include "eviction/registry.h"
 
 namespace kvevict {
@@ -7,7 +7,7 @@ const PolicyInfo& policy_full() {
   static const PolicyInfo info{
       .name = "full",
       .summary = "No eviction: the whole cache is kept (the reference).",
-      .source = "eviction-spec.md §3",
+      .source = "docs/eviction-spec.md §3",
       .evicts = false,
       .protect_prompt = false,
       .sinks = 0};

@@ -7,7 +7,7 @@
 // down). The only selector that needs attention probabilities (SelectorNeeds::attention).
 // Parameters: heavy_ratio in [0, 1] (default 0.5).
 // Source: H2O (arXiv 2306.14048) §3 (accumulated attention, heavy + recent split);
-// eviction-spec.md §3 row `h2o`.
+// docs/eviction-spec.md §3 row `h2o`.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -95,7 +95,7 @@ const PolicyInfo& policy_h2o() {
   static const PolicyInfo info{
       .name = "h2o",
       .summary = "H2O: heavy hitters by attention accumulated since insertion + the newest candidates (1:1).",
-      .source = "arXiv 2306.14048 §3; eviction-spec.md §3",
+      .source = "arXiv 2306.14048 §3; docs/eviction-spec.md §3",
       .evicts = true,
       .protect_prompt = false,
       .sinks = 0,

@@ -1,7 +1,7 @@
 // `random` (Random Attention) and `random-unprotected`: i.i.d. U(0,1) scores per candidate, so the
 // top-K_sel is a uniform subset without replacement, drawn fresh per (sequence, layer, KV head,
 // round) from a stream seeded by (seed, sequence, round, layer, KV head).
-// Source: Random Attention (arXiv 2609.03430) §3; eviction-spec.md §3 rows `random`,
+// Source: Random Attention (arXiv 2609.03430) §3; docs/eviction-spec.md §3 rows `random`,
 // `random-unprotected`; the seeding follows the paper's vLLM port, extended by the KV head.
 #include "eviction/registry.h"
 #include "util/rng.h"
@@ -25,7 +25,7 @@ const PolicyInfo& policy_random() {
   static const PolicyInfo info{
       .name = "random",
       .summary = "Random Attention: keep the prompt, evict the trace uniformly at random per KV head.",
-      .source = "arXiv 2609.03430 §3; eviction-spec.md §3",
+      .source = "arXiv 2609.03430 §3; docs/eviction-spec.md §3",
       .evicts = true,
       .protect_prompt = true,
       .sinks = 0,
@@ -37,7 +37,7 @@ const PolicyInfo& policy_random_unprotected() {
   static const PolicyInfo info{
       .name = "random-unprotected",
       .summary = "Uniform random eviction with the prompt not pinned (the paper's score-alone row).",
-      .source = "arXiv 2609.03430 Table 2; eviction-spec.md §3",
+      .source = "arXiv 2609.03430 Table 2; docs/eviction-spec.md §3",
       .evicts = true,
       .protect_prompt = false,
       .sinks = 0,

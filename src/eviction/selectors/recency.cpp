@@ -1,6 +1,6 @@
 // `recency` and `streaming` (StreamingLLM): score = position, so the newest K_sel candidates are
 // kept; `streaming` adds 4 attention sinks by default (pinned by the schedule).
-// Source: StreamingLLM (arXiv 2309.17453) §3.2; eviction-spec.md §3 rows `recency`, `streaming`.
+// Source: StreamingLLM (arXiv 2309.17453) §3.2; docs/eviction-spec.md §3 rows `recency`, `streaming`.
 #include "eviction/registry.h"
 
 namespace kvevict {
@@ -23,7 +23,7 @@ const PolicyInfo& policy_recency() {
   static const PolicyInfo info{
       .name = "recency",
       .summary = "Sliding window: keep the newest K_sel candidates (no sinks, prompt not pinned).",
-      .source = "eviction-spec.md §3",
+      .source = "docs/eviction-spec.md §3",
       .evicts = true,
       .protect_prompt = false,
       .sinks = 0,
@@ -35,7 +35,7 @@ const PolicyInfo& policy_streaming() {
   static const PolicyInfo info{
       .name = "streaming",
       .summary = "StreamingLLM: the first S sink tokens (default 4) plus the newest candidates.",
-      .source = "arXiv 2309.17453 §3.2; eviction-spec.md §3, §5",
+      .source = "arXiv 2309.17453 §3.2; docs/eviction-spec.md §3, §5",
       .evicts = true,
       .protect_prompt = false,
       .sinks = 4,

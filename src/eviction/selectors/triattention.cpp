@@ -16,7 +16,7 @@
 // cache length (the next token's slot) and distances are slot distances.
 //
 // Parameters: stats=FILE (required; `kvevict calibrate`).
-// Source: TriAttention (arXiv 2604.04921) §3-4; eviction-spec.md §3 row `triattention`; the
+// Source: TriAttention (arXiv 2604.04921) §3-4; docs/eviction-spec.md §3 row `triattention`; the
 // normalisation set, t = tokens seen and the layer-shared keep-set follow the Random Attention
 // code (`cache_utils.py`, mode `triattn_ph`, ported from WeianMao/triattention).
 #include <fmt/format.h>
@@ -156,7 +156,7 @@ const PolicyInfo& policy_triattention() {
       .name = "triattention",
       .summary = "TriAttention: trigonometric future-attention score from calibrated query centres; one "
           "keep-set per KV head shared by all layers (needs --param stats=FILE).",
-      .source = "arXiv 2604.04921 §3-4; eviction-spec.md §3",
+      .source = "arXiv 2604.04921 §3-4; docs/eviction-spec.md §3",
       .evicts = true,
       .protect_prompt = true,
       .sinks = 0,
