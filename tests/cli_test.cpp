@@ -1,5 +1,5 @@
 // The kvevict binary as a user runs it: bad input gives one line on stderr and exit code 2;
-// the main commands print their summaries. Expected values come from the CLI contract
+// the main commands print their summaries. Expected values come from the CLI contract
 // and from the spec's peak-cache rule (B + r).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -42,7 +42,8 @@ TEST(Cli, ErrorsAreOneLineWithExitCode2) {
       {"perplexity -m " + model() + " -f /nonexistent.txt", "/nonexistent.txt"},
       {"perplexity -m " + model() + " -f " + test::shared_path("data/tinystories/tinystories_sample.txt") +
            " --policies random,,full --budget 128", "empty list entry"},
-      {"perplexity -m " + test::shared_path("data/tinystories/tinystories_sample.txt") + " -f x", "GGUF"},
+      {"perplexity -m " + test::shared_path("data/tinystories/tinystories_sample.txt") + " -f " +
+           test::shared_path("data/tinystories/tinystories_sample.txt"), "GGUF"},
       {"frobnicate", "frobnicate"},
   };
   for (const auto& c : cases) {

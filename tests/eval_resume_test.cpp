@@ -30,7 +30,7 @@ std::vector<std::string> eval_args(const std::string& out, std::vector<std::stri
 constexpr size_t kTotal = 16;
 
 TEST(EvalResume, KillMidwayThenResumeRecomputesNothing) {
-  if (!have_inputs()) GTEST_SKIP() << "stories260K or MATH-500 not found under " << test::shared_dir();
+  if (!have_inputs()) KVEVICT_SKIP_UNLESS_CI("stories260K or MATH-500 not found under " << test::shared_dir());
   const std::string root = test::fresh_dir("eval_resume");
   const std::string killed = root + "/killed", clean = root + "/clean";
   const std::string rollouts = killed + "/rollouts.jsonl";
@@ -76,7 +76,7 @@ TEST(EvalResume, KillMidwayThenResumeRecomputesNothing) {
 }
 
 TEST(EvalResume, ShardsMergeToTheUnshardedRun) {
-  if (!have_inputs()) GTEST_SKIP() << "stories260K or MATH-500 not found under " << test::shared_dir();
+  if (!have_inputs()) KVEVICT_SKIP_UNLESS_CI("stories260K or MATH-500 not found under " << test::shared_dir());
   const std::string root = test::fresh_dir("eval_shards");
   const std::string whole = root + "/whole", s0 = root + "/s0", s1 = root + "/s1", merged = root + "/merged";
   ASSERT_EQ(test::run_kvevict(eval_args(whole), root, "whole").code, 0);
@@ -106,7 +106,7 @@ TEST(EvalResume, ShardsMergeToTheUnshardedRun) {
 // Expected: config.json's math_suffix, and the same prompt length as with --math-suffix, longer
 // than with --no-math-suffix (a regression: the default once came out off).
 TEST(EvalPrompt, MathSuffixDefaultsOnForMath500) {
-  if (!have_inputs()) GTEST_SKIP() << "stories260K or MATH-500 missing under " << test::shared_dir();
+  if (!have_inputs()) KVEVICT_SKIP_UNLESS_CI("stories260K or MATH-500 missing under " << test::shared_dir());
   const auto run = [](const std::string& tag, std::vector<std::string> extra) {
     const std::string out = test::fresh_dir("suffix_" + tag);
     std::vector<std::string> a = {"eval", "-m", test::stories260k(), "--tasks", test::shared_path("data/math500/test.jsonl"),

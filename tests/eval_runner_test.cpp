@@ -2,7 +2,7 @@
 // runner's contract (eval/runner.h): a rollout depends only on (settings, problem, cell, index),
 // so running it alone, beside others, or with another thread count gives the same record; the
 // length cap counts the prompt. The plain prompt is the problem plus the paper's suffix
-// (eviction-spec.md §4).
+// (docs/eviction-spec.md §4).
 #include <gtest/gtest.h>
 
 #include <algorithm>

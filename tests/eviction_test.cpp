@@ -1,6 +1,7 @@
-// The shared eviction schedule (eviction-spec.md §2) and the issue-2 policies, end to end on
-// stories260K and on the keep-set chooser alone. Expected values come from the spec's rules,
-// restated here as brute-force checks, and from the naive masked reference model.
+// The shared eviction schedule (docs/eviction-spec.md §2) and the baseline policies (random,
+// random-unprotected, recency, streaming), end to end on stories260K and on the keep-set chooser
+// alone. Expected values come from the spec's rules, restated here as brute-force checks, and
+// from the naive masked reference model.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -112,7 +112,7 @@ class ChunkedPerplexity : public ::testing::TestWithParam<ChunkCase> {};
 TEST_P(ChunkedPerplexity, MatchesLlamaCpp) {
   KVEVICT_REQUIRE_MODEL(m);
   // Expected: llama-perplexity's "Final estimate" for the same file and flags
-  // (reference/stories260K.json "perplexity_chunked"); the issue asks for agreement within 0.5%.
+  // (reference/stories260K.json "perplexity_chunked"); the target is agreement within 0.5%.
   const ChunkCase c = GetParam();
   nlohmann::json row;
   const nlohmann::json ref = reference();

@@ -1,4 +1,4 @@
-// Keep-set instrumentation (issue 3 item 4), TriAttention calibration, and the new subcommands
+// Keep-set instrumentation, TriAttention calibration, and the new subcommands
 // as a user runs them. Expected keep-log values are worked out by hand in the comments from the
 // definitions in eval/keeplog.h; calibration is checked against layer-0 queries computed here
 // directly from the weights (for layer 0 the pre-RoPE query depends only on the token).

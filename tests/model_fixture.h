@@ -20,6 +20,6 @@ inline const LlamaModel* stories_model() {
 
 #define KVEVICT_REQUIRE_MODEL(var)                                                        \
   const ::kvevict::LlamaModel* var = ::kvevict::test::stories_model();                    \
-  if (!var) GTEST_SKIP() << "stories260K not found under " << ::kvevict::test::shared_dir()
+  if (!var) KVEVICT_SKIP_UNLESS_CI("stories260K not found under " << ::kvevict::test::shared_dir())
 
 }  // namespace kvevict::test

@@ -16,4 +16,21 @@ inline std::string shared_path(const std::string& rel) { return shared_dir() + "
 inline std::string stories260k() { return shared_path("models/stories260K/stories260K.gguf"); }
 inline std::string kvevict_binary() { return KVEVICT_BINARY; }
 
+/// True under CI (environment CI=true or CI=1, as GitHub Actions and most runners set it).
+inline bool in_ci() {
+  const char* ci = std::getenv("CI");
+  return ci && (std::string(ci) == "true" || std::string(ci) == "1");
+}
+
 }  // namespace kvevict::test
+
+/// For a test whose shared model or data is missing: skip it locally, but fail it under CI, where
+/// a skipped test would let the suite pass having checked nothing. `msg` may be a `<<` chain.
+#define KVEVICT_SKIP_UNLESS_CI(msg)                                                             \
+  do {                                                                                           \
+    if (::kvevict::test::in_ci()) {                                                              \
+      GTEST_FAIL() << msg << " (CI is set: the shared models and data are required; set KVEVICT_SHARED)"; \
+    } else {                                                                                     \
+      GTEST_SKIP() << msg;                                                                       \
+    }                                                                                            \
+  } while (0)

@@ -112,15 +112,21 @@ nlohmann::json header(const BenchCommon& c, const LlamaModel& m, Engine& e) {
 }
 
 Policy policy_with_params(const std::string& name, const std::vector<std::string>& params) {
-  std::vector<std::string> mine;
+  // [POLICY:]NAME=VALUE, as everywhere (eviction/registry.h); a parameter this policy does not
+  // take is an error only when it names the policy.
+  std::vector<std::string> mine, prefixed;
   for (const std::string& p : params) {
-    const auto colon = p.find(':');
-    if (colon == std::string::npos)
-      throw Error(fmt::format("--param '{}': bench parameters are policy:key=value", p));
-    const std::string base = name.substr(0, name.find('+'));
-    if (p.substr(0, colon) == name || p.substr(0, colon) == base) mine.push_back(p.substr(colon + 1));
+    const auto one = params_for_policy({p}, name);
+    if (one.empty()) continue;
+    (one[0] == p ? mine : prefixed).push_back(one[0]);
   }
-  return make_policy(name, std::nullopt, std::nullopt, SelectorParams::parse(mine));
+  mine.insert(mine.end(), prefixed.begin(), prefixed.end());
+  const SelectorParams sp = SelectorParams::parse(mine);
+  Policy pol = make_policy(name, std::nullopt, std::nullopt, sp, /*check_params=*/false);
+  for (const std::string& key : sp.unused())
+    for (const std::string& p : prefixed)
+      if (p.substr(0, p.find('=')) == key) sp.check_all_used(name);
+  return pol;
 }
 
 std::vector<std::string> policy_list(const std::vector<std::string>& given, bool evicting_only) {
@@ -489,6 +495,7 @@ nlohmann::json bench_decode(const DecodeBenchConfig& cfg) {
                  slots0, s.median * 1e3, s.min * 1e3, s.max * 1e3, 1.0 / s.median, row["roofline_pct"].get<double>(),
                  s.median / first);
       std::fflush(stdout);
+      if (cfg.common.on_cell) cfg.common.on_cell(fmt::format("{} {}", len, bounded ? "bounded" : "full"));
     }
   }
   out["length_sweep"] = sweep;
@@ -542,6 +549,7 @@ nlohmann::json bench_evict_round(const EvictBenchConfig& cfg) {
         fmt::print("| {} | {} | {:.4f} | {:.4f} | {:.4f} | {:.4f}-{:.4f}{} |\n", pol.name, B, ss.median, cs.median, ts.median,
                    ts.min, ts.max,
                    static_cast<int>(score.size()) < cfg.common.reps ? fmt::format(" ({} rounds: time cap)", score.size()) : "");
+        if (cfg.common.on_cell) cfg.common.on_cell(fmt::format("{} B={}", pol.name, B));
         std::fflush(stdout);
       } catch (const Error& e) {
         skipped.push_back({{"policy", name}, {"budget", B}, {"reason", e.what()}});
@@ -562,6 +570,7 @@ namespace {
 struct ThroughputRun {
   double tok_per_s = 0;
   double round_ms_per_step = 0;    ///< eviction rounds (score + compact), all sequences, per timed step
+  int64_t rounds_timed = 0;        ///< eviction rounds inside the timed steps, all sequences
   double observe_ms_per_step = 0;  ///< selectors' per-token observation work, per timed step
   Summary step_ms;
   int64_t kv_bytes_per_seq = 0;
@@ -599,6 +608,8 @@ ThroughputRun run_batch(Engine& engine, const Policy& pol, const ThroughputBench
     return t;
   };
   const double round0 = selector_ms(true), observe0 = selector_ms(false);
+  int64_t rounds0 = 0;
+  for (const Sequence* s : ptrs) rounds0 += s->stats.rounds;
   std::vector<double> ms;
   for (int r = 0; r < cfg.common.reps; ++r) {
     const auto t0 = Clock::now();
@@ -606,6 +617,8 @@ ThroughputRun run_batch(Engine& engine, const Policy& pol, const ThroughputBench
     ms.push_back(seconds_since(t0) * 1e3 / cfg.steps);
   }
   ThroughputRun out;
+  for (const Sequence* s : ptrs) out.rounds_timed += s->stats.rounds;
+  out.rounds_timed -= rounds0;
   const double timed_steps = static_cast<double>(cfg.common.reps) * cfg.steps;
   out.round_ms_per_step = (selector_ms(true) - round0) / timed_steps;
   out.observe_ms_per_step = (selector_ms(false) - observe0) / timed_steps;
@@ -644,11 +657,17 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
       const ThroughputRun r = run_batch(engine, pol, cfg, cfg.batch);
       iso_batch.push_back({{"policy", pol.name}, {"batch", cfg.batch}, {"tok_per_s", r.tok_per_s},
                            {"round_ms_per_step", r.round_ms_per_step}, {"observe_ms_per_step", r.observe_ms_per_step},
-                           {"step_ms", r.step_ms.to_json()}, {"kv_bytes_per_seq", r.kv_bytes_per_seq}});
+                           {"step_ms", r.step_ms.to_json()}, {"kv_bytes_per_seq", r.kv_bytes_per_seq},
+                           {"rounds_timed", r.rounds_timed}});
+      if (pol.evicts && r.rounds_timed == 0)
+        fmt::print(stderr, "kvevict: warning: bench throughput: no eviction round fell inside the {} timed steps of '{}' "
+                           "(a round comes every r = {} steps per sequence): its rounds cost is not measured\n",
+                   int64_t{cfg.common.reps} * cfg.steps, pol.name, cfg.common.recent);
       fmt::print("| {} | {:.2f} | {:.2f} ({:.2f}-{:.2f}) | {:.2f} | {:.2f} | {:.1f} |\n", pol.name, r.tok_per_s, r.step_ms.median,
                  r.step_ms.min, r.step_ms.max, r.round_ms_per_step, r.observe_ms_per_step,
                  static_cast<double>(r.kv_bytes_per_seq) / (1 << 20));
       std::fflush(stdout);
+      if (cfg.common.on_cell) cfg.common.on_cell("iso-batch " + pol.name);
     } catch (const Error& e) {
       skipped.push_back({{"policy", name}, {"table", "iso-batch"}, {"reason", e.what()}});
       fmt::print("| {} | skipped: {} | | |\n", name, e.what());
@@ -682,6 +701,7 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
       fmt::print("| {} | {} | {} | {}{} | {} | {:.2f} | {:.2f} |\n", pol.name, slots, max_batch, run,
                  run < max_batch ? " (capped)" : "", exact ? "yes" : "NO", r.tok_per_s, r.round_ms_per_step);
       std::fflush(stdout);
+      if (cfg.common.on_cell) cfg.common.on_cell("iso-memory " + pol.name);
     } catch (const Error& e) {
       skipped.push_back({{"policy", name}, {"table", "iso-memory"}, {"reason", e.what()}});
       fmt::print("| {} | skipped: {} | | | | |\n", name, e.what());

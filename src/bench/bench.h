@@ -1,7 +1,7 @@
 // `kvevict bench` measurements: decode speed vs the memory-bandwidth roofline, eviction-round
 // cost per selector, and batched throughput at equal batch and at equal KV memory.
 //
-// Source: issue 5 (targets), eviction-spec.md §4 (the paper's round costs and serving numbers
+// Source: docs/eviction-spec.md §4 (the paper's round costs and serving numbers
 // these tables are analogues of); STREAM (McCalpin, "Memory Bandwidth and Machine Balance",
 // 1995) for the copy kernel and its byte-counting convention (read + write bytes).
 //
@@ -13,6 +13,8 @@
 // decode steps are timed (including every eviction round they trigger). Cost per step depends on
 // the live slots, the positions and the policy's work, not on how the values were produced.
 #pragma once
+
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -59,6 +61,9 @@ struct BenchCommon {
   int reps = 5;            ///< repetitions per figure
   uint64_t seed = 0;
   int64_t recent = 64;     ///< r
+  /// Called after each measured cell (a sweep length, a (policy, B) pair, a policy of a table)
+  /// with a short label; the CLI drives its progress display from it. May be empty.
+  std::function<void(const std::string& label)> on_cell;
 };
 
 /// `bench decode`. With `shape` set, models of that shape (model/synth.h) are synthesised in

@@ -9,6 +9,8 @@
 
 #include "bench/bench.h"
 #include "cli/common.h"
+#include "cli/progress.h"
+#include "eviction/registry.h"
 #include "util/error.h"
 
 namespace kvevict::cli {
@@ -24,17 +26,18 @@ struct CommonArgs {
 };
 
 void add_common(CLI::App* cmd, CommonArgs& a, bool model_required = true) {
-  auto* model = cmd->add_option("--model,-m", a.model, "GGUF model (e.g. from `kvevict tools synth-gguf`)");
+  auto* model = cmd->add_option("-m,--model", a.model, "GGUF model (e.g. from `kvevict tools synth-gguf`)")->check(CLI::ExistingFile);
   if (model_required) model->required();
-  cmd->add_option("--threads,-t", a.threads, "Threads (0 = all cores)")->check(at_least(0))->capture_default_str();
+  add_threads_option(*cmd, a.threads);
   cmd->add_option("--kv-type", a.kv_type, "KV cache element type: f32 or f16")->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
-  cmd->add_option("--reps", a.reps, "Repetitions per figure (median, min, max reported)")->capture_default_str();
+  cmd->add_option("--reps", a.reps, "Repetitions per figure (median, min, max reported)")
+      ->check(int_range(1, limits::kReps))->capture_default_str();
   cmd->add_option("--seed", a.seed, "Seed of prompts and synthetic cache contents")->check(seed_value())->capture_default_str();
-  cmd->add_option("--buffer,-r", a.recent, "Recent buffer r")->capture_default_str();
+  cmd->add_option("--buffer,-r", a.recent, "Recent buffer r")->check(int_range(1, limits::kTokens))->capture_default_str();
   cmd->add_option("--json", a.json, "Write all results (with samples and load averages) to this JSON file");
   cmd->add_option("--max-load", a.max_load, "Wait until the 1-minute load average is below this before measuring");
   cmd->add_option("--max-wait", a.max_wait_s, "Give up waiting for --max-load after this many seconds (then measure anyway, noted)")
-      ->capture_default_str();
+      ->check(int_range(0, 86400))->capture_default_str();
 }
 
 BenchCommon common(const CommonArgs& a) {
@@ -66,7 +69,18 @@ std::string wait_for_load(const CommonArgs& a) {
   }
 }
 
+/// Warns when the 1-minute load average says other work shared the cores (`when`: "before"/"after").
+void warn_if_loaded(const char* when) {
+  const double l = load_average_1m();
+  const double cores = std::max(1u, std::thread::hardware_concurrency());
+  if (l > 0.5 * cores)
+    warn(fmt::format("1-minute load average {:.2f} on {} cores {} measuring: other work shares the machine, so times "
+                     "and %-of-roofline figures are unreliable (wait with --max-load, or compare within one run)",
+                     l, cores, when));
+}
+
 int finish(const CommonArgs& a, nlohmann::json j, const std::string& wait_note) {
+  warn_if_loaded("after");
   j["load_wait"] = wait_note;
   if (!a.json.empty()) {
     std::ofstream f(a.json);
@@ -84,10 +98,10 @@ std::vector<int64_t> parse_ints(const std::string& s, const std::string& option)
     try {
       size_t used = 0;
       const long long v = std::stoll(p, &used);
-      if (used != p.size() || v <= 0) throw std::invalid_argument(p);
+      if (used != p.size() || v <= 0 || v > limits::kTokens) throw std::invalid_argument(p);
       out.push_back(v);
     } catch (const std::exception&) {
-      throw Error(fmt::format("{} '{}': '{}' is not a positive integer", option, s, p));
+      throw Error(fmt::format("{} '{}': '{}' is not an integer in [1, {}]", option, s, p, limits::kTokens));
     }
   }
   return out;
@@ -118,10 +132,12 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
   dec->add_option("--prefill", *dprefill, "Prompt lengths of the prefill table, comma-separated ('none': no table)")
       ->capture_default_str();
   dec->add_flag("--no-sweep", dc_no_sweep, "Skip the step-time-vs-length sweep (always skipped with --shape)");
-  dec->add_option("--steps", dc->steps, "Decode steps per repetition (bounded runs: 2 r)")->capture_default_str();
+  dec->add_option("--steps", dc->steps, "Decode steps per repetition (bounded runs: 2 r)")
+      ->check(int_range(1, limits::kTokens))->capture_default_str();
   dec->add_option("--lengths", *dl, "Generated lengths of the sweep (comma-separated)")->capture_default_str();
-  dec->add_option("--max-length", dc->max_length, "Skip sweep lengths above this")->capture_default_str();
-  dec->add_option("--budget,-B", dc->budget, "Budget B of the bounded runs")->capture_default_str();
+  dec->add_option("--max-length", dc->max_length, "Skip sweep lengths above this")
+      ->check(int_range(1, limits::kTokens))->capture_default_str();
+  dec->add_option("--budget,-B", dc->budget, "Budget B of the bounded runs")->check(int_range(1, limits::kTokens))->capture_default_str();
   dec->add_option("--policy", dc->policy, "Policy of the bounded runs")->capture_default_str();
 
   // evict-round
@@ -133,8 +149,9 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
   add_common(ev, *ea);
   ev->add_option("--budgets", *eb, "Budgets B (comma-separated)")->capture_default_str();
   ev->add_option("--policies", *ep, "Policies (comma-separated; default: every evicting policy)");
-  ev->add_option("--param", ec->params, "Selector parameter policy:key=value (repeatable)");
-  ev->add_option("--warmup", ec->warmup_steps, "Real decode steps before the first timed round")->capture_default_str();
+  ev->add_option("--param", ec->params, "Selector parameter [POLICY:]NAME=VALUE (repeatable; with POLICY: only that policy)");
+  ev->add_option("--warmup", ec->warmup_steps, "Real decode steps before the first timed round")
+      ->check(int_range(0, limits::kTokens))->capture_default_str();
   ev->add_option("--max-cell-seconds", ec->max_cell_seconds, "Stop repeating a (policy, B) cell after this many seconds")
       ->capture_default_str();
 
@@ -146,14 +163,17 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
   auto* tp_cmd = bench->add_subcommand("throughput", "Batched decode tok/s: iso-batch and iso-memory, per policy");
   add_common(tp_cmd, *ta);
   ta->reps = 3;
-  tp_cmd->add_option("--batch", tc->batch, "Iso-batch size")->capture_default_str();
-  tp_cmd->add_option("--budget,-B", tc->budget, "Budget B")->capture_default_str();
-  tp_cmd->add_option("--start-length", tc->start_length, "Generated tokens before timing starts")->capture_default_str();
-  tp_cmd->add_option("--steps", tc->steps, "Timed batched steps per repetition")->capture_default_str();
-  tp_cmd->add_option("--pool-mib", *pool_mib, "Iso-memory KV pool (MiB)")->capture_default_str();
-  tp_cmd->add_option("--max-batch", tc->max_batch, "Largest batch actually run in iso-memory")->capture_default_str();
+  tp_cmd->add_option("--batch", tc->batch, "Iso-batch size")->check(int_range(1, limits::kBatch))->capture_default_str();
+  tp_cmd->add_option("--budget,-B", tc->budget, "Budget B")->check(int_range(1, limits::kTokens))->capture_default_str();
+  tp_cmd->add_option("--start-length", tc->start_length, "Generated tokens before timing starts")
+      ->check(int_range(0, limits::kTokens))->capture_default_str();
+  tp_cmd->add_option("--steps", tc->steps, "Timed batched steps per repetition (r or more, so rounds fall inside)")
+      ->check(int_range(1, limits::kTokens))->capture_default_str();
+  tp_cmd->add_option("--pool-mib", *pool_mib, "Iso-memory KV pool (MiB)")->check(int_range(1, 1 << 20))->capture_default_str();
+  tp_cmd->add_option("--max-batch", tc->max_batch, "Largest batch actually run in iso-memory")
+      ->check(int_range(1, limits::kBatch))->capture_default_str();
   tp_cmd->add_option("--policies", *tp, "Policies (comma-separated; default: all)");
-  tp_cmd->add_option("--param", tc->params, "Selector parameter policy:key=value (repeatable)");
+  tp_cmd->add_option("--param", tc->params, "Selector parameter [POLICY:]NAME=VALUE (repeatable; with POLICY: only that policy)");
   auto tables = std::make_shared<std::string>("iso-batch,iso-memory");
   tp_cmd->add_option("--tables", *tables, "Tables to run: iso-batch, iso-memory (comma-separated)")->capture_default_str();
 
@@ -168,14 +188,22 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
                      dc->types = split_list(*dtypes, "--type");
                      dc->prefill_lengths = *dprefill == "none" ? std::vector<int64_t>{} : parse_ints(*dprefill, "--prefill");
                      dc->sweep = !*no_sweep;
+                     auto progress = std::make_shared<Progress>("bench decode", 2 * static_cast<int64_t>(dc->lengths.size()), "cells", 0, false);
+                     dc->common.on_cell = [progress](const std::string& label) { progress->add(1, label); };
                      const std::string note = wait_for_load(*da);
+                     warn_if_loaded("before");
                      return finish(*da, bench_decode(*dc), note);
                    }
                    if (ev->parsed()) {
                      ec->common = common(*ea);
                      ec->budgets = parse_ints(*eb, "--budgets");
                      if (!ep->empty()) ec->policies = split_list(*ep, "--policies");
+                     const int64_t n_pol = ec->policies.empty() ? static_cast<int64_t>(all_policies().size()) - 1
+                                                                : static_cast<int64_t>(ec->policies.size());
+                     auto progress = std::make_shared<Progress>("bench evict-round", n_pol * static_cast<int64_t>(ec->budgets.size()), "cells", 0, false);
+                     ec->common.on_cell = [progress](const std::string& label) { progress->add(1, label); };
                      const std::string note = wait_for_load(*ea);
+                     warn_if_loaded("before");
                      return finish(*ea, bench_evict_round(*ec), note);
                    }
                    if (tp_cmd->parsed()) {
@@ -188,7 +216,15 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
                        else if (t == "iso-memory") tc->iso_memory = true;
                        else throw Error(fmt::format("--tables: unknown table '{}' (iso-batch, iso-memory)", t));
                      }
+                     const int64_t n_pol = tc->policies.empty() ? static_cast<int64_t>(all_policies().size())
+                                                                : static_cast<int64_t>(tc->policies.size());
+                     auto progress = std::make_shared<Progress>("bench throughput", n_pol * (tc->iso_batch + tc->iso_memory), "cells", 0, false);
+                     tc->common.on_cell = [progress](const std::string& label) { progress->add(1, label); };
                      const std::string note = wait_for_load(*ta);
+                     warn_if_loaded("before");
+                     if (int64_t{tc->steps} * ta->reps < ta->recent)
+                       warn(fmt::format("--steps {} x --reps {} < r = {}: the timed steps may hold no eviction round",
+                                        tc->steps, ta->reps, ta->recent));
                      return finish(*ta, bench_throughput(*tc), note);
                    }
                    return 2;

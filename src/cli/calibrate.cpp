@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "cli/common.h"
+#include "cli/progress.h"
 #include "eval/calibrate.h"
 #include "eval/perplexity.h"
 #include "model/llama.h"
@@ -23,7 +24,7 @@ struct CalibrateArgs {
 
 int run_calibrate(const CalibrateArgs& a) {
   if (a.tokens < 2) throw Error(fmt::format("--tokens {}: must be >= 2", a.tokens));
-  if (a.ctx < 0 || a.ctx == 1) throw Error(fmt::format("--ctx {}: must be 0 (the model's context) or >= 2", a.ctx));
+  if (a.ctx < 0 || a.ctx == 1) throw Error(fmt::format("-c {}: must be 0 (the model's context) or >= 2", a.ctx));
   const auto model = LlamaModel::load(a.model);
   std::string text = read_file(a.file);
   if (a.gutenberg) text = gutenberg_body(text);
@@ -32,7 +33,15 @@ int run_calibrate(const CalibrateArgs& a) {
   else if (static_cast<int64_t>(tokens.size()) < a.tokens)
     warn(fmt::format("{} holds only {} tokens, fewer than --tokens {}", a.file, tokens.size(), a.tokens));
   ThreadPool pool(a.threads);
-  QueryStats stats = calibrate_query_stats(*model, tokens, a.ctx, pool);
+  QueryStats stats;
+  {
+    Progress progress("calibrate", static_cast<int64_t>(tokens.size()), "tokens");
+    int64_t last = 0;
+    stats = calibrate_query_stats(*model, tokens, a.ctx, pool, [&](int64_t done, int64_t) {
+      progress.add(done - last);
+      last = done;
+    });
+  }
   stats.model = a.model;
   stats.source = a.file;
   save_query_stats(stats, a.out);
@@ -48,13 +57,15 @@ int run_calibrate(const CalibrateArgs& a) {
 void add_calibrate(CLI::App& root, std::vector<Command>& out) {
   auto c = std::make_shared<CalibrateArgs>();
   auto* cmd = root.add_subcommand("calibrate", "Write TriAttention's query statistics (pre-RoPE query means per band) for a model");
-  cmd->add_option("-m,--model", c->model, "GGUF model (llama architecture)")->required();
-  cmd->add_option("-f,--file", c->file, "Calibration text (not the evaluation set)")->required();
+  cmd->add_option("-m,--model", c->model, "GGUF model (llama architecture)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-f,--file", c->file, "Calibration text (not the evaluation set)")->required()->check(CLI::ExistingFile);
   cmd->add_option("-o,--output", c->out, "Statistics file to write (JSON)")->required();
-  cmd->add_option("--tokens", c->tokens, "Use the first N tokens (BOS included)")->capture_default_str();
-  cmd->add_option("--ctx", c->ctx, "Tokens per prefill chunk (0 = the model's context length)")->capture_default_str();
+  cmd->add_option("--tokens", c->tokens, "Use the first N tokens (BOS included)")
+      ->check(int_range(2, limits::kCorpusTokens))->capture_default_str();
+  cmd->add_option("-c,--ctx-size", c->ctx, "Tokens per prefill chunk (0 = the model's context length)")
+      ->check(int_range(0, limits::kTokens))->capture_default_str();
   cmd->add_flag("--gutenberg-body", c->gutenberg, "Use only the text between Project Gutenberg's START/END markers");
-  cmd->add_option("-t,--threads", c->threads, "Threads (0 = all cores)")->check(at_least(0))->capture_default_str();
+  add_threads_option(*cmd, c->threads);
   out.push_back({cmd, [c] { return run_calibrate(*c); }});
 }
 

@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
+#include <thread>
 
 #include "util/error.h"
+#include "util/suggest.h"
 
 namespace kvevict::cli {
 
@@ -14,11 +17,13 @@ void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy) {
     cmd.add_option("--policy", a.policy,
                    "Eviction policy: " + policy_names() + " (any may take +prompt); default: random with --budget, else full");
   cmd.add_option("--budget,-B", a.budget, "Budget B: slots per (layer, KV head) after a round, prompt and recent buffer included")
-      ->check(at_least(1));
-  cmd.add_option("--buffer,-r", a.recent, "Recent buffer r: newest slots never evicted")->capture_default_str();
-  cmd.add_option("--sinks", a.sinks, "Pin the first S positions (default: the policy's; streaming = 4)");
+      ->check(int_range(1, limits::kTokens));
+  cmd.add_option("--buffer,-r", a.recent, "Recent buffer r: newest slots never evicted (must be < B)")
+      ->check(int_range(1, limits::kTokens))->capture_default_str();
+  cmd.add_option("--sinks", a.sinks, "Pin the first S positions (default: the policy's; streaming = 4)")
+      ->check(int_range(0, limits::kTokens));
   cmd.add_flag("--protect-prompt", a.protect_prompt, "Pin the prompt inside K_sel (default: the policy's)");
-  cmd.add_flag("--no-protect-prompt", a.no_protect_prompt, "Do not pin the prompt");
+  cmd.add_flag("--no-protect-prompt", a.no_protect_prompt, "Do not pin the prompt (default: the policy's)");
   cmd.add_option("--long-prompt", a.long_prompt,
                  "Prompt longer than K_sel-1: pin-head (pin its first K_sel-1 tokens, budget holds) or "
                  "skip (never evict that sequence)")
@@ -27,7 +32,9 @@ void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy) {
                  "RoPE positions: logical (tokens seen) or cache (slot index, keys re-rotated; StreamingLLM)")
       ->check(CLI::IsMember({"logical", "cache"}))->capture_default_str();
   cmd.add_option("--seed", a.seed, "Base seed of every random choice")->check(seed_value())->capture_default_str();
-  cmd.add_option("--param", a.params, "Selector parameter name=value (repeatable)");
+  cmd.add_option("--param", a.params,
+                 "Selector parameter [POLICY:]NAME=VALUE (repeatable; with POLICY: only that policy, e.g. "
+                 "triattention:stats=FILE; `kvevict policies` lists them)");
 }
 
 CLI::Validator at_least(long long lo) {
@@ -46,6 +53,99 @@ CLI::Validator at_least(long long lo) {
       fmt::format(">= {}", lo));
 }
 
+CLI::Validator int_range(long long lo, long long hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& in) -> std::string {
+        long long v = 0;
+        size_t used = 0;
+        try {
+          v = std::stoll(in, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != in.size() || v < lo || v > hi)
+          return fmt::format("must be an integer in [{}, {}] (got {})", lo, hi, in);
+        return {};
+      },
+      "");
+}
+
+int max_threads() {
+  return limits::kThreadsPerCore * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+void add_threads_option(CLI::App& cmd, int& threads, const std::string& help) {
+  auto force = std::make_shared<bool>(false);
+  const std::string range = fmt::format("[0, {}] ({} x {} cores; up to {} with --force-threads)", max_threads(),
+                                        limits::kThreadsPerCore, max_threads() / limits::kThreadsPerCore,
+                                        limits::kThreadsForced);
+  cmd.add_option("-t,--threads", threads, fmt::format("{}; at most {} = {} x cores without --force-threads", help,
+                                                      max_threads(), limits::kThreadsPerCore))
+      ->check(CLI::Validator(
+          [range](std::string& in) -> std::string {
+            long long v = -1;
+            size_t used = 0;
+            try {
+              v = std::stoll(in, &used);
+            } catch (const std::exception&) {
+              used = 0;
+            }
+            if (used == 0 || used != in.size() || v < 0 || v > limits::kThreadsForced)
+              return fmt::format("must be an integer in {} (got {})", range, in);
+            return {};
+          },
+          ""))
+      ->capture_default_str();
+  cmd.add_flag("--force-threads", *force, "Allow -t above 4 x cores (oversubscribed; results do not depend on it)");
+  cmd.parse_complete_callback([&threads, force] {
+    if (!*force && threads > max_threads())
+      throw CLI::ValidationError("-t,--threads", fmt::format("{} is more than {} x {} cores = {} (pass --force-threads to run anyway)",
+                                                             threads, limits::kThreadsPerCore,
+                                                             max_threads() / limits::kThreadsPerCore, max_threads()));
+  });
+}
+
+std::vector<std::string> apply_aliases(const std::vector<std::string>& args) {
+  // subcommand -> {old spelling, current spelling}
+  static const std::map<std::string, std::map<std::string, std::string>> table = {
+      {"eval", {{"--tasks", "--file"}, {"--out", "--output"}, {"--max-new-tokens", "--n-predict"}}},
+      {"merge", {{"--out", "--output"}}},
+      {"calibrate", {{"--ctx", "--ctx-size"}}},
+      {"tasks", {{"--n", "--count"}, {"-i", "-f"}, {"--input", "--file"}, {"-j", "-t"}, {"--jobs", "--threads"}}},
+  };
+  std::vector<std::string> out = args;
+  if (out.size() < 2) return out;
+  const auto it = table.find(out[1]);
+  if (it == table.end()) return out;
+  for (size_t i = 2; i < out.size(); ++i) {
+    std::string& a = out[i];
+    if (a == "--") break;
+    const auto eq = a.find('=');
+    const std::string name = a.substr(0, eq);
+    if (const auto m = it->second.find(name); m != it->second.end())
+      a = m->second + (eq == std::string::npos ? std::string() : a.substr(eq));
+  }
+  return out;
+}
+
+std::string suggest_options(const CLI::App& cmd, const std::vector<std::string>& extras) {
+  std::vector<std::string> names;
+  for (const CLI::App* app = &cmd; app != nullptr; app = app->get_parent())
+    for (const CLI::Option* o : app->get_options()) {
+      if (o->get_group().empty()) continue;  // hidden
+      for (const std::string& l : o->get_lnames()) names.push_back("--" + l);
+      for (const std::string& s : o->get_snames()) names.push_back("-" + s);
+    }
+  std::string out;
+  for (const std::string& e : extras) {
+    if (e.size() < 2 || e[0] != '-') continue;
+    const std::string word = e.substr(0, e.find('='));
+    if (const std::string g = closest_match(word, names); !g.empty())
+      out += fmt::format("{}did you mean {}?", out.empty() ? "" : "; ", g);
+  }
+  return out;
+}
+
 CLI::Validator seed_value() {
   return CLI::Validator(
       [](std::string& in) -> std::string {
@@ -53,7 +153,7 @@ CLI::Validator seed_value() {
           return fmt::format("must be an unsigned integer (got {})", in);
         return {};
       },
-      "UINT");
+      "");
 }
 
 std::string default_policy(const PolicyArgs& a) {
@@ -61,14 +161,15 @@ std::string default_policy(const PolicyArgs& a) {
   return a.budget > 0 ? "random" : "full";
 }
 
-Policy build_policy(const PolicyArgs& a, const std::string& name, const SelectorParams* params) {
+Policy build_policy(const PolicyArgs& a, const std::string& name, bool check_params) {
   if (a.protect_prompt && a.no_protect_prompt)
     throw Error("--protect-prompt and --no-protect-prompt are mutually exclusive");
   std::optional<bool> protect;
   if (a.protect_prompt) protect = true;
   if (a.no_protect_prompt) protect = false;
-  if (params) return make_policy(name, protect, a.sinks, *params, /*check_params=*/false);
-  return make_policy(name, protect, a.sinks, SelectorParams::parse(a.params));
+  if (check_params) check_param_items(a.params, {name});
+  return make_policy(name, protect, a.sinks, SelectorParams::parse(params_for_policy(a.params, name)),
+                     /*check_params=*/false);
 }
 
 EvictionConfig build_eviction(const PolicyArgs& a, const Policy& p) {

@@ -34,17 +34,57 @@ void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy = true);
 /// The policy to run when --policy was not given: `random` with a budget, `full` without.
 std::string default_policy(const PolicyArgs& a);
 
+/// Upper bounds of the count and size options, checked while the command line is parsed, before
+/// any file is read. They are far above any sensible run and far below what would exhaust memory
+/// or never finish: a value past one is a typo (e.g. `--rollouts 100000000`), not a workload.
+/// README ("Limits") lists them; the flag table in CONTRIBUTING.md names the options.
+namespace limits {
+inline constexpr long long kTokens = 1 << 20;       ///< -n, -c, --max-length, --budget(s), --buffer, --sinks, lengths (tokens)
+inline constexpr long long kCorpusTokens = 100'000'000;  ///< --tokens of perplexity/calibrate
+inline constexpr long long kRollouts = 1024;        ///< eval --rollouts (decoded as parallel sequences)
+inline constexpr long long kBootstrap = 1'000'000;  ///< eval --bootstrap resamples
+inline constexpr long long kProblems = 10'000'000;  ///< --limit, tasks --count, --chunks
+inline constexpr long long kShards = 100'000;       ///< eval --shard i/N: N
+inline constexpr long long kTrials = 100'000;       ///< probe --trials, --restate
+inline constexpr long long kReps = 1000;            ///< bench --reps
+inline constexpr long long kBatch = 4096;           ///< bench --batch, --max-batch (sequences)
+inline constexpr int kThreadsPerCore = 4;           ///< -t <= 4 x cores unless --force-threads
+inline constexpr long long kThreadsForced = 4096;   ///< -t with --force-threads
+}  // namespace limits
+
 /// CLI11 check for an integer option: the value must be >= lo. The error reads
 /// "--name: must be an integer >= lo (got X)" (CLI11 prefixes the option name).
 CLI::Validator at_least(long long lo);
 
+/// CLI11 check for an integer option in [lo, hi]. The error reads
+/// "--name: must be an integer in [lo, hi] (got X)".
+CLI::Validator int_range(long long lo, long long hi);
+
+/// The thread cap without --force-threads: limits::kThreadsPerCore x the cores the OS reports.
+int max_threads();
+
+/// Adds `-t,--threads N` (0 = all cores; at most max_threads() unless `--force-threads` is also
+/// given, then at most limits::kThreadsForced) to `cmd`. `help` describes what the threads do.
+/// The cap is checked once the subcommand is parsed (CLI::ValidationError, one line).
+void add_threads_option(CLI::App& cmd, int& threads, const std::string& help = "Threads, 0 = all cores");
+
+/// Rewrites old spellings of options to the current ones (hidden aliases: `eval --tasks` ->
+/// `--file`, `--out` -> `--output`, `--max-new-tokens` -> `--n-predict`, `calibrate --ctx` ->
+/// `--ctx-size`, `tasks --n` -> `--count`, `-i/--input` -> `-f/--file`, `-j/--jobs` ->
+/// `-t/--threads`). Only arguments after the subcommand name are rewritten; `--old=value` too.
+std::vector<std::string> apply_aliases(const std::vector<std::string>& args);
+
+/// "did you mean" for the arguments CLI11 could not place: for each unknown `-x`/`--xyz` in
+/// `extras`, the closest option name of `cmd` (and its parents). Returns "" when nothing is close.
+std::string suggest_options(const CLI::App& cmd, const std::vector<std::string>& extras);
+
 /// CLI11 check for a seed (uint64): digits only, so "-1" is an error instead of wrapping to 2^64-1.
 CLI::Validator seed_value();
 
-/// Builds the policy named `name` with the shared overrides. Throws kvevict::Error.
-/// With `params` given, selector parameters are read from (and marked used in) that object and
-/// not checked here: the caller checks once for a whole grid.
-Policy build_policy(const PolicyArgs& a, const std::string& name, const SelectorParams* params = nullptr);
+/// Builds the policy named `name` with the shared overrides and its share of the `--param`
+/// items (params_for_policy). Throws kvevict::Error. With check_params, an item this policy does
+/// not take is an error; a grid passes false and calls check_param_items once for all its policies.
+Policy build_policy(const PolicyArgs& a, const std::string& name, bool check_params = true);
 
 /// Builds the schedule config. For evicting policies --budget is required (Error otherwise).
 EvictionConfig build_eviction(const PolicyArgs& a, const Policy& p);

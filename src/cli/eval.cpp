@@ -12,6 +12,7 @@
 
 #include "cli/common.h"
 #include "cli/grid.h"
+#include "cli/progress.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "eval/plots.h"
@@ -30,6 +31,9 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
+
+/// Budgets of `eval` when neither --budget nor --budgets is given.
+constexpr const char* kDefaultBudgets = "256";
 
 struct EvalArgs {
   std::string model, tasks, format = "auto", bad_lines = "stop", policies = "full,random", budgets,
@@ -52,8 +56,8 @@ struct EvalArgs {
 std::pair<int, int> parse_shard(const std::string& s) {
   int i = -1, n = 0;
   char tail = 0;
-  if (std::sscanf(s.c_str(), "%d/%d%c", &i, &n, &tail) != 2 || n < 1 || i < 0 || i >= n)
-    throw Error(fmt::format("--shard '{}': expected i/N with 0 <= i < N (e.g. 0/4)", s));
+  if (std::sscanf(s.c_str(), "%d/%d%c", &i, &n, &tail) != 2 || n < 1 || i < 0 || i >= n || n > limits::kShards)
+    throw Error(fmt::format("--shard '{}': expected i/N with 0 <= i < N <= {} (e.g. 0/4)", s, limits::kShards));
   return {i, n};
 }
 
@@ -65,45 +69,6 @@ json eviction_json(const PolicyArgs& a) {
               {"positions", a.position_mode},
               {"params", a.params}};
 }
-
-/// Rollouts done / total, ETA and running accuracy on one stderr line (only on a terminal).
-class ProgressBar {
- public:
-  ProgressBar(int64_t total, int64_t done, int64_t correct)
-      : enabled_(isatty(fileno(stderr)) != 0), total_(total), done_(done), correct_(correct), start_done_(done) {}
-  void add(bool correct) {
-    ++done_;
-    correct_ += correct ? 1 : 0;
-    draw();
-  }
-  void finish() {
-    if (enabled_ && drawn_) fmt::print(stderr, "\n");
-  }
-
- private:
-  void draw() {
-    if (!enabled_) return;
-    constexpr int kWidth = 30;
-    const double frac = total_ > 0 ? static_cast<double>(done_) / static_cast<double>(total_) : 1.0;
-    const int fill = static_cast<int>(frac * kWidth);
-    const double secs = std::chrono::duration<double>(Clock::now() - t0_).count();
-    const int64_t fresh = done_ - start_done_;
-    std::string eta = "?";
-    if (fresh > 0) {
-      const auto left = static_cast<int64_t>(secs / static_cast<double>(fresh) * static_cast<double>(total_ - done_));
-      eta = left >= 3600 ? fmt::format("{}h{:02}m", left / 3600, left / 60 % 60) : fmt::format("{}m{:02}s", left / 60, left % 60);
-    }
-    fmt::print(stderr, "\r[{}{}] {}/{} rollouts | acc {:.3f} | ETA {}   ", std::string(static_cast<size_t>(fill), '#'),
-               std::string(static_cast<size_t>(kWidth - fill), '.'), done_, total_,
-               done_ > 0 ? static_cast<double>(correct_) / static_cast<double>(done_) : 0.0, eta);
-    std::fflush(stderr);
-    drawn_ = true;
-  }
-  bool enabled_;
-  int64_t total_, done_, correct_, start_done_;
-  bool drawn_ = false;
-  Clock::time_point t0_ = Clock::now();
-};
 
 /// Writes summary files, prints the table, draws the plots.
 void report(const std::string& dir, const EvalSettings& settings, const std::vector<RolloutRecord>& records,
@@ -121,15 +86,18 @@ int run_eval(const EvalArgs& a) {
   // 1. Validate every option before loading anything.
   SamplerConfig sampler{a.temp, a.top_p, a.top_k, a.policy.seed};
   validate_sampler(sampler);
-  if (a.rollouts < 1) throw Error(fmt::format("--rollouts {}: must be >= 1", a.rollouts));
+  if (a.rollouts < 1 || a.rollouts > limits::kRollouts)
+    throw Error(fmt::format("--rollouts {}: must be in [1, {}]", a.rollouts, limits::kRollouts));
   if (a.max_length < 2) throw Error(fmt::format("--max-length {}: must be >= 2", a.max_length));
   if (a.max_new_tokens < 0) throw Error(fmt::format("--max-new-tokens {}: must be >= 0", a.max_new_tokens));
   if (a.limit < 0) throw Error(fmt::format("--limit {}: must be >= 0", a.limit));
   if (a.bootstrap < 100) throw Error(fmt::format("--bootstrap {}: use at least 100 resamples", a.bootstrap));
   const auto [shard_index, shard_count] = parse_shard(a.shard);
   const std::vector<std::string> names = split_list(a.policies, "--policies");
+  // Neither --budget nor --budgets: the default grid, so `--policies full,random` runs as is.
+  const std::string budgets = a.budgets.empty() && a.policy.budget == 0 ? std::string(kDefaultBudgets) : a.budgets;
   std::vector<EvalCell> cells;
-  for (GridEntry& g : policy_grid(a.policy, names, budget_grid(a.budgets, a.policy.budget))) {
+  for (GridEntry& g : policy_grid(a.policy, names, budget_grid(budgets, a.policy.budget))) {
     EvalCell c;
     c.spec = {g.name, g.eviction.budget};
     c.policy = std::move(g.policy);
@@ -179,13 +147,7 @@ int run_eval(const EvalArgs& a) {
   st.shard_index = shard_index;
   st.shard_count = shard_count;
 
-  // 3. The output directory: refuses another configuration; lists what is already done.
-  ResultsDir dir = ResultsDir::open(a.out, st, a.resume, warn);
-  std::set<std::string> done;
-  int64_t done_correct = 0;
-  for (const RolloutRecord& r : dir.existing()) done.insert(r.key()), done_correct += r.correct;
-
-  // 4. This shard's problems and their prompts.
+  // 3. This shard's problems and their prompts (a prompt the tokenizer refuses stops here).
   RolloutOptions opts;
   opts.rollouts = a.rollouts;
   opts.sampler = sampler;
@@ -207,26 +169,39 @@ int run_eval(const EvalArgs& a) {
   for (const EvalCell& c : cells)
     if (auto w = long_prompt_warning(c.eviction, c.policy, longest); !w.empty())
       warn(fmt::format("{} (longest prompt): {}", c.spec.label(), w));
+  // 4. Another model's TriAttention statistics (or any selector that does not fit this model's KV
+  // shape) are refused here, before the output directory exists.
+  Engine engine(*model, a.threads);
+  for (const EvalCell& c : cells)
+    if (c.policy.selector) (void)c.policy.selector->make_state(engine.kv_shape());
+
+  // 5. The output directory: refuses another configuration; lists what is already done.
+  ResultsDir dir = ResultsDir::open(a.out, st, a.resume, warn);
+  std::set<std::string> done;
+  int64_t done_correct = 0;
+  for (const RolloutRecord& r : dir.existing()) done.insert(r.key()), done_correct += r.correct;
+
   const int64_t total = static_cast<int64_t>(tasks.size()) * static_cast<int64_t>(cells.size()) * a.rollouts;
   fmt::print(stderr, "eval: {} problems{} x {} cells x {} rollouts = {} rollouts; {} already in {}, {} to run\n",
              tasks.size(), shard_count > 1 ? fmt::format(" (shard {}/{})", shard_index, shard_count) : std::string(),
              cells.size(), a.rollouts, total, done.size(), a.out, total - static_cast<int64_t>(done.size()));
 
-  // 5. Run what is missing; every rollout is on disk before the next one starts.
+  // 6. Run what is missing; every rollout is on disk before the next one starts.
   std::vector<RolloutRecord> records = dir.existing();
-  ProgressBar bar(total, static_cast<int64_t>(done.size()), done_correct);
-  Engine engine(*model, a.threads);
+  Progress bar("eval", total, "rollouts", static_cast<int64_t>(done.size()));
+  int64_t seen = static_cast<int64_t>(done.size()), correct = done_correct;
   run_grid(engine, tasks, prompt_ids, cells, opts, [&](const std::string& key) { return done.count(key) != 0; },
            [&](RolloutRecord&& rec) {
              dir.append(rec);
-             bar.add(rec.correct);
+             ++seen, correct += rec.correct ? 1 : 0;
+             bar.add(1, fmt::format("acc {:.3f}", static_cast<double>(correct) / static_cast<double>(seen)));
              rec.text = std::string();  // on disk; the summary does not need it
              records.push_back(std::move(rec));
              if (a.debug_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.debug_delay_ms));
            });
   bar.finish();
 
-  // 6. Report.
+  // 7. Report.
   report(a.out, st, records, !a.no_plots);
   return 0;
 }
@@ -316,25 +291,32 @@ int run_merge(const MergeArgs& a) {
 void add_eval(CLI::App& root, std::vector<Command>& out) {
   auto e = std::make_shared<EvalArgs>();
   auto* cmd = root.add_subcommand("eval", "Accuracy of policies x budgets on a task file (resumable; paired CIs and sign tests)");
-  cmd->add_option("-m,--model", e->model, "GGUF model (llama architecture)")->required();
-  cmd->add_option("--tasks", e->tasks, "Task file, JSON lines (MATH-500, GSM8K or kvevict format)")->required();
-  cmd->add_option("--format", e->format, "Task format: auto, math500, gsm8k, kvevict")->capture_default_str();
-  cmd->add_option("--limit", e->limit, "Use only the first N problems (0 = all)")->capture_default_str();
+  cmd->add_option("-m,--model", e->model, "GGUF model (llama architecture)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-f,--file", e->tasks, "Task file, JSON lines (MATH-500, GSM8K or kvevict format)")
+      ->required()->check(CLI::ExistingFile);
+  cmd->add_option("--format", e->format, "Task format: auto, math500, gsm8k, kvevict")
+      ->check(CLI::IsMember({"auto", "math500", "gsm8k", "kvevict"}))->capture_default_str();
+  cmd->add_option("--limit", e->limit, "Use only the first N problems (0 = all)")
+      ->check(int_range(0, limits::kProblems))->capture_default_str();
   cmd->add_option("--bad-lines", e->bad_lines, "A malformed task line: stop (error) or skip (warn with FILE:LINE)")
-      ->capture_default_str();
+      ->check(CLI::IsMember({"stop", "skip"}))->capture_default_str();
   cmd->add_option("--policies", e->policies, "Comma-separated policies (" + policy_names() + "; any may take +prompt)")
       ->capture_default_str();
-  cmd->add_option("--budgets", e->budgets, "Comma-separated budgets B for the evicting policies");
+  cmd->add_option("--budgets", e->budgets,
+                  fmt::format("Comma-separated budgets B for the evicting policies (each 1..{}; default {} unless "
+                              "--budget is given)", limits::kTokens, kDefaultBudgets));
   cmd->add_option("--reference", e->reference, "Policy every other one is compared with (same budget unless it is full)")
       ->capture_default_str();
-  cmd->add_option("--rollouts", e->rollouts, "Rollouts per problem, decoded as parallel sequences")->capture_default_str();
+  cmd->add_option("--rollouts", e->rollouts, "Rollouts per problem, decoded as parallel sequences")
+      ->check(int_range(1, limits::kRollouts))->capture_default_str();
   cmd->add_option("--temp", e->temp, "Temperature (0 = greedy)")->capture_default_str();
   cmd->add_option("--top-p", e->top_p, "Nucleus sampling threshold (1 = off)")->capture_default_str();
-  cmd->add_option("--top-k", e->top_k, "Top-k (0 = off, the paper's setting)")->capture_default_str();
+  cmd->add_option("--top-k", e->top_k, "Top-k (0 = off, the paper's setting)")
+      ->check(int_range(0, limits::kTokens))->capture_default_str();
   cmd->add_option("--max-length", e->max_length, "Cap on prompt + generated tokens (the paper counts the prompt)")
-      ->capture_default_str();
-  cmd->add_option("--max-new-tokens", e->max_new_tokens, "Also cap generated tokens (0 = only --max-length)")
-      ->capture_default_str();
+      ->check(int_range(2, limits::kTokens))->capture_default_str();
+  cmd->add_option("-n,--n-predict", e->max_new_tokens, "Also cap generated tokens (0 = only --max-length)")
+      ->check(int_range(0, limits::kTokens))->capture_default_str();
   cmd->add_option("--template", e->tmpl, "Prompt template: auto (the GGUF's chat template if supported), plain, chat")
       ->capture_default_str();
   cmd->add_flag("--chat", e->chat, "Same as --template chat: the model's chat template, one user turn, no system prompt");
@@ -343,18 +325,21 @@ void add_eval(CLI::App& root, std::vector<Command>& out) {
                   "Chat template to use instead of the GGUF's (" + ChatTemplate::names() + ")");
   // A flag function, not a flag bound to the optional: CLI11 then leaves the optional empty
   // when neither form is given, so the per-format default below applies.
-  cmd->add_flag_function("--math-suffix,!--no-math-suffix", [e](std::int64_t n) { e->math_suffix = n > 0; },
+  cmd->add_flag_function("--math-suffix", [e](std::int64_t) { e->math_suffix = true; },
                 "Append the paper's \"Please reason step by step, and put your final answer within \\boxed{}.\" "
                 "(default: on for MATH-500/GSM8K, off for kvevict tasks)");
-  cmd->add_option("-o,--out", e->out, "Output directory (rollouts.jsonl, summary.md/csv/json, PNGs)")->capture_default_str();
-  cmd->add_flag("--resume,!--no-resume", e->resume,
-                "Continue a run in --out without recomputing finished rollouts (default on; --no-resume refuses a "
-                "directory that holds results)");
+  cmd->add_flag_function("--no-math-suffix", [e](std::int64_t) { e->math_suffix = false; }, "Do not append it");
+  cmd->add_option("-o,--output", e->out, "Output directory (rollouts.jsonl, summary.md/csv/json, PNGs)")->capture_default_str();
+  cmd->add_flag_function("--resume", [e](std::int64_t) { e->resume = true; },
+                         "Continue a run in --output without recomputing finished rollouts (the default)");
+  cmd->add_flag_function("--no-resume", [e](std::int64_t) { e->resume = false; },
+                         "Refuse an --output directory that already holds results");
   cmd->add_option("--shard", e->shard, "Run only problems with index mod N == i (i/N); combine with `kvevict merge`")
       ->capture_default_str();
-  cmd->add_option("--bootstrap", e->bootstrap, "Bootstrap resamples for the CIs")->capture_default_str();
+  cmd->add_option("--bootstrap", e->bootstrap, "Bootstrap resamples for the CIs")
+      ->check(int_range(100, limits::kBootstrap))->capture_default_str();
   cmd->add_flag("--no-plots", e->no_plots, "Do not draw the PNG plots");
-  cmd->add_option("-t,--threads", e->threads, "Threads (0 = all cores)")->check(at_least(0))->capture_default_str();
+  add_threads_option(*cmd, e->threads);
   cmd->add_option("--debug-delay-ms", e->debug_delay_ms, "Sleep after each rollout (tests of kill-and-resume)")
       ->group("");
   add_policy_options(*cmd, e->policy, /*with_policy=*/false);
@@ -365,7 +350,7 @@ void add_merge(CLI::App& root, std::vector<Command>& out) {
   auto m = std::make_shared<MergeArgs>();
   auto* cmd = root.add_subcommand("merge", "Combine `kvevict eval --shard i/N` directories into one report");
   cmd->add_option("dirs", m->dirs, "Shard output directories")->required();
-  cmd->add_option("-o,--out", m->out, "Directory for the merged rollouts and report")->required();
+  cmd->add_option("-o,--output", m->out, "Directory for the merged rollouts and report")->required();
   cmd->add_flag("--no-plots", m->no_plots, "Do not draw the PNG plots");
   out.push_back({cmd, [m] { return run_merge(*m); }});
 }

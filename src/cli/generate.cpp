@@ -38,13 +38,14 @@ struct GenerateArgs {
 };
 
 int run_generate(const GenerateArgs& a) {
+  // Options first, then the model, then what needs its shape: all before the first token.
   if (!a.chat_template.empty()) (void)ChatTemplate::by_name(a.chat_template);  // bad name: fail before loading
-  const auto model = LlamaModel::load(a.model);
   const Policy policy = build_policy(a.policy, default_policy(a.policy));
   const EvictionConfig cfg = build_eviction(a.policy, policy);
   SamplerConfig sc{a.temp, a.top_p, a.top_k, a.policy.seed};
   validate_sampler(sc);
   if (a.n < 1) throw Error(fmt::format("-n {}: must be >= 1", a.n));
+  const auto model = LlamaModel::load(a.model);
   const Tokenizer& tok = model->tokenizer();
   // With --chat the user's text becomes one user turn (no system prompt, generation prompt
   // added, as the paper runs its models); the rendered text holds special tokens as text.
@@ -65,6 +66,7 @@ int run_generate(const GenerateArgs& a) {
                      model->config().context_length));
 
   Engine engine(*model, a.threads, parse_kv_type(a.kv_type));
+  if (policy.selector) (void)policy.selector->make_state(engine.kv_shape());  // another model's statistics
   auto seq = engine.new_sequence(0, policy, cfg, static_cast<int64_t>(prompt.size()), a.n);
   std::optional<KeepLogWriter> keep_log;
   if (!a.keep_log.empty()) keep_log.emplace(a.keep_log, a.keep_log_positions);
@@ -94,7 +96,9 @@ int run_generate(const GenerateArgs& a) {
   const SequenceStats& s = seq->stats;
   const int64_t thinking = thinking_trace_tokens(tok, out_ids);
   fmt::print("{}\n", stream.finish());
-  fmt::print(
+  std::fflush(stdout);
+  // The summary goes to stderr: stdout is the text alone (pipe it, diff it).
+  fmt::print(stderr,
       "[kvevict] policy {} | prompt {} tok | generated {} tok | {:.1f} tok/s | eviction rounds {} | "
       "peak slots/KV head {} (B+r = {}) | KV bytes {} | score {:.3f} ms/round | compact {:.3f} ms/round{}{}\n",
       policy.name, prompt.size(), generated, secs > 0 ? static_cast<double>(generated) / secs : 0.0, s.rounds,
@@ -117,13 +121,13 @@ int run_generate(const GenerateArgs& a) {
 void add_generate(CLI::App& root, std::vector<Command>& out) {
   auto g = std::make_shared<GenerateArgs>();
   auto* gen = root.add_subcommand("generate", "Generate text with eviction active and print a summary line");
-  gen->add_option("-m,--model", g->model, "GGUF model (llama architecture)")->required();
+  gen->add_option("-m,--model", g->model, "GGUF model (llama architecture)")->required()->check(CLI::ExistingFile);
   gen->add_option("-p,--prompt", g->prompt, "Prompt text")->required();
-  gen->add_option("-n,--n-predict", g->n, "Tokens to generate")->capture_default_str();
+  gen->add_option("-n,--n-predict", g->n, "Tokens to generate")->check(int_range(1, limits::kTokens))->capture_default_str();
   gen->add_option("--temp", g->temp, "Temperature (0 = greedy)")->capture_default_str();
   gen->add_option("--top-p", g->top_p, "Nucleus sampling threshold (1 = off)")->capture_default_str();
-  gen->add_option("--top-k", g->top_k, "Top-k (0 = off)")->capture_default_str();
-  gen->add_option("-t,--threads", g->threads, "Threads (0 = all cores)")->check(at_least(0))->capture_default_str();
+  gen->add_option("--top-k", g->top_k, "Top-k (0 = off)")->check(int_range(0, limits::kTokens))->capture_default_str();
+  add_threads_option(*gen, g->threads);
   gen->add_option("--kv-type", g->kv_type, "KV cache element type: f32 or f16 (half the memory)")
       ->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
   gen->add_flag("--ignore-eos", g->ignore_eos, "Keep generating after the end-of-sequence token");

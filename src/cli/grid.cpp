@@ -31,7 +31,12 @@ std::vector<int64_t> parse_int_list(const std::string& s, const std::string& opt
 
 std::vector<int64_t> budget_grid(const std::string& list, int64_t single) {
   if (!list.empty() && single != 0) throw Error("give either --budgets or --budget, not both");
-  if (!list.empty()) return parse_int_list(list, "--budgets", 1);
+  if (!list.empty()) {
+    std::vector<int64_t> out = parse_int_list(list, "--budgets", 1);
+    for (const int64_t b : out)
+      if (b > limits::kTokens) throw Error(fmt::format("--budgets '{}': {} is above the limit {}", list, b, limits::kTokens));
+    return out;
+  }
   if (single != 0) return {single};
   return {};
 }
@@ -40,7 +45,7 @@ std::vector<GridEntry> policy_grid(const PolicyArgs& a, const std::vector<std::s
                                    const std::vector<int64_t>& budgets) {
   std::vector<GridEntry> grid;
   std::set<std::string> seen;
-  const SelectorParams params = SelectorParams::parse(a.params);
+  check_param_items(a.params, names);
   const auto add = [&](const std::string& name, const Policy& p, int64_t budget) {
     PolicyArgs with = a;
     with.budget = budget;
@@ -52,7 +57,7 @@ std::vector<GridEntry> policy_grid(const PolicyArgs& a, const std::vector<std::s
   };
   for (const std::string& name : names) {
     if (!seen.insert(name).second) throw Error(fmt::format("--policies: '{}' given twice", name));
-    const Policy p = build_policy(a, name, &params);
+    const Policy p = build_policy(a, name, /*check_params=*/false);
     if (!p.evicts) {
       add(name, p, 0);
       continue;
@@ -61,7 +66,6 @@ std::vector<GridEntry> policy_grid(const PolicyArgs& a, const std::vector<std::s
       throw Error(fmt::format("policy '{}' evicts and needs --budget B or --budgets B1,B2,...", name));
     for (const int64_t b : budgets) add(name, p, b);
   }
-  params.check_all_used("--policies " + fmt::format("{}", fmt::join(names, ",")));
   return grid;
 }
 

@@ -5,9 +5,12 @@
 #include <fmt/format.h>
 
 #include <new>
+#include <string>
+#include <vector>
 
 #include "cli/common.h"
 #include "util/error.h"
+#include "util/suggest.h"
 
 int main(int argc, char** argv) {
   using namespace kvevict::cli;
@@ -28,24 +31,51 @@ int main(int argc, char** argv) {
   add_probe(app, commands);
   add_serve(app, commands);
 
-  if (argc > 1 && argv[1][0] != '-') {
+  if (argc < 2) {
+    fmt::print(stderr, "kvevict: error: no command given (try `kvevict --help`, or `kvevict COMMAND --help`)\n");
+    return 2;
+  }
+  if (argv[1][0] != '-') {
     std::string known;
+    std::vector<std::string> names;
     bool found = false;
     for (const Command& c : commands) {
       known += (known.empty() ? "" : ", ") + c.app->get_name();
+      names.push_back(c.app->get_name());
       found |= c.app->get_name() == argv[1];
     }
     if (!found) {
-      fmt::print(stderr, "kvevict: error: unknown command '{}' (commands: {})\n", argv[1], known);
+      const std::string guess = kvevict::closest_match(argv[1], names);
+      fmt::print(stderr, "kvevict: error: unknown command '{}' ({}commands: {}; see `kvevict --help`)\n", argv[1],
+                 guess.empty() ? "" : fmt::format("did you mean '{}'? ", guess), known);
       return 2;
     }
   }
+  // Old option spellings become the current ones; CLI11 then sees one vocabulary.
+  std::vector<std::string> args = apply_aliases(std::vector<std::string>(argv, argv + argc));
+  std::vector<char*> cargs;
+  for (std::string& a : args) cargs.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(cargs.size()), cargs.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::ExtrasError& e) {
+    // The deepest subcommand that parsed holds the arguments CLI11 could not place.
+    const CLI::App* sub = &app;
+    for (bool deeper = true; deeper;) {
+      deeper = false;
+      for (const CLI::App* c : sub->get_subcommands())
+        if (c->parsed()) sub = c, deeper = true;
+    }
+    const std::string hint = suggest_options(*sub, sub->remaining());
+    fmt::print(stderr, "kvevict: error: {}{} (see `kvevict {}--help`)\n", e.what(), hint.empty() ? "" : " (" + hint + ")",
+               sub == &app ? "" : sub->get_name() + " ");
+    return 2;
+  } catch (const CLI::RequiredError& e) {
+    fmt::print(stderr, "kvevict: error: {} (see `--help`)\n", e.what());
+    return 2;
   } catch (const CLI::ParseError& e) {
     fmt::print(stderr, "kvevict: error: {}\n", e.what());
     return 2;

@@ -5,12 +5,14 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <numeric>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include "cli/common.h"
 #include "cli/grid.h"
+#include "cli/progress.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "eval/perplexity.h"
@@ -92,13 +94,24 @@ int run_perplexity(const PerplexityArgs& a) {
                          model->config().context_length, run.policy.name));
   fmt::print("{:<22} {:>7} {:>8} {:>12} {:>8} {:>10} {:>9}\n", "policy", "budget", "tokens", "perplexity",
              "rounds", "peak slots", "tok/s");
+  std::fflush(stdout);
+  // Progress counts scored tokens over the whole grid; it is told every kStep tokens.
+  const int64_t kStep = a.report_every > 0 ? std::gcd(int64_t{64}, a.report_every) : 64;
+  const auto per_run = static_cast<int64_t>(tokens.size()) - 1;
+  Progress progress("perplexity", per_run * static_cast<int64_t>(runs.size()), "tokens");
   for (const GridEntry& run : runs) {
     const Policy& p = run.policy;
     const auto t0 = Clock::now();
-    const auto r = perplexity_decode(engine, p, run.eviction, tokens, a.report_every, [&](int64_t i, double ppl) {
-      fmt::print(stderr, "  {} [{}] running PPL {:.4f}\n", p.name, i, ppl);
+    int64_t counted = 0;
+    const auto r = perplexity_decode(engine, p, run.eviction, tokens, kStep, [&](int64_t i, double ppl) {
+      progress.add(i - counted, p.name + (p.evicts ? fmt::format(" B={}", run.eviction.budget) : std::string()));
+      counted = i;
+      if (a.report_every > 0 && i % a.report_every == 0)
+        progress.message(fmt::format("  {} [{}] running PPL {:.4f}", p.name, i, ppl));
     });
+    progress.add(per_run - counted);
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    progress.clear();
     fmt::print("{:<22} {:>7} {:>8} {:>12.4f} {:>8} {:>10} {:>9.1f}\n", p.name, budget_text(run), r.nll.size(), r.ppl,
                r.stats.rounds, r.stats.peak_slots, static_cast<double>(r.nll.size()) / secs);
     std::fflush(stdout);
@@ -113,7 +126,8 @@ int run_perplexity(const PerplexityArgs& a) {
     csv.close();
     const std::string title = fmt::format("{} on {} ({} tokens)", std::filesystem::path(a.model).filename().string(),
                                           std::filesystem::path(a.file).filename().string(), tokens.size());
-    const std::string why = run_plot_script({"perplexity", nll_path, a.plot, "--title", title, "--smooth", std::to_string(a.smooth)});
+    const std::string why = run_plot_script({"perplexity", nll_path, a.plot, "--title", title, "--smooth", std::to_string(a.smooth),
+                                             "--context", std::to_string(model->config().context_length)});
     if (!why.empty()) warn("plot skipped: " + why);
   }
   return 0;
@@ -124,10 +138,10 @@ int run_perplexity(const PerplexityArgs& a) {
 void add_perplexity(CLI::App& root, std::vector<Command>& out) {
   auto pp = std::make_shared<PerplexityArgs>();
   auto* ppl = root.add_subcommand("perplexity", "Perplexity of a text with the policy active");
-  ppl->add_option("-m,--model", pp->model, "GGUF model (llama architecture)")->required();
-  ppl->add_option("-f,--file", pp->file, "Text file")->required();
+  ppl->add_option("-m,--model", pp->model, "GGUF model (llama architecture)")->required()->check(CLI::ExistingFile);
+  ppl->add_option("-f,--file", pp->file, "Text file")->required()->check(CLI::ExistingFile);
   ppl->add_option("--tokens", pp->tokens, "Use only the first N tokens (BOS included; 0 = all)")
-      ->check(at_least(0));
+      ->check(int_range(0, limits::kCorpusTokens))->capture_default_str();
   ppl->add_option("--policies", pp->policies, "Comma-separated policies to run in turn (overrides --policy)");
   ppl->add_option("--budgets", pp->budgets, "Comma-separated budgets: every evicting policy runs at each (instead of --budget)");
   ppl->add_option("--csv", pp->csv, "Write policy,budget,position,token,nll per scored token");
@@ -135,14 +149,15 @@ void add_perplexity(CLI::App& root, std::vector<Command>& out) {
                   "Draw perplexity and smoothed per-position NLL vs position per policy into this PNG "
                   "(the per-token NLL also goes to <plot>.nll.csv unless --csv is given)");
   ppl->add_option("--smooth", pp->smooth, "Moving-average window of the NLL curve in tokens (0 = tokens/50)")
-      ->capture_default_str();
-  ppl->add_option("-c,--ctx-size", pp->ctx, "Chunked mode (llama-perplexity): chunk size in tokens")
-      ->check(at_least(1));
+      ->check(int_range(0, limits::kTokens))->capture_default_str();
+  ppl->add_option("-c,--ctx-size", pp->ctx, "Chunked mode (llama-perplexity): chunk size in tokens (0 = token-by-token mode)")
+      ->check(int_range(0, limits::kTokens))->capture_default_str();
   ppl->add_option("--chunks", pp->chunks, "Chunked mode: at most this many chunks (0 = all)")
-      ->check(at_least(0));
-  ppl->add_option("--report-every", pp->report_every, "Print running perplexity every N tokens to stderr")->capture_default_str();
+      ->check(int_range(0, limits::kProblems))->capture_default_str();
+  ppl->add_option("--report-every", pp->report_every, "Print running perplexity every N tokens to stderr (0 = never)")
+      ->check(int_range(0, limits::kCorpusTokens))->capture_default_str();
   ppl->add_flag("--gutenberg-body", pp->gutenberg, "Score only the text between Project Gutenberg's START/END markers");
-  ppl->add_option("-t,--threads", pp->threads, "Threads (0 = all cores)")->check(at_least(0))->capture_default_str();
+  add_threads_option(*ppl, pp->threads);
   add_policy_options(*ppl, pp->policy);
   out.push_back({ppl, [pp] { return run_perplexity(*pp); }});
 }

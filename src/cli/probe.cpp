@@ -1,4 +1,4 @@
-// `kvevict probe`: the paper's synthetic retrieval probes (eviction-spec.md §4) on any model:
+// `kvevict probe`: the paper's synthetic retrieval probes (docs/eviction-spec.md §4) on any model:
 // a fact planted in chosen (layer, KV head) sites only, a restated fact, a passcode stated once.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -10,6 +10,7 @@
 
 #include "cli/common.h"
 #include "cli/grid.h"
+#include "cli/progress.h"
 #include "engine/engine.h"
 #include "eval/perplexity.h"
 #include "eval/probe.h"
@@ -51,6 +52,8 @@ int run_probe(const ProbeArgs& a) {
   std::vector<ProbeKind> kinds;
   for (const std::string& k : split_list(a.kinds, "--kinds")) kinds.push_back(parse_probe_kind(k));
   const std::vector<int64_t> distances = parse_int_list(a.distances, "--distances", 1);
+  for (const int64_t d : distances)
+    if (d > limits::kTokens) throw Error(fmt::format("--distances: {} is above the limit {}", d, limits::kTokens));
   const std::vector<int64_t> budgets = budget_grid(a.budgets, a.policy.budget);
   const auto model = LlamaModel::load(a.model);
   Engine engine(*model, a.threads);
@@ -113,9 +116,12 @@ int run_probe(const ProbeArgs& a) {
   }
   fmt::print("{:<9} {:<26} {:>6} {:>8} {:>7} {:<12} {:>6} {:>20} {:>9} {:>9} {:>9}\n", "probe", "policy", "budget",
              "distance", "r back", "sites", "trials", "log p(answer) ± se", "per tok", "retrieval", "fact kept");
+  for (const Config& c : grid)
+    if (c.run.policy.selector) (void)c.run.policy.selector->make_state(shape);  // another model's statistics
+  Progress progress("probe", static_cast<int64_t>(grid.size()) * a.trials, "trials");
   for (const Config& c : grid) {
     Aggregate g;
-    for (int t = 0; t < a.trials; ++t) {
+    for (int t = 0; t < a.trials; ++t, progress.add(1, std::string(probe_kind_name(c.kind)) + " " + c.run.name)) {
       const ProbeLayout layout = build_probe_layout(model->tokenizer(), c.kind, c.distance, text, a.policy.seed, t);
       Policy p = c.run.policy;
       if (c.kind == ProbeKind::Planted) {
@@ -140,6 +146,7 @@ int run_probe(const ProbeArgs& a) {
     const double rounds_back = b > 0 ? static_cast<double>(c.distance) / static_cast<double>(c.run.eviction.recent) : 0.0;
     const std::string budget = b > 0 ? std::to_string(b) : "-";
     const std::string policy = c.kind == ProbeKind::Planted ? c.run.name + "+sites" : c.run.name;
+    progress.clear();
     fmt::print("{:<9} {:<26} {:>6} {:>8} {:>7} {:<12} {:>6} {:>20} {:>9.3f} {:>9.3f} {:>9.3f}\n", probe_kind_name(c.kind),
                policy, budget, c.distance, b > 0 ? fmt::format("{:.1f}", rounds_back) : "-", c.sites_label, g.n,
                fmt::format("{:.3f} ± {:.3f}", mean, se), g.per_token / n, g.exact / n, g.kept / n);
@@ -158,7 +165,7 @@ int run_probe(const ProbeArgs& a) {
 void add_probe(CLI::App& root, std::vector<Command>& out) {
   auto p = std::make_shared<ProbeArgs>();
   auto* cmd = root.add_subcommand("probe", "Synthetic retrieval probes: planted fact in chosen KV heads, restated fact, passcode");
-  cmd->add_option("-m,--model", p->model, "GGUF model (llama architecture)")->required();
+  cmd->add_option("-m,--model", p->model, "GGUF model (llama architecture)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--kinds", p->kinds, "Probes: planted, restated, passcode")->capture_default_str();
   cmd->add_option("--policies", p->policies, "Policies for the restated and passcode probes")->capture_default_str();
   cmd->add_option("--budgets", p->budgets, "Comma-separated budgets B");
@@ -168,14 +175,18 @@ void add_probe(CLI::App& root, std::vector<Command>& out) {
                   "Planted: keep the fact in k random KV heads of every layer, for each k listed (default 0..n_kv_heads)");
   cmd->add_option("--sites", p->sites, "Planted: keep the fact exactly in these LAYER:KV_HEAD sites (e.g. 0:1,3:0)");
   cmd->add_option("--planted-base", p->planted_base, "Planted: policy that evicts everything else")->capture_default_str();
-  cmd->add_option("--trials", p->trials, "Trials per configuration (each a different code and filler)")->capture_default_str();
-  cmd->add_option("--restate", p->restate, "Restated: statements of the fact")->capture_default_str();
-  cmd->add_option("--digits", p->digits, "Digits of the secret number")->capture_default_str();
-  cmd->add_option("--lead", p->lead, "Filler tokens between the prompt and the first statement")->capture_default_str();
-  cmd->add_option("--filler", p->filler, "Text file to draw filler from (default: built-in simple sentences)");
+  cmd->add_option("--trials", p->trials, "Trials per configuration (each a different code and filler)")
+      ->check(int_range(1, limits::kTrials))->capture_default_str();
+  cmd->add_option("--restate", p->restate, "Restated: statements of the fact")
+      ->check(int_range(1, limits::kTrials))->capture_default_str();
+  cmd->add_option("--digits", p->digits, "Digits of the secret number")->check(int_range(1, 18))->capture_default_str();
+  cmd->add_option("--lead", p->lead, "Filler tokens between the prompt and the first statement")
+      ->check(int_range(0, limits::kTokens))->capture_default_str();
+  cmd->add_option("--filler", p->filler, "Text file to draw filler from (default: built-in simple sentences)")
+      ->check(CLI::ExistingFile);
   cmd->add_flag("--gutenberg-body", p->gutenberg, "Filler: only the text between Project Gutenberg's START/END markers");
   cmd->add_option("--csv", p->csv, "Write one CSV row per configuration");
-  cmd->add_option("-t,--threads", p->threads, "Threads (0 = all cores)")->check(at_least(0))->capture_default_str();
+  add_threads_option(*cmd, p->threads);
   add_policy_options(*cmd, p->policy, /*with_policy=*/false);
   out.push_back({cmd, [p] { return run_probe(*p); }});
 }

@@ -44,13 +44,14 @@ struct EvalArgs {
   int64_t n = 100;
   uint64_t seed = 1000;
   SizeArgs size;
-  int jobs = 1;
+  int jobs = 0;
   bool show_failures = false;
 };
 
 void add_size_options(CLI::App& cmd, SizeArgs& s) {
   cmd.add_option("--steps", s.steps, "Steps N: a number or a range LO-HI drawn per task (default from --length)");
-  cmd.add_option("--length", s.length, "Target trace length in tokens; N is chosen to come closest");
+  cmd.add_option("--length", s.length, "Target trace length in tokens; N is chosen to come closest")
+      ->check(int_range(1, limits::kTokens));
   cmd.add_option("--facts", s.facts, "Facts M (cycle length, 2-26): a number or LO-HI (default 20)");
 }
 
@@ -87,12 +88,12 @@ int run_gen(const GenArgs& a) {
 }
 
 int run_eval(const EvalArgs& a) {
-  if (a.jobs < 1) throw Error(fmt::format("--jobs {}: must be >= 1", a.jobs));
+  const int jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const auto model = LlamaModel::load(a.model);
   std::vector<Task> tasks;
   if (!a.input.empty()) {
     std::ifstream in(a.input);
-    if (!in) throw Error(fmt::format("-i {}: cannot open", a.input));
+    if (!in) throw Error(fmt::format("-f {}: cannot open", a.input));
     std::string line;
     while (std::getline(in, line))
       if (!line.empty()) tasks.push_back(task_from_json(line));
@@ -114,7 +115,7 @@ int run_eval(const EvalArgs& a) {
     }
   };
   std::vector<std::thread> threads;
-  for (int j = 1; j < a.jobs; ++j) threads.emplace_back(worker);
+  for (int j = 1; j < jobs; ++j) threads.emplace_back(worker);
   worker();
   for (auto& th : threads) th.join();
 
@@ -153,7 +154,7 @@ void add_tasks(CLI::App& root, std::vector<Command>& out) {
   auto g = std::make_shared<GenArgs>();
   auto* gen = tasks->add_subcommand("gen", "Write generated tasks as JSON lines (deterministic by seed)");
   gen->add_option("--family", g->family, "chain | running | once")->capture_default_str();
-  gen->add_option("--n", g->n, "Number of tasks")->capture_default_str();
+  gen->add_option("--count", g->n, "Number of tasks")->check(int_range(1, limits::kProblems))->capture_default_str();
   gen->add_option("--seed", g->seed, "Seed")->check(seed_value())->capture_default_str();
   gen->add_option("--first", g->first, "Index of the first task (tasks are numbered per seed)")->capture_default_str();
   add_size_options(*gen, g->size);
@@ -161,13 +162,13 @@ void add_tasks(CLI::App& root, std::vector<Command>& out) {
 
   auto e = std::make_shared<EvalArgs>();
   auto* ev = tasks->add_subcommand("eval", "Greedy full-cache accuracy of a model on generated tasks");
-  ev->add_option("-m,--model", e->model, "GGUF model")->required();
-  ev->add_option("-i,--input", e->input, "Task file (JSON lines) instead of generating");
+  ev->add_option("-m,--model", e->model, "GGUF model")->required()->check(CLI::ExistingFile);
+  ev->add_option("-f,--file", e->input, "Task file (JSON lines) instead of generating")->check(CLI::ExistingFile);
   ev->add_option("--family", e->families, "Families, comma-separated")->capture_default_str();
-  ev->add_option("--n", e->n, "Tasks per family")->capture_default_str();
+  ev->add_option("--count", e->n, "Tasks per family")->check(int_range(1, limits::kProblems))->capture_default_str();
   ev->add_option("--seed", e->seed, "Seed (training uses seeds < 1000)")->check(seed_value())->capture_default_str();
   add_size_options(*ev, e->size);
-  ev->add_option("-j,--jobs", e->jobs, "Tasks decoded in parallel (one thread each)")->capture_default_str();
+  add_threads_option(*ev, e->jobs, "Tasks decoded in parallel, one thread each (0 = all cores)");
   ev->add_flag("--show-failures", e->show_failures, "Print each wrong task and the model's output to stderr");
   // One entry for `tasks` (main.cpp matches top-level names); it runs whichever subcommand parsed.
   out.push_back({tasks, [gen, g, e] { return gen->parsed() ? run_gen(*g) : run_eval(*e); }});

@@ -1,7 +1,7 @@
 // Sequence state and the engine that advances it: prefill, decode steps, and the eviction rounds
 // the shared schedule calls for after each decode step.
 //
-// Source: eviction-spec.md §2 (no eviction in prefill; a round after a decode step when due).
+// Source: docs/eviction-spec.md §2 (no eviction in prefill; a round after a decode step when due).
 // Separation for what comes later (batching, a shared KV pool, a server): the model is
 // immutable, a Sequence owns its cache and policy state, and the Engine owns only threads and
 // scratch, so many sequences can share one model and engine.

@@ -1,7 +1,7 @@
 // Next-token sampling: greedy, temperature, top-k and top-p (nucleus).
 //
 // Source: nucleus sampling, Holtzman et al. (arXiv 1904.09751) §3.1; the paper's protocol
-// (eviction-spec.md §4): temperature 0.6, top-p 0.95, no top-k.
+// (docs/eviction-spec.md §4): temperature 0.6, top-p 0.95, no top-k.
 #pragma once
 
 #include <cstdint>

@@ -64,7 +64,7 @@ class QuerySums final : public SelectorState {
 }  // namespace
 
 QueryStats calibrate_query_stats(const LlamaModel& model, std::span<const int32_t> tokens, int64_t ctx,
-                                 ThreadPool& pool) {
+                                 ThreadPool& pool, const std::function<void(int64_t, int64_t)>& on_chunk) {
   const LlamaConfig& c = model.config();
   if (ctx == 0) ctx = c.context_length;
   if (ctx < 2) throw Error(fmt::format("calibration chunk size {} must be >= 2 tokens", ctx));
@@ -82,6 +82,7 @@ QueryStats calibrate_query_stats(const LlamaModel& model, std::span<const int32_
     SequenceKv kv(shape, static_cast<int64_t>(chunk.size()));
     llama_forward(model, rope, kv, chunk, 0, PositionMode::Logical, LogitsWanted::None, logits, &sums,
                   /*want_probs=*/false, /*is_prefill=*/true, pool, buf);
+    if (on_chunk) on_chunk(std::min(n, start + ctx), n);
   }
   QueryStats s;
   s.n_layers = c.n_layers;

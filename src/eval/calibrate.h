@@ -2,10 +2,11 @@
 // pre-RoPE queries per (layer, query head, RoPE band).
 //
 // Source: TriAttention (arXiv 2604.04921) §3 (offline query centres, ~50k tokens);
-// eviction-spec.md §3 row `triattention` ("calibrate on text that is not the evaluation set").
+// docs/eviction-spec.md §3 row `triattention` ("calibrate on text that is not the evaluation set").
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "eviction/query_stats.h"
@@ -23,7 +24,9 @@ class ThreadPool;
 /// ctx: tokens per chunk, 0 = the model's context length. Returns statistics with
 /// tokens = tokens.size() and model/source left empty for the caller.
 /// Throws kvevict::Error when fewer than 2 tokens are given or ctx is 1 or negative.
+/// `on_chunk(tokens_done, tokens_total)`, when set, is called after each chunk (progress).
 QueryStats calibrate_query_stats(const LlamaModel& model, std::span<const int32_t> tokens, int64_t ctx,
-                                 ThreadPool& pool);
+                                 ThreadPool& pool,
+                                 const std::function<void(int64_t, int64_t)>& on_chunk = nullptr);
 
 }  // namespace kvevict

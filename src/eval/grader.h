@@ -1,6 +1,6 @@
 // Answer extraction and grading for the accuracy harness (`kvevict eval`).
 //
-// Source: the paper's protocol (eviction-spec.md §4): grade the content of the last `\boxed{}`
+// Source: the paper's protocol (docs/eviction-spec.md §4): grade the content of the last `\boxed{}`
 // of a response. Equivalence rules for MATH-style answers are kvevict's own and are listed on
 // normalize_math_answer; GSM8K's gold answer is the text after "####" (openai/grade-school-math
 // data format); the project's own tasks are graded by exact match.

@@ -15,7 +15,7 @@
 //   band_survival[h][b]    fraction of the positions of band b (positions [0, 256), [256, 512),
 //                          [512, 1024), [1024, 2048), …, cut at n_seen) kept by KV head h
 //   positions[h]           the kept positions (only with --keep-log-positions)
-// Source: issue 3 item 4; the union / Jaccard / coverage / prompt-retention definitions follow
+// Source: the union / Jaccard / coverage / prompt-retention definitions follow
 // the Random Attention code's KEEPLOG logger (`kvcompress/engine/cache_utils.py`).
 #pragma once
 

@@ -49,6 +49,8 @@ std::string find_tools_dir() {
   if (ec) return "";
   for (int up = 0; up < 4 && !dir.empty(); ++up, dir = dir.parent_path()) {
     if (fs::exists(dir / "tools" / kPlotScript, ec)) return (dir / "tools").string();
+    // An installed binary: <prefix>/bin/kvevict finds <prefix>/share/kvevict/ (CMake install()).
+    if (fs::exists(dir / "share" / "kvevict" / kPlotScript, ec)) return (dir / "share" / "kvevict").string();
     if (dir == dir.root_path()) break;
   }
   return "";

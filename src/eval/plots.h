@@ -16,9 +16,10 @@ inline constexpr const char* kPlotScript = "plot_kvevict.py";
 /// (which may be a pyenv shim without matplotlib). "" when none can. Probed once per process.
 std::string find_matplotlib_python();
 
-/// Directory holding kPlotScript: $KVEVICT_TOOLS_DIR if set, else the first `tools/` holding it
-/// found walking up from the running executable's directory (a build directory inside the source
-/// tree finds <source>/tools). "" when none.
+/// Directory holding kPlotScript: $KVEVICT_TOOLS_DIR if set, else the first `tools/` or
+/// `share/kvevict/` holding it found walking up from the running executable's directory (a build
+/// directory inside the source tree finds <source>/tools; an installed <prefix>/bin/kvevict finds
+/// <prefix>/share/kvevict). "" when none.
 std::string find_tools_dir();
 
 /// Runs `python kPlotScript args...`. Returns "" on success, else a one-line reason (no

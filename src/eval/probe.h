@@ -1,7 +1,7 @@
 // Synthetic retrieval probes (`kvevict probe`): does a fact stated in the reasoning trace survive
 // eviction until a question asks for it?
 //
-// Source: eviction-spec.md §4 (the paper's §5): a passcode stated once and needed many rounds
+// Source: docs/eviction-spec.md §4 (the paper's §5): a passcode stated once and needed many rounds
 // later (Table 3), and a fact planted in only k of a model's KV heads (1 head 3%, 2 heads 60%,
 // 3 heads 83%, 8 heads 99% retrieval on Qwen3-4B). The texts, the layout and the filler are
 // kvevict's own.

@@ -1,7 +1,7 @@
 // Prompt construction for `kvevict eval`: an optional math suffix and a template (plain text, or
 // the model's chat template when it is one kvevict can render).
 //
-// Source: the paper's protocol (eviction-spec.md §4): math prompts end with "Please reason step
+// Source: the paper's protocol (docs/eviction-spec.md §4): math prompts end with "Please reason step
 // by step, and put your final answer within \boxed{}.". Chat templates: the Llama-2 form
 // `[INST] {user} [/INST]` (Touvron et al., arXiv 2307.09288 §3; its markers are plain text for the
 // SentencePiece tokenizer) and the reasoning families of model/chat_template.h (Qwen3, ChatML,

@@ -3,7 +3,7 @@
 // interleaved; a batched kernel can replace the interleaving later without changing results),
 // graded, and handed to a callback as soon as each one finishes.
 //
-// Source: the paper's protocol (eviction-spec.md §4): sampling with temperature / top-p (top-k
+// Source: the paper's protocol (docs/eviction-spec.md §4): sampling with temperature / top-p (top-k
 // off by default), a length cap that counts the prompt, grading of the last \boxed{}.
 // Determinism: rollout r of problem p is sequence rollout_sequence_id(p, r) in every cell, and
 // its token at step t is drawn from Rng(stream_id({seed, sequence id, t, tag})), so a rollout's

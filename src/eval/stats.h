@@ -1,7 +1,7 @@
 // Statistics of the accuracy harness: problem-clustered percentile bootstrap and the exact
 // two-sided sign test.
 //
-// Source: the paper's protocol (eviction-spec.md §4): accuracy is first averaged over the
+// Source: the paper's protocol (docs/eviction-spec.md §4): accuracy is first averaged over the
 // rollouts of each problem; a difference between two policies gets a paired, problem-clustered
 // percentile bootstrap 95% CI (10,000 resamples) and an exact sign test. The bootstrap is
 // Efron & Tibshirani, "An Introduction to the Bootstrap" (1993) ch. 13 (percentile interval);

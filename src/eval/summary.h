@@ -2,7 +2,7 @@
 // comparison against the reference policy, generated length, peak cache and decode speed;
 // rendered as Markdown (what the CLI prints), CSV and JSON (what the plot script reads).
 //
-// Source: the paper's protocol (eviction-spec.md §4): per-problem mean accuracy over rollouts;
+// Source: the paper's protocol (docs/eviction-spec.md §4): per-problem mean accuracy over rollouts;
 // for each policy vs the reference, a paired problem-clustered percentile bootstrap 95% CI of
 // the difference and an exact two-sided sign test (eval/stats.h).
 #pragma once

@@ -7,7 +7,7 @@
 // imaginary part) and E|x_f| over the pre-RoPE queries of a calibration corpus.
 //
 // Source: TriAttention (arXiv 2604.04921) §3 (query centres per frequency band);
-// eviction-spec.md §3 row `triattention`.
+// docs/eviction-spec.md §3 row `triattention`.
 //
 // File format (JSON object):
 //   "format": "kvevict-query-stats", "version": 1,

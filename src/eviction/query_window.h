@@ -1,7 +1,7 @@
 // What the attention-scored selectors share: a per-layer ring buffer of recent post-RoPE queries
 // (the "observation window") and the SnapKV score computed from it.
 //
-// Source: SnapKV (arXiv 2404.14469) §4 (observation window, pooling, GQA group); eviction-spec.md
+// Source: SnapKV (arXiv 2404.14469) §4 (observation window, pooling, GQA group); docs/eviction-spec.md
 // §3 row `snapkv`, which follows the Random Attention code (`kvcompress/engine/cache_utils.py`,
 // `compute_attention_scores`): softmax over the candidates only, mean over the window, 1-D
 // average pooling whose zero padding counts in the denominator (PyTorch `avg_pool1d` defaults),

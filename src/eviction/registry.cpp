@@ -1,8 +1,12 @@
 #include "eviction/registry.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include "util/error.h"
+#include "util/suggest.h"
 
 // One line per policy: id is the suffix of the factory `policy_<id>()` in eviction/selectors/.
 #define KVEVICT_POLICIES(X) \
@@ -50,7 +54,14 @@ Policy make_policy(const std::string& spec, std::optional<bool> protect_prompt,
   const PolicyInfo* info = nullptr;
   for (const PolicyInfo* p : all_policies())
     if (p->name == name) info = p;
-  if (!info) throw Error(fmt::format("unknown policy '{}' (known: {}; any may take +prompt)", spec, policy_names()));
+  if (!info) {
+    std::vector<std::string> names;
+    for (const PolicyInfo* p : all_policies()) names.push_back(p->name);
+    for (const PolicyInfo* p : all_policies()) names.push_back(p->name + "+prompt");
+    const std::string guess = closest_match(spec, names);
+    throw Error(fmt::format("unknown policy '{}' ({}known: {}; any may take +prompt)", spec,
+                            guess.empty() ? "" : fmt::format("did you mean '{}'? ", guess), policy_names()));
+  }
   if (sinks && *sinks < 0) throw Error(fmt::format("--sinks {}: must be >= 0", *sinks));
   if (plus_prompt && protect_prompt && !*protect_prompt)
     throw Error(fmt::format("policy '{}' asks for prompt protection but --no-protect-prompt was given", spec));
@@ -63,6 +74,79 @@ Policy make_policy(const std::string& spec, std::optional<bool> protect_prompt,
   if (info->make) p.selector = info->make(params);
   if (check_params) params.check_all_used(spec);
   return p;
+}
+
+namespace {
+
+/// "snapkv+prompt" -> "snapkv".
+std::string base_name(const std::string& spec) {
+  const auto plus = spec.rfind("+prompt");
+  return plus != std::string::npos && plus + 7 == spec.size() ? spec.substr(0, plus) : spec;
+}
+
+/// The POLICY prefix of an item ("" when it has none).
+std::string item_prefix(const std::string& item) {
+  const auto colon = item.find(':'), eq = item.find('=');
+  if (colon == std::string::npos || colon == 0 || (eq != std::string::npos && eq < colon)) return {};
+  return item.substr(0, colon);
+}
+
+}  // namespace
+
+std::vector<ParamSpec> policy_params(const PolicyInfo& info) {
+  std::vector<ParamSpec> out;
+  if (!info.make) return out;
+  try {
+    (void)info.make(SelectorParams::recording(&out));
+  } catch (const Error&) {
+    // A required parameter (triattention's stats file) is missing: what was read so far is recorded.
+  }
+  return out;
+}
+
+std::vector<std::string> params_for_policy(const std::vector<std::string>& items, const std::string& spec) {
+  std::vector<std::string> mine;
+  const std::string base = base_name(spec);
+  for (const std::string& item : items) {
+    const std::string prefix = item_prefix(item);
+    if (prefix.empty()) {
+      mine.push_back(item);
+      continue;
+    }
+    std::vector<std::string> names;
+    for (const PolicyInfo* p : all_policies()) names.push_back(p->name);
+    if (std::find(names.begin(), names.end(), base_name(prefix)) == names.end()) {
+      const std::string guess = closest_match(base_name(prefix), names);
+      throw Error(fmt::format("--param '{}': unknown policy '{}'{} (the form is [POLICY:]NAME=VALUE)", item, prefix,
+                              guess.empty() ? "" : fmt::format(" (did you mean '{}'?)", guess)));
+    }
+    if (prefix == spec || prefix == base) mine.push_back(item.substr(prefix.size() + 1));
+  }
+  return mine;
+}
+
+void check_param_items(const std::vector<std::string>& items, const std::vector<std::string>& specs) {
+  (void)SelectorParams::parse(items);  // syntax errors first (missing '=')
+  std::vector<bool> taken(items.size(), false);
+  for (const std::string& spec : specs) {
+    std::vector<std::string> mine;
+    std::vector<size_t> index;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const auto one = params_for_policy({items[i]}, spec);
+      if (!one.empty()) mine.push_back(one[0]), index.push_back(i);
+    }
+    const SelectorParams params = SelectorParams::parse(mine);
+    (void)make_policy(spec, std::nullopt, std::nullopt, params, /*check_params=*/false);
+    const std::vector<std::string> unused = params.unused();
+    for (size_t j = 0; j < mine.size(); ++j) {
+      const std::string key = mine[j].substr(0, mine[j].find('='));
+      if (std::find(unused.begin(), unused.end(), key) == unused.end()) taken[index[j]] = true;
+    }
+  }
+  for (size_t i = 0; i < items.size(); ++i)
+    if (!taken[i])
+      throw Error(fmt::format("--param '{}': no policy of this run takes it (policies: {})", items[i],
+                              fmt::format("{}", fmt::join(specs, ","))));
 }
 
 }  // namespace kvevict

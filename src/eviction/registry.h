@@ -2,7 +2,7 @@
 // default protection. Adding a selector = one file in eviction/selectors/ defining
 // `const PolicyInfo& policy_<id>()` plus one entry in KVEVICT_POLICIES (registry.cpp).
 //
-// Source: eviction-spec.md §3 (policy table, defaults) and its `+prompt` / `--sinks` rule.
+// Source: docs/eviction-spec.md §3 (policy table, defaults) and its `+prompt` / `--sinks` rule.
 #pragma once
 
 #include <functional>
@@ -15,16 +15,18 @@
 
 namespace kvevict {
 
-/// Static description of one policy.
+/// Static description of one policy, written with designated initializers in its selector file
+/// (`.name = "snapkv", .summary = ..., .make = ...`). Its parameters (names, defaults, ranges)
+/// are not listed here: policy_params() records them from `make`'s SelectorParams::get* calls.
 struct PolicyInfo {
-  std::string name;          ///< CLI name, e.g. "random-unprotected"
-  std::string summary;       ///< one sentence for --help and README
-  std::string source;        ///< paper / spec section
+  std::string name = {};     ///< CLI name, e.g. "random-unprotected"
+  std::string summary = {};  ///< one sentence for --help and README
+  std::string source = {};   ///< paper / spec section
   bool evicts = true;        ///< false only for `full`
   bool protect_prompt = false;  ///< default prompt pinning (spec §3)
   int sinks = 0;             ///< default sink count (StreamingLLM: 4)
-  /// Builds the selector; reads its parameters from `params` (nullptr for `full`).
-  std::function<std::unique_ptr<Selector>(const SelectorParams& params)> make;
+  /// Builds the selector; reads its parameters from `params` (empty for `full`).
+  std::function<std::unique_ptr<Selector>(const SelectorParams& params)> make = {};
 };
 
 /// A policy ready to run: selector plus the protection actually in force.
@@ -51,5 +53,22 @@ std::string policy_names();
 Policy make_policy(const std::string& spec, std::optional<bool> protect_prompt = std::nullopt,
                    std::optional<int> sinks = std::nullopt, const SelectorParams& params = {},
                    bool check_params = true);
+
+/// The parameters policy `info` reads (name, type, default, range), found by running its
+/// factory on a recording SelectorParams (eviction/selector.h): a new selector is described
+/// without extra code. Empty for `full`.
+std::vector<ParamSpec> policy_params(const PolicyInfo& info);
+
+/// The `--param` items that apply to policy `spec` (name or name+prompt). An item is
+/// `[POLICY:]NAME=VALUE`: with a POLICY prefix (a registered name, "+prompt" optional) it applies
+/// to that policy only and is returned without the prefix; without one it applies to every
+/// policy that takes NAME. A ':' after the '=' belongs to the value (`stats=C:/x.json`). Throws
+/// kvevict::Error for an unknown POLICY prefix (with a "did you mean").
+std::vector<std::string> params_for_policy(const std::vector<std::string>& items, const std::string& spec);
+
+/// Checks `items` against the policies `specs` of one run: every item must be taken by at least
+/// one of them (a prefixed item by its policy). Builds each policy once (so a parameter's value
+/// and files are checked too). Throws kvevict::Error naming the first item nobody takes.
+void check_param_items(const std::vector<std::string>& items, const std::vector<std::string>& specs);
 
 }  // namespace kvevict

@@ -1,7 +1,7 @@
 // The eviction schedule every policy shares: when a round runs, what is pinned, how the keep-set
 // is chosen from the selector's scores and how the cache is compacted.
 //
-// Source: eviction-spec.md §2. A round, for each (layer, KV head): score the candidates (all
+// Source: docs/eviction-spec.md §2. A round, for each (layer, KV head): score the candidates (all
 // slots but the newest r); give pinned positions +infinity; keep the top K_sel = B - r; sort the
 // keep-set by slot (chronological compaction); gather keys, values and positions; append the
 // newest r. Length becomes exactly B.
@@ -20,7 +20,7 @@ namespace kvevict {
 class ThreadPool;
 
 /// What to do when the prompt is longer than the prompt pin can hold (prompt_len > K_sel - 1).
-/// Source: eviction-spec.md §2.5.
+/// Source: docs/eviction-spec.md §2.5.
 enum class LongPromptMode {
   /// Default (the official HF engine): pin only the first K_sel - 1 prompt tokens; the rest of
   /// the prompt becomes ordinary candidates. The budget holds.

@@ -41,7 +41,21 @@ SelectorParams SelectorParams::parse(const std::vector<std::string>& items) {
   return p;
 }
 
+SelectorParams SelectorParams::recording(std::vector<ParamSpec>* out) {
+  SelectorParams p;
+  p.record_ = out;
+  return p;
+}
+
+void SelectorParams::record(ParamSpec spec) const {
+  if (!record_) return;
+  for (const ParamSpec& s : *record_)
+    if (s.name == spec.name) return;
+  record_->push_back(std::move(spec));
+}
+
 double SelectorParams::get(const std::string& key, double fallback, double lo, double hi) const {
+  record({key, "number", fmt::format("{}", fallback), lo, hi, {}});
   auto it = values_.find(key);
   if (it == values_.end()) return fallback;
   used_[key] = true;
@@ -57,6 +71,7 @@ double SelectorParams::get(const std::string& key, double fallback, double lo, d
 }
 
 int64_t SelectorParams::get_int(const std::string& key, int64_t fallback, int64_t lo, int64_t hi) const {
+  record({key, "integer", fmt::format("{}", fallback), static_cast<double>(lo), static_cast<double>(hi), {}});
   if (!values_.count(key)) return fallback;
   const double v = get(key, 0.0, static_cast<double>(lo), static_cast<double>(hi));
   if (v != std::floor(v))
@@ -66,6 +81,7 @@ int64_t SelectorParams::get_int(const std::string& key, int64_t fallback, int64_
 
 std::string SelectorParams::get_string(const std::string& key, const std::string& fallback,
                                        const std::vector<std::string>& allowed) const {
+  record({key, "text", fallback, 0, 0, allowed});
   auto it = values_.find(key);
   if (it == values_.end()) return fallback;
   used_[key] = true;
@@ -73,6 +89,13 @@ std::string SelectorParams::get_string(const std::string& key, const std::string
   std::string list;
   for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
   throw Error(fmt::format("--param {}={}: must be one of {}", key, it->second, list));
+}
+
+std::vector<std::string> SelectorParams::unused() const {
+  std::vector<std::string> out;
+  for (const auto& [k, used] : used_)
+    if (!used) out.push_back(k);
+  return out;
 }
 
 void SelectorParams::check_all_used(const std::string& policy) const {

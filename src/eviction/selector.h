@@ -1,7 +1,7 @@
 // The policy interface: a selector scores eviction candidates; the shared schedule
 // (eviction/schedule.h) pins, takes the top K_sel, sorts and gathers.
 //
-// Source: eviction-spec.md §2 (schedule) and §3 (policies); the split mirrors kvpress's
+// Source: docs/eviction-spec.md §2 (schedule) and §3 (policies); the split mirrors kvpress's
 // ScorerPress (a policy writes only `score`, higher = kept).
 #pragma once
 
@@ -86,6 +86,15 @@ class PerHeadSelector : public Selector {
                           std::span<float> out) const = 0;
 };
 
+/// One parameter a selector reads, as seen by a recording SelectorParams (for `kvevict policies`).
+struct ParamSpec {
+  std::string name;
+  std::string type;      ///< "number", "integer" or "text"
+  std::string fallback;  ///< the default as text ("" for a text parameter without one)
+  double lo = 0, hi = 0;  ///< allowed range (numbers and integers)
+  std::vector<std::string> allowed;  ///< allowed values of a text choice (empty: any text)
+};
+
 /// Named numeric parameters of a selector (`--param name=value`). Every given key must be read
 /// by the selector; an unread key is an error (catches typos such as `windw=32`).
 class SelectorParams {
@@ -105,8 +114,15 @@ class SelectorParams {
                          const std::vector<std::string>& allowed = {}) const;
   /// Throws kvevict::Error naming every key that no get() asked for.
   void check_all_used(const std::string& policy) const;
+  /// Keys that no get() asked for (sorted).
+  std::vector<std::string> unused() const;
+  /// An empty parameter set that appends every parameter a get*() call asks for to `*out`
+  /// (name, type, default, range): a selector's factory run on it describes its parameters.
+  static SelectorParams recording(std::vector<ParamSpec>* out);
 
  private:
+  void record(ParamSpec spec) const;
+  std::vector<ParamSpec>* record_ = nullptr;
   std::map<std::string, std::string> values_;
   mutable std::map<std::string, bool> used_;
 };

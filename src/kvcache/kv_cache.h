@@ -1,7 +1,7 @@
 // Budgeted KV cache storage for one sequence: per (layer, KV head) a fixed-capacity block of
 // post-RoPE keys, values and each slot's logical position.
 //
-// Source: eviction-spec.md §1-2 (slots, budget B, recent buffer r, logical positions). Storage is
+// Source: docs/eviction-spec.md §1-2 (slots, budget B, recent buffer r, logical positions). Storage is
 // allocated once at construction (capacity = B + r for a bounded sequence, not a mask over a
 // full-length cache). Slots [0, length(layer)) are live and chronological; compaction keeps that
 // order. All KV heads of a layer always hold the same number of slots (rounds run for all heads
@@ -24,7 +24,7 @@
 namespace kvevict {
 
 /// How RoPE positions are assigned to cached keys and to the current query.
-/// Source: eviction-spec.md §2.1 (logical) and §3 `streaming` (StreamingLLM §3.2, positions
+/// Source: docs/eviction-spec.md §2.1 (logical) and §3 `streaming` (StreamingLLM §3.2, positions
 /// within the cache).
 enum class PositionMode {
   Logical,  ///< position = tokens seen before this one; eviction never re-rotates (default)

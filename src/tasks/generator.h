@@ -2,7 +2,7 @@
 // mechanisms the Random Attention paper studies (a prompt needed throughout, a trace that restates
 // the state it carries, a fact stated exactly once early and needed only at the end).
 //
-// Source: issue 6 and shared/docs/reasoner-notes.md (layout lessons). The format is kvevict's own.
+// Source: shared/docs/reasoner-notes.md (layout lessons). The format is kvevict's own.
 //
 // Format, shared by every family (one character = one token of the model's vocabulary):
 //   problem = M fact lines "XY\n", shuffled, (once only: a code line "#P\n"), then one question

@@ -1,11 +1,16 @@
-// `full`: no eviction; the reference every policy is compared with (eviction-spec.md §3).
+// `full`: no eviction; the reference every policy is compared with (docs/eviction-spec.md §3).
 #include "eviction/registry.h"
 
 namespace kvevict {
 
 const PolicyInfo& policy_full() {
-  static const PolicyInfo info{"full", "No eviction: the whole cache is kept (the reference).",
-                               "eviction-spec.md §3", /*evicts=*/false, false, 0, nullptr};
+  static const PolicyInfo info{
+      .name = "full",
+      .summary = "No eviction: the whole cache is kept (the reference).",
+      .source = "docs/eviction-spec.md §3",
+      .evicts = false,
+      .protect_prompt = false,
+      .sinks = 0};
   return info;
 }
 

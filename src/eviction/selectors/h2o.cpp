@@ -7,7 +7,7 @@
 // down). The only selector that needs attention probabilities (SelectorNeeds::attention).
 // Parameters: heavy_ratio in [0, 1] (default 0.5).
 // Source: H2O (arXiv 2306.14048) §3 (accumulated attention, heavy + recent split);
-// eviction-spec.md §3 row `h2o`.
+// docs/eviction-spec.md §3 row `h2o`.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -93,8 +93,13 @@ class H2oSelector final : public PerHeadSelector {
 
 const PolicyInfo& policy_h2o() {
   static const PolicyInfo info{
-      "h2o", "H2O: heavy hitters by attention accumulated since insertion + the newest candidates (1:1).",
-      "arXiv 2306.14048 §3; eviction-spec.md §3", true, false, 0, [](const SelectorParams& params) {
+      .name = "h2o",
+      .summary = "H2O: heavy hitters by attention accumulated since insertion + the newest candidates (1:1).",
+      .source = "arXiv 2306.14048 §3; docs/eviction-spec.md §3",
+      .evicts = true,
+      .protect_prompt = false,
+      .sinks = 0,
+      .make = [](const SelectorParams& params) {
         return std::make_unique<H2oSelector>(params.get("heavy_ratio", 0.5, 0.0, 1.0));
       }};
   return info;

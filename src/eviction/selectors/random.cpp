@@ -1,7 +1,7 @@
 // `random` (Random Attention) and `random-unprotected`: i.i.d. U(0,1) scores per candidate, so the
 // top-K_sel is a uniform subset without replacement, drawn fresh per (sequence, layer, KV head,
 // round) from a stream seeded by (seed, sequence, round, layer, KV head).
-// Source: Random Attention (arXiv 2609.03430) §3; eviction-spec.md §3 rows `random`,
+// Source: Random Attention (arXiv 2609.03430) §3; docs/eviction-spec.md §3 rows `random`,
 // `random-unprotected`; the seeding follows the paper's vLLM port, extended by the KV head.
 #include "eviction/registry.h"
 #include "util/rng.h"
@@ -23,17 +23,25 @@ class RandomSelector final : public PerHeadSelector {
 
 const PolicyInfo& policy_random() {
   static const PolicyInfo info{
-      "random", "Random Attention: keep the prompt, evict the trace uniformly at random per KV head.",
-      "arXiv 2609.03430 §3; eviction-spec.md §3", true, /*protect_prompt=*/true, 0,
-      [](const SelectorParams&) { return std::make_unique<RandomSelector>(); }};
+      .name = "random",
+      .summary = "Random Attention: keep the prompt, evict the trace uniformly at random per KV head.",
+      .source = "arXiv 2609.03430 §3; docs/eviction-spec.md §3",
+      .evicts = true,
+      .protect_prompt = true,
+      .sinks = 0,
+      .make = [](const SelectorParams&) { return std::make_unique<RandomSelector>(); }};
   return info;
 }
 
 const PolicyInfo& policy_random_unprotected() {
   static const PolicyInfo info{
-      "random-unprotected", "Uniform random eviction with the prompt not pinned (the paper's score-alone row).",
-      "arXiv 2609.03430 Table 2; eviction-spec.md §3", true, /*protect_prompt=*/false, 0,
-      [](const SelectorParams&) { return std::make_unique<RandomSelector>(); }};
+      .name = "random-unprotected",
+      .summary = "Uniform random eviction with the prompt not pinned (the paper's score-alone row).",
+      .source = "arXiv 2609.03430 Table 2; docs/eviction-spec.md §3",
+      .evicts = true,
+      .protect_prompt = false,
+      .sinks = 0,
+      .make = [](const SelectorParams&) { return std::make_unique<RandomSelector>(); }};
   return info;
 }
 

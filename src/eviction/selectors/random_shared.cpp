@@ -3,7 +3,7 @@
 // redundancy: same signal and protection as `random`, minimal union across heads. Prompt pinned.
 // Stream: (seed, sequence, round, layer, "shared"), never the per-head streams of `random`.
 // Source: Random Attention (arXiv 2609.03430), cross-head redundancy ablation (0.871 vs 0.874 on
-// Qwen3-4B MATH500; code mode `random_unified`); eviction-spec.md §3 row `random-shared`.
+// Qwen3-4B MATH500; code mode `random_unified`); docs/eviction-spec.md §3 row `random-shared`.
 #include "eviction/registry.h"
 #include "util/rng.h"
 
@@ -27,9 +27,13 @@ class RandomSharedSelector final : public PerHeadSelector {
 
 const PolicyInfo& policy_random_shared() {
   static const PolicyInfo info{
-      "random-shared", "Random Attention with one draw per layer shared by all KV heads (prompt pinned).",
-      "arXiv 2609.03430 (cross-head ablation); eviction-spec.md §3", true, /*protect_prompt=*/true, 0,
-      [](const SelectorParams&) { return std::make_unique<RandomSharedSelector>(); }};
+      .name = "random-shared",
+      .summary = "Random Attention with one draw per layer shared by all KV heads (prompt pinned).",
+      .source = "arXiv 2609.03430 (cross-head ablation); docs/eviction-spec.md §3",
+      .evicts = true,
+      .protect_prompt = true,
+      .sinks = 0,
+      .make = [](const SelectorParams&) { return std::make_unique<RandomSharedSelector>(); }};
   return info;
 }
 

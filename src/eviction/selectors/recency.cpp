@@ -1,6 +1,6 @@
 // `recency` and `streaming` (StreamingLLM): score = position, so the newest K_sel candidates are
 // kept; `streaming` adds 4 attention sinks by default (pinned by the schedule).
-// Source: StreamingLLM (arXiv 2309.17453) §3.2; eviction-spec.md §3 rows `recency`, `streaming`.
+// Source: StreamingLLM (arXiv 2309.17453) §3.2; docs/eviction-spec.md §3 rows `recency`, `streaming`.
 #include "eviction/registry.h"
 
 namespace kvevict {
@@ -21,17 +21,25 @@ class RecencySelector final : public PerHeadSelector {
 
 const PolicyInfo& policy_recency() {
   static const PolicyInfo info{
-      "recency", "Sliding window: keep the newest K_sel candidates (no sinks, prompt not pinned).",
-      "eviction-spec.md §3", true, false, 0,
-      [](const SelectorParams&) { return std::make_unique<RecencySelector>(); }};
+      .name = "recency",
+      .summary = "Sliding window: keep the newest K_sel candidates (no sinks, prompt not pinned).",
+      .source = "docs/eviction-spec.md §3",
+      .evicts = true,
+      .protect_prompt = false,
+      .sinks = 0,
+      .make = [](const SelectorParams&) { return std::make_unique<RecencySelector>(); }};
   return info;
 }
 
 const PolicyInfo& policy_streaming() {
   static const PolicyInfo info{
-      "streaming", "StreamingLLM: the first S sink tokens (default 4) plus the newest candidates.",
-      "arXiv 2309.17453 §3.2; eviction-spec.md §3, §5", true, false, /*sinks=*/4,
-      [](const SelectorParams&) { return std::make_unique<RecencySelector>(); }};
+      .name = "streaming",
+      .summary = "StreamingLLM: the first S sink tokens (default 4) plus the newest candidates.",
+      .source = "arXiv 2309.17453 §3.2; docs/eviction-spec.md §3, §5",
+      .evicts = true,
+      .protect_prompt = false,
+      .sinks = 4,
+      .make = [](const SelectorParams&) { return std::make_unique<RecencySelector>(); }};
   return info;
 }
 

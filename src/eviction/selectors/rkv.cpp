@@ -4,7 +4,7 @@
 // taken over all n candidates as the released code does). Keys are the cached post-RoPE keys.
 // Parameters: lambda=λ in [0, 1] (default 0.5, the Random Attention paper's rows; R-KV itself
 // recommends 0.1), window=w (64), kernel=k (5) as for `snapkv`.
-// Source: R-KV (arXiv 2505.24133) §3.2-3.3; eviction-spec.md §3 row `rkv`, following the Random
+// Source: R-KV (arXiv 2505.24133) §3.2-3.3; docs/eviction-spec.md §3 row `rkv`, following the Random
 // Attention code (`cache_utils.py`, `cal_redundancy`). The official R-KV variant (last 8 queries,
 // group max, max-pool 7, cosine threshold 0.5) is not this row.
 #include <algorithm>
@@ -68,8 +68,13 @@ class RkvSelector final : public PerHeadSelector {
 
 const PolicyInfo& policy_rkv() {
   static const PolicyInfo info{
-      "rkv", "R-KV: lambda * SnapKV importance - (1 - lambda) * softmaxed key redundancy (lambda 0.5).",
-      "arXiv 2505.24133 §3; eviction-spec.md §3", true, false, 0, [](const SelectorParams& params) {
+      .name = "rkv",
+      .summary = "R-KV: lambda * SnapKV importance - (1 - lambda) * softmaxed key redundancy (lambda 0.5).",
+      .source = "arXiv 2505.24133 §3; docs/eviction-spec.md §3",
+      .evicts = true,
+      .protect_prompt = false,
+      .sinks = 0,
+      .make = [](const SelectorParams& params) {
         const double lambda = params.get("lambda", 0.5, 0.0, 1.0);
         return std::make_unique<RkvSelector>(SnapKvParams::read(params), lambda);
       }};

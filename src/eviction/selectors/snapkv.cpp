@@ -4,7 +4,7 @@
 // `+prompt` / `--sinks`.
 // Parameters: window=w (default 64), kernel=k (odd, default 5).
 // Source: SnapKV (arXiv 2404.14469) §4.2-4.3 (the paper says max pooling; the released code, which
-// the spec follows, average-pools); eviction-spec.md §3 row `snapkv`.
+// the spec follows, average-pools); docs/eviction-spec.md §3 row `snapkv`.
 #include "eviction/query_window.h"
 #include "eviction/registry.h"
 
@@ -31,9 +31,13 @@ class SnapKvSelector final : public PerHeadSelector {
 
 const PolicyInfo& policy_snapkv() {
   static const PolicyInfo info{
-      "snapkv", "SnapKV: keep what the last w queries attend to (softmax over candidates, avg-pooled, group mean).",
-      "arXiv 2404.14469 §4; eviction-spec.md §3", true, false, 0,
-      [](const SelectorParams& params) { return std::make_unique<SnapKvSelector>(SnapKvParams::read(params)); }};
+      .name = "snapkv",
+      .summary = "SnapKV: keep what the last w queries attend to (softmax over candidates, avg-pooled, group mean).",
+      .source = "arXiv 2404.14469 §4; docs/eviction-spec.md §3",
+      .evicts = true,
+      .protect_prompt = false,
+      .sinks = 0,
+      .make = [](const SelectorParams& params) { return std::make_unique<SnapKvSelector>(SnapKvParams::read(params)); }};
   return info;
 }
 

@@ -5,7 +5,7 @@
 // over all query heads of the layer (tova_scope=layer, as the TOVA paper does; every KV head of
 // the layer then gets the same scores and so keeps the same slots).
 // Parameters: tova_scope=group|layer.
-// Source: TOVA (arXiv 2401.06104) §3; eviction-spec.md §3 row `tova`.
+// Source: TOVA (arXiv 2401.06104) §3; docs/eviction-spec.md §3 row `tova`.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -77,8 +77,13 @@ class TovaSelector final : public Selector {
 
 const PolicyInfo& policy_tova() {
   static const PolicyInfo info{
-      "tova", "TOVA: keep what the newest query attends to (group mean; tova_scope=layer for the layer mean).",
-      "arXiv 2401.06104 §3; eviction-spec.md §3", true, false, 0, [](const SelectorParams& params) {
+      .name = "tova",
+      .summary = "TOVA: keep what the newest query attends to (group mean; tova_scope=layer for the layer mean).",
+      .source = "arXiv 2401.06104 §3; docs/eviction-spec.md §3",
+      .evicts = true,
+      .protect_prompt = false,
+      .sinks = 0,
+      .make = [](const SelectorParams& params) {
         return std::make_unique<TovaSelector>(params.get_string("tova_scope", "group", {"group", "layer"}) == "layer");
       }};
   return info;

@@ -16,7 +16,7 @@
 // cache length (the next token's slot) and distances are slot distances.
 //
 // Parameters: stats=FILE (required; `kvevict calibrate`).
-// Source: TriAttention (arXiv 2604.04921) §3-4; eviction-spec.md §3 row `triattention`; the
+// Source: TriAttention (arXiv 2604.04921) §3-4; docs/eviction-spec.md §3 row `triattention`; the
 // normalisation set, t = tokens seen and the layer-shared keep-set follow the Random Attention
 // code (`cache_utils.py`, mode `triattn_ph`, ported from WeianMao/triattention).
 #include <fmt/format.h>
@@ -157,9 +157,14 @@ class TriAttentionSelector final : public Selector {
 
 const PolicyInfo& policy_triattention() {
   static const PolicyInfo info{
-      "triattention", "TriAttention: trigonometric future-attention score from calibrated query centres; one "
-                      "keep-set per KV head shared by all layers (needs --param stats=FILE).",
-      "arXiv 2604.04921 §3-4; eviction-spec.md §3", true, /*protect_prompt=*/true, 0, [](const SelectorParams& params) {
+      .name = "triattention",
+      .summary = "TriAttention: trigonometric future-attention score from calibrated query centres; one "
+          "keep-set per KV head shared by all layers (needs --param stats=FILE).",
+      .source = "arXiv 2604.04921 §3-4; docs/eviction-spec.md §3",
+      .evicts = true,
+      .protect_prompt = true,
+      .sinks = 0,
+      .make = [](const SelectorParams& params) {
         const std::string path = params.get_string("stats", "");
         if (path.empty())
           throw Error("policy 'triattention' needs --param stats=FILE (query statistics written by `kvevict calibrate`)");

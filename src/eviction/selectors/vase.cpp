@@ -9,7 +9,7 @@
 // u is drawn from the stream (seed, sequence, round, layer, KV head, "VaSE").
 // Parameters: n_large (default B/4), window (64), kernel (5) as for `snapkv`.
 // Source: VaSE (Chang 2026; code terarachang/VaSE) as ported in the Random Attention code
-// (`cache_utils.py`); eviction-spec.md §3 row `vase`; weighted sampling: Efraimidis & Spirakis,
+// (`cache_utils.py`); docs/eviction-spec.md §3 row `vase`; weighted sampling: Efraimidis & Spirakis,
 // "Weighted random sampling with a reservoir", IPL 97(5), 2006.
 #include <algorithm>
 #include <cmath>
@@ -80,9 +80,13 @@ class VaseSelector final : public PerHeadSelector {
 
 const PolicyInfo& policy_vase() {
   static const PolicyInfo info{
-      "vase", "VaSE: 4 sinks + the n_large widest value ranges + a SnapKV-weighted sample for the rest (seeded).",
-      "VaSE (terarachang/VaSE) via arXiv 2609.03430's code; eviction-spec.md §3", true, false, 0,
-      [](const SelectorParams& params) {
+      .name = "vase",
+      .summary = "VaSE: 4 sinks + the n_large widest value ranges + a SnapKV-weighted sample for the rest (seeded).",
+      .source = "VaSE (terarachang/VaSE) via arXiv 2609.03430's code; docs/eviction-spec.md §3",
+      .evicts = true,
+      .protect_prompt = false,
+      .sinks = 0,
+      .make = [](const SelectorParams& params) {
         const int64_t n_large = params.get_int("n_large", -1, 0, int64_t{1} << 30);
         return std::make_unique<VaseSelector>(SnapKvParams::read(params), n_large);
       }};

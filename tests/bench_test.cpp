@@ -1,0 +1,96 @@
+// `src/bench`: the summary statistics every table reports, and what the throughput and
+// round-cost benches count, on a synthetic `tiny` model (model/synth.h). Expected values: the
+// medians/min/max are worked by hand below; round counts follow the schedule rule (spec §2.3:
+// one round every r decode steps once a sequence holds B slots).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string>
+
+#include "bench/bench.h"
+#include "model/synth.h"
+#include "util/error.h"
+
+namespace kvevict {
+namespace {
+
+std::string tiny_model() {
+  static const std::string path = [] {
+    const std::string p = ::testing::TempDir() + "/bench_tiny_q8_0.gguf";
+    write_synth_gguf(synth_shape("tiny"), parse_synth_type("q8_0"), 3, p);
+    return p;
+  }();
+  return path;
+}
+
+TEST(Bench, SummaryIsMedianMinMax) {
+  // Odd count: the middle value; even count: the mean of the two middle values.
+  const Summary a = summarize({5.0, 1.0, 3.0});
+  EXPECT_DOUBLE_EQ(a.median, 3.0);
+  EXPECT_DOUBLE_EQ(a.min, 1.0);
+  EXPECT_DOUBLE_EQ(a.max, 5.0);
+  EXPECT_DOUBLE_EQ(a.spread_pct(), 50.0 * 4.0 / 3.0);
+  const Summary b = summarize({4.0, 1.0, 2.0, 10.0});
+  EXPECT_DOUBLE_EQ(b.median, 3.0);
+  EXPECT_THROW(summarize({}), Error);
+}
+
+TEST(Bench, LoadAverageIsReadable) {
+  // /proc/loadavg exists on Linux: three numbers, the first one also as a double.
+  EXPECT_GE(load_average_1m(), 0.0);
+  const std::string load = load_average();
+  EXPECT_EQ(std::count(load.begin(), load.end(), ' '), 2) << load;
+}
+
+ThroughputBenchConfig tiny_throughput(int steps) {
+  ThroughputBenchConfig c;
+  c.common.model = tiny_model();
+  c.common.threads = 1;
+  c.common.reps = 1;
+  c.common.recent = 16;
+  c.batch = 3;
+  c.budget = 48;
+  c.start_length = 200;
+  c.steps = steps;
+  c.policies = {"random", "full"};
+  c.iso_memory = false;
+  return c;
+}
+
+TEST(Bench, ThroughputCountsTheRoundsInsideTheTimedSteps) {
+  // r = 16: the 64 warm-up steps end on a round (64 = 4 r), so 32 timed steps hold exactly two
+  // rounds per sequence (3 sequences: 6) and 8 timed steps none; `full` never has one.
+  const nlohmann::json two = bench_throughput(tiny_throughput(32));
+  ASSERT_EQ(two["iso_batch"].size(), 2u) << two.dump(2);
+  EXPECT_EQ(two["iso_batch"][0]["policy"], "random");
+  EXPECT_EQ(two["iso_batch"][0]["rounds_timed"], 6);
+  EXPECT_EQ(two["iso_batch"][1]["rounds_timed"], 0);
+  const nlohmann::json none = bench_throughput(tiny_throughput(8));
+  EXPECT_EQ(none["iso_batch"][0]["rounds_timed"], 0);
+  EXPECT_GT(none["iso_batch"][0]["tok_per_s"].get<double>(), 0.0);
+}
+
+TEST(Bench, EvictRoundTimesEveryRequestedCell) {
+  EvictBenchConfig c;
+  c.common.model = tiny_model();
+  c.common.threads = 1;
+  c.common.reps = 2;
+  c.common.recent = 16;
+  c.budgets = {48, 96};
+  c.policies = {"random", "snapkv"};
+  c.warmup_steps = 8;
+  const nlohmann::json j = bench_evict_round(c);
+  ASSERT_EQ(j["rows"].size(), 4u) << j.dump(2);
+  for (const auto& row : j["rows"]) {
+    EXPECT_EQ(row["rounds_timed"], 2) << row.dump();
+    EXPECT_GE(row["score_ms_per_layer"]["min"].get<double>(), 0.0);
+  }
+  // A parameter for a policy that runs is used; one naming a policy that is not registered is refused.
+  c.params = {"snapkv:window=8"};
+  EXPECT_NO_THROW(bench_evict_round(c));
+}
+
+}  // namespace
+}  // namespace kvevict
