@@ -48,7 +48,7 @@ void validate_eviction(const EvictionConfig& cfg, const Policy& policy);
 std::string long_prompt_warning(const EvictionConfig& cfg, const Policy& policy, int64_t prompt_len);
 
 /// True when a sequence with this prompt never evicts (policy `full`, or LongPromptMode::Skip
-/// with a prompt-protecting policy and a prompt longer than B; eviction-spec.md §2.5: the vLLM
+/// with a prompt-protecting policy and a prompt longer than B; docs/eviction-spec.md §2.5: the vLLM
 /// port skips compression while the prompt exceeds the budget).
 bool eviction_disabled(const EvictionConfig& cfg, const Policy& policy, int64_t prompt_len);
 

@@ -3,7 +3,7 @@
 // eviction layer, so the forward pass needs nothing from eviction/ (selectors' per-sequence
 // state, eviction/selector.h, derives from AttentionObserver; so does calibration).
 //
-// Source: eviction-spec.md §3 (what SnapKV, TOVA, H2O and TriAttention calibration read).
+// Source: docs/eviction-spec.md §3 (what SnapKV, TOVA, H2O and TriAttention calibration read).
 #pragma once
 
 #include <cstdint>
