@@ -21,6 +21,7 @@ PKGS=(
   python3-matplotlib
 )
 if [ "$TRAIN" = "1" ]; then PKGS+=(python3-torch libopenblas0-pthread); fi
+PKGS+=(clang libclang-rt-14-dev)  # libFuzzer harnesses (fuzz/run.sh)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -38,4 +39,11 @@ fi
 if ! python3 -c "import gguf, numpy" 2>/dev/null; then
   python3 -m pip install --quiet --disable-pip-version-check gguf numpy >/dev/null 2>&1 ||
     echo "setup: could not pip-install gguf (the GGUF cross-check test will be skipped)" >&2
+fi
+
+# Optional: math-verify (HuggingFace), the reference the grader's equivalence rules are checked
+# against (tests/eval_grader_reference_test.cpp skips itself when it is missing).
+if ! python3 -c "import math_verify" 2>/dev/null; then
+  python3 -m pip install --quiet --disable-pip-version-check math-verify >/dev/null 2>&1 ||
+    echo "setup: could not pip-install math-verify (the grader reference test will be skipped)" >&2
 fi
