@@ -22,6 +22,7 @@ PKGS=(
   libcpp-httplib-dev libpcre2-dev python3-jinja2 python3-regex
 )
 if [ "$TRAIN" = "1" ]; then PKGS+=(python3-torch libopenblas0-pthread); fi
+PKGS+=(clang libclang-rt-14-dev)  # libFuzzer harnesses (fuzz/run.sh)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -45,8 +46,9 @@ fi
 # Test-time references for the `python3` on PATH (which may not be Debian's, so Debian's
 # python3-* packages above need not be visible to it): llama.cpp's `gguf` reader and quantiser,
 # `jinja2` (chat templates), `regex` (pre-tokenizer splits), the official `openai` client (serving
-# tests). Tests that need one fail under CI=true when it is missing, and skip elsewhere.
-for spec in gguf:gguf numpy:numpy jinja2:jinja2 regex:regex openai:openai; do
+# tests), `math-verify` (the grader's equivalence reference). Tests that need one fail under
+# CI=true when it is missing, and skip elsewhere.
+for spec in gguf:gguf numpy:numpy jinja2:jinja2 regex:regex openai:openai math_verify:math-verify; do
   mod="${spec%%:*}" pkg="${spec##*:}"
   if ! python3 -c "import $mod" 2>/dev/null; then
     python3 -m pip install --quiet --disable-pip-version-check "$pkg" >/dev/null 2>&1 ||

@@ -4,6 +4,7 @@
 // human grader would give. GSM8K gold answers come from ../shared/data/gsm8k/test.jsonl lines.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -133,6 +134,87 @@ TEST(EvalGrader, Gsm8kAndExact) {
   const Grade none = grade_response("no answer", "q", Grading::Exact);
   EXPECT_FALSE(none.correct);
   EXPECT_FALSE(none.extracted.has_value());
+}
+
+}  // namespace
+}  // namespace kvevict
+
+namespace kvevict {
+namespace {
+
+// Reproducers of grader faults: each input below crashed, hung or was misgraded by the
+// std::regex / recursive grader. Expected verdicts are by hand (exact arithmetic).
+TEST(EvalGraderLimits, LongBoxedAnswerIsRecordedNotCrashed) {
+  // 26,250 digits in a box overflowed the stack in std::regex; now it is answer_too_long.
+  const std::string response = "\\boxed{" + std::string(26250, '1') + "}";
+  const Grade g = grade_response(response, "1", Grading::Math);
+  EXPECT_FALSE(g.correct);
+  EXPECT_EQ(g.outcome, GradeOutcome::AnswerTooLong);
+  EXPECT_STREQ(grade_outcome_name(g.outcome), "answer_too_long");
+  // A 30,000-digit gold: gold_too_long, not a crash.
+  const Grade gold = grade_response("\\boxed{1}", std::string(30000, '1'), Grading::Math);
+  EXPECT_FALSE(gold.correct);
+  EXPECT_EQ(gold.outcome, GradeOutcome::GoldTooLong);
+  // The same long answers through the public helpers.
+  EXPECT_FALSE(math_answers_equal(std::string(30000, '1'), std::string(30000, '1')));
+  EXPECT_EQ(normalize_math_answer(std::string(300000, '1')).size(), 300000u);
+  EXPECT_EQ(extract_last_boxed(response)->size(), 26250u);
+}
+
+TEST(EvalGraderLimits, NestedFracsGradeInLinearTime) {
+  // 26 nested `\frac{` took 19 s (x2.2 per level); 30 never finished. 20,000 levels must now
+  // take well under a second even in a sanitizer build.
+  for (const int depth : {26, 30, 20000}) {
+    std::string box = "\\boxed{";
+    for (int i = 0; i < depth; ++i) box += "\\frac{";
+    box.append(static_cast<size_t>(depth) + 1, '}');
+    const auto t0 = std::chrono::steady_clock::now();
+    const Grade g = grade_response(box, "\\frac{1}{2}", Grading::Math);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_FALSE(g.correct) << depth;
+    EXPECT_LT(s, 2.0) << depth << " nested \\frac took " << s << " s";
+  }
+  // Deep nesting of text wrappers and many unclosed boxes in a 1 MB response.
+  std::string deep;
+  for (int i = 0; i < 50000; ++i) deep += "\\text{";
+  deep += '7';
+  deep.append(50000, '}');
+  EXPECT_EQ(normalize_math_answer(deep), "7");
+  std::string many;
+  while (many.size() < (1u << 20)) many += "\\boxed{1 ";
+  const auto t0 = std::chrono::steady_clock::now();
+  const Grade g = grade_response(many, "1", Grading::Math);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  EXPECT_EQ(g.outcome, GradeOutcome::NoAnswer);
+}
+
+TEST(EvalGraderLimits, ExactNumbersAndDecimalTolerance) {
+  // Integers and exact fractions are compared exactly (the old 1e-9 x max(1, |x|) tolerance
+  // accepted both of these).
+  EXPECT_FALSE(math_answers_equal("1000000000", "1000000001"));
+  EXPECT_FALSE(math_answers_equal("0", "0.000000001"));
+  EXPECT_FALSE(math_answers_equal("1000000000", "1000000000.5"));  // both terminate: exact
+  EXPECT_FALSE(math_answers_equal("123456789012345678901234567890", "123456789012345678901234567891"));
+  EXPECT_TRUE(math_answers_equal("123456789012345678901234567890", "123456789012345678901234567890.0"));
+  // Equal rationals in other forms (math-verify agrees): 2/4 = 1/2, 6/2 = 3, 0.5 = 1/2.
+  EXPECT_TRUE(math_answers_equal("\\frac12", "\\frac{2}{4}"));
+  EXPECT_TRUE(math_answers_equal("3", "\\frac{6}{2}"));
+  EXPECT_TRUE(math_answers_equal("\\frac{1}{2}", "0.5"));
+  EXPECT_TRUE(math_answers_equal("-\\frac{3}{4}", "-0.75"));
+  // A decimal against a value with no finite expansion: relative tolerance 1e-9.
+  EXPECT_TRUE(math_answers_equal("\\frac{1}{3}", "0.3333333333"));   // error 3.3e-11 relative 1e-10
+  EXPECT_FALSE(math_answers_equal("\\frac{1}{3}", "0.33333"));       // relative error 1e-5
+  EXPECT_FALSE(math_answers_equal("\\frac{1}{3}", "0.333"));
+}
+
+TEST(EvalGraderLimits, GraderNeverThrows) {
+  // Malformed LaTeX of every kind: an outcome, never an exception.
+  for (const char* r : {"\\boxed{", "\\boxed{}}}}", "\\boxed{\\frac}", "\\boxed{\\frac{}{", "\\boxed{\\sqrt}",
+                        "\\boxed{\\text{}", "\\boxed{x=}", "\\boxed{1/0}", "\\boxed{\\frac{1}{0}}", "\\boxed{--1}",
+                        "\\boxed{1e999999}", "\\boxed{0.\\frac{1}{2}}", "\\boxed{\\\\}"}) {
+    const Grade g = grade_response(r, "1", Grading::Math);
+    EXPECT_NE(g.outcome, GradeOutcome::GraderError) << r << ": " << g.error;
+  }
 }
 
 }  // namespace

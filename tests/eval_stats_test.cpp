@@ -110,3 +110,69 @@ TEST(EvalStats, BootstrapIsPairedAndSeeded) {
 
 }  // namespace
 }  // namespace kvevict
+
+#include "eval/summary.h"
+
+namespace kvevict {
+namespace {
+
+TEST(EvalStats, WilsonIntervalMatchesIndependentValues) {
+  // Reference values: Wilson's formula evaluated in sympy at 17 digits with
+  // z = sqrt(2) erfinv(0.95) = 1.9599639845400542 (independent of stats.cpp's bisection).
+  EXPECT_NEAR(normal_two_sided_z(0.95), 1.9599639845400542, 1e-11);
+  struct Case { double p; int64_t n; double lo, hi; };
+  for (const Case& c : {Case{0.0, 1, 0.0, 0.79345068562276261}, Case{1.0, 1, 0.20654931437723739, 1.0},
+                        Case{0.0, 30, 0.0, 0.11351339317396877}, Case{1.0, 30, 0.88648660682603123, 1.0},
+                        Case{0.5, 30, 0.33154125640533765, 0.66845874359466235},
+                        Case{0.7, 10, 0.39677814746114532, 0.89220873259369898}}) {
+    const ProportionCi ci = wilson_interval(c.p, c.n);
+    EXPECT_NEAR(ci.lo, c.lo, 1e-9) << c.p << " of " << c.n;
+    EXPECT_NEAR(ci.hi, c.hi, 1e-9) << c.p << " of " << c.n;
+  }
+  const ProportionCi none = wilson_interval(0.5, 0);
+  EXPECT_EQ(none.lo, 0.0);
+  EXPECT_EQ(none.hi, 1.0);
+  EXPECT_THROW(wilson_interval(1.5, 3), Error);
+  EXPECT_THROW(wilson_interval(0.5, 3, 1.0), Error);
+}
+
+// Reproducer: an accuracy of exactly 1 (one problem, or 30) was reported as
+// "1.000 [1.000, 1.000]" (a zero-width percentile bootstrap interval).
+TEST(EvalStats, AccuracyIntervalDoesNotCollapseAtOne) {
+  for (const int problems : {1, 30}) {
+    EvalSettings st;
+    st.tasks_format = "kvevict";
+    st.n_tasks = problems;
+    st.cells = {CellSpec{"full", 0}};
+    st.reference = "full";
+    st.bootstrap_resamples = 200;
+    std::vector<RolloutRecord> recs;
+    for (int i = 0; i < problems; ++i) {
+      RolloutRecord r;
+      r.policy = "full";
+      r.problem_id = "p" + std::to_string(i);
+      r.problem_index = i;
+      r.finish = "eos";
+      r.extracted = "1";
+      r.correct = true;
+      recs.push_back(r);
+    }
+    const EvalSummary s = summarize(st, recs);
+    ASSERT_EQ(s.cells.size(), 1u);
+    const CellSummary& c = s.cells[0];
+    EXPECT_EQ(c.accuracy, 1.0);
+    // Lower bounds from the sympy values above (1 of 1, 30 of 30).
+    EXPECT_NEAR(c.accuracy_wilson.lo, problems == 1 ? 0.20654931437723739 : 0.88648660682603123, 1e-9);
+    EXPECT_EQ(c.accuracy_wilson.hi, 1.0);
+    const std::string md = summary_markdown(s);
+    EXPECT_EQ(md.find("1.000 [1.000, 1.000]"), std::string::npos) << md;
+    EXPECT_NE(md.find("Wilson"), std::string::npos) << md;
+    EXPECT_NE(md.find("bootstrap"), std::string::npos) << md;
+    EXPECT_EQ(md.find("warning: only") != std::string::npos, problems < 30) << md;
+    EXPECT_NE(summary_csv(s).find("wilson"), std::string::npos);
+    EXPECT_EQ(summary_json(s)["cells"][0]["accuracy_ci"]["method"], "wilson");
+  }
+}
+
+}  // namespace
+}  // namespace kvevict

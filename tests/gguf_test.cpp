@@ -650,6 +650,54 @@ TEST_F(GgufTest, RejectsBadAlignment) {
   expect_error(write("align.gguf", g.build()), {"general.alignment", "string"});
 }
 
+// Spec enforcement (GGUF spec, docs/gguf.md): each file below loaded before.
+TEST_F(GgufTest, RejectsAlignmentOutsideSpec) {
+  // 1 and 4: powers of two but not multiples of 8 (1 let float rows sit misaligned); 2^31: absurd.
+  for (uint32_t a : {1u, 4u, 1u << 31}) {
+    GgufBuilder g = sample_builder();
+    g.kvs[1].second = scalar<uint32_t>(VT::UINT32, a);
+    expect_error(write("align.gguf", g.build()), {"general.alignment = " + std::to_string(a), "multiple of 8"});
+  }
+}
+
+TEST_F(GgufTest, RejectsZeroDimsAndEmptyOrInvalidNames) {
+  GgufBuilder g = sample_builder();
+  g.tensors[1].dims = {8, 0};
+  g.tensors[1].data.clear();
+  expect_error(write("zerodim.gguf", g.build()), {"tensor 'w.f16'", "dimension 1 = 0"});
+  g = sample_builder();
+  g.tensors[2].name = "";
+  expect_error(write("noname.gguf", g.build()), {"tensor info #2", "empty name"});
+  g = sample_builder();
+  g.tensors[2].name = "w.\xC3(";  // a lead byte without its continuation
+  expect_error(write("badname.gguf", g.build()), {"tensor info #2", "not valid UTF-8"});
+  g = sample_builder();
+  g.kvs[4].first = "";
+  expect_error(write("nokey.gguf", g.build()), {"metadata entry #4", "empty key"});
+  g = sample_builder();
+  g.kvs[4].first = std::string("t.\xED\xA0\x80");  // UTF-8-encoded surrogate U+D800
+  expect_error(write("badkey.gguf", g.build()), {"metadata entry #4", "not valid UTF-8"});
+}
+
+TEST_F(GgufTest, RejectsOverlappingTensors) {
+  // An F32 [16] tensor retyped to F16 with its offset moved inside its neighbour's bytes.
+  GgufBuilder g = sample_builder();
+  g.tensors[1].offset = 0;  // w.f16 (16 bytes) at the start of w.f32's 64 bytes
+  expect_error(write("overlap.gguf", g.build()), {"tensors 'w.f32'", "'w.f16'", "overlap"});
+}
+
+TEST_F(GgufTest, RejectsMistypedTokenizerArrays) {
+  GgufBuilder g = sample_builder();
+  g.kvs.push_back({"tokenizer.ggml.scores", arr(VT::UINT8, {scalar<uint8_t>(VT::UINT8, 1)})});
+  expect_error(write("scores.gguf", g.build()), {"tokenizer.ggml.scores", "array of uint8", "array of float32"});
+  g = sample_builder();
+  g.kvs.push_back({"tokenizer.ggml.token_type", arr(VT::INT8, {scalar<int8_t>(VT::INT8, 1)})});
+  expect_error(write("types.gguf", g.build()), {"tokenizer.ggml.token_type", "array of int8", "array of int32"});
+  g = sample_builder();
+  g.kvs.push_back({"tokenizer.ggml.tokens", str("a")});
+  expect_error(write("tokens.gguf", g.build()), {"tokenizer.ggml.tokens", "string", "array of string"});
+}
+
 TEST_F(GgufTest, RejectsStructuralCorruption) {
   GgufBuilder g = sample_builder();
   g.kvs[3].first = g.kvs[2].first;

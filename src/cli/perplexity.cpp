@@ -52,10 +52,17 @@ std::string budget_text(const GridEntry& r) { return r.policy.evicts ? std::to_s
 int run_perplexity(const PerplexityArgs& a) {
   const std::vector<GridEntry> runs = build_runs(a);
   if (!a.plot.empty() && a.ctx > 0) throw Error("--plot draws the token-by-token mode; it cannot be used with -c");
+  if (!a.csv.empty() && a.ctx > 0) throw Error("--csv writes the token-by-token mode's per-token NLL; it cannot be used with -c");
+  if (std::filesystem::is_directory(a.file)) throw Error(fmt::format("-f {}: is a directory, expected a text file", a.file));
   if (a.smooth < 0) throw Error(fmt::format("--smooth {}: must be >= 0", a.smooth));
   const auto model = LlamaModel::load(a.model);
   std::string text = read_file(a.file);
-  if (a.gutenberg) text = gutenberg_body(text);
+  if (a.gutenberg) {
+    const size_t before = text.size();
+    text = gutenberg_body(text);
+    if (text.size() == before)
+      warn(fmt::format("{}: no Project Gutenberg START/END markers found; --gutenberg-body scores the whole file", a.file));
+  }
   std::vector<int32_t> tokens = model->tokenizer().encode(text, true);
   if (a.tokens > 0 && static_cast<int64_t>(tokens.size()) > a.tokens) tokens.resize(static_cast<size_t>(a.tokens));
   if (a.tokens > 0 && static_cast<int64_t>(tokens.size()) < a.tokens)
@@ -76,6 +83,9 @@ int run_perplexity(const PerplexityArgs& a) {
     csv << "policy,budget,position,token,nll\n";
   }
   if (a.ctx > 0) {
+    if (a.ctx > model->config().context_length)
+      warn(fmt::format("-c {} exceeds the model's trained context of {} tokens: positions beyond it are extrapolated",
+                       a.ctx, model->config().context_length));
     for (const GridEntry& run : runs) {
       fmt::print(stderr, "perplexity: {} tokens, {} chunks of {}, policy {}{}\n", tokens.size(),
                  a.chunks > 0 ? std::min<int64_t>(a.chunks, static_cast<int64_t>(tokens.size()) / a.ctx)

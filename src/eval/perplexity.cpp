@@ -45,8 +45,10 @@ ChunkedPerplexity perplexity_chunked(Engine& engine, const Policy& policy, const
                                      const std::function<void(int64_t, double)>& progress) {
   if (n_ctx < 4) throw Error(fmt::format("-c {}: context must be at least 4 tokens", n_ctx));
   const auto n_tok = static_cast<int64_t>(tokens.size());
-  if (n_tok < n_ctx)
-    throw Error(fmt::format("text has {} tokens, fewer than one chunk of -c {}", n_tok, n_ctx));
+  // llama-perplexity refuses fewer than 2 n_ctx tokens; so do we, so one chunk is never all there is.
+  if (n_tok < 2 * n_ctx)
+    throw Error(fmt::format("text has {} tokens; the chunked mode needs at least 2 x -c = {} (as llama-perplexity)",
+                            n_tok, 2 * n_ctx));
   int64_t n_chunks = n_tok / n_ctx;
   if (chunks > 0) n_chunks = std::min(n_chunks, chunks);
   const int64_t first = n_ctx / 2;

@@ -46,7 +46,7 @@ struct ChunkedPerplexity {
 /// chunk i covers tokens [i*n_ctx, (i+1)*n_ctx) with its first token replaced by BOS and a fresh
 /// cache; tokens n_ctx/2 .. n_ctx-1 are scored. With `full` each chunk is one prefill; any other
 /// policy decodes the chunk token by token with that policy active. Throws kvevict::Error when
-/// fewer than n_ctx tokens are given or n_ctx < 4.
+/// fewer than 2 n_ctx tokens are given (llama-perplexity's rule) or n_ctx < 4.
 ChunkedPerplexity perplexity_chunked(Engine& engine, const Policy& policy, const EvictionConfig& cfg,
                                      std::span<const int32_t> tokens, int64_t n_ctx, int64_t chunks,
                                      const std::function<void(int64_t, double)>& progress = {});

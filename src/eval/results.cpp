@@ -148,6 +148,7 @@ json RolloutRecord::to_json() const {
               {"extracted", extracted ? json(*extracted) : json(nullptr)},
               {"gold", gold},
               {"correct", correct},
+              {"grade", grade},
               {"rounds", rounds},
               {"peak_slots", peak_slots},
               {"peak_kv_bytes", peak_kv_bytes},
@@ -176,6 +177,9 @@ RolloutRecord RolloutRecord::from_json(const json& j, const std::string& where) 
   if (j.contains("extracted") && !j["extracted"].is_null()) r.extracted = field<std::string>(j, "extracted", where);
   r.gold = field<std::string>(j, "gold", where);
   r.correct = field<bool>(j, "correct", where);
+  // Files written before the grade outcome was recorded: infer it from the extracted answer.
+  if (j.contains("grade")) r.grade = field<std::string>(j, "grade", where);
+  else r.grade = r.extracted ? "graded" : "no_answer";
   r.rounds = field<int64_t>(j, "rounds", where);
   r.peak_slots = field<int64_t>(j, "peak_slots", where);
   r.peak_kv_bytes = field<int64_t>(j, "peak_kv_bytes", where);

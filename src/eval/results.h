@@ -76,6 +76,7 @@ struct RolloutRecord {
   std::optional<std::string> extracted;  ///< graded answer taken from the text
   std::string gold;
   bool correct = false;
+  std::string grade = "graded";  ///< grade_outcome_name: "graded", "no_answer", "answer_too_long", ...
   int64_t rounds = 0;           ///< eviction rounds
   int64_t peak_slots = 0;       ///< max live slots per (layer, KV head)
   int64_t peak_kv_bytes = 0;    ///< peak_slots x KvShape::bytes_per_token()

@@ -65,6 +65,7 @@ void run_rollouts(Engine& engine, const EvalTask& task, std::span<const int32_t>
     for (const int r : todo) {
       RolloutRecord rec = base_record(task, cell, r, prompt_len);
       rec.finish = "prompt_too_long";
+      rec.grade = grade_outcome_name(GradeOutcome::NoAnswer);
       on_finished(std::move(rec));
     }
     return;
@@ -96,6 +97,9 @@ void run_rollouts(Engine& engine, const EvalTask& task, std::span<const int32_t>
     const Grade g = grade_response(rec.text, task.answer, task.grading);
     rec.extracted = g.extracted;
     rec.correct = g.correct;
+    rec.grade = grade_outcome_name(g.outcome);
+    if (g.outcome == GradeOutcome::GraderError)
+      fmt::print(stderr, "warning: grading rollout {} of {} failed ({}); recorded as wrong\n", l.rollout, task.id, g.error);
     const SequenceStats& s = l.seq->stats;
     rec.rounds = s.rounds;
     rec.peak_slots = s.peak_slots;

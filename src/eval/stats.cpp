@@ -55,6 +55,33 @@ BootstrapCi paired_bootstrap_ci(std::span<const double> a, std::span<const doubl
   return ci;
 }
 
+double normal_two_sided_z(double level) {
+  if (!(level > 0 && level < 1)) throw Error(fmt::format("confidence level {} outside (0, 1)", level));
+  // P(|Z| > z) = erfc(z / sqrt 2) falls monotonically in z.
+  double lo = 0, hi = 40;
+  for (int i = 0; i < 200 && hi - lo > 1e-13; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    if (std::erfc(mid / std::sqrt(2.0)) > 1 - level) lo = mid;
+    else hi = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+ProportionCi wilson_interval(double p_hat, int64_t n, double level) {
+  if (!(p_hat >= 0 && p_hat <= 1)) throw Error(fmt::format("Wilson interval: proportion {} outside [0, 1]", p_hat));
+  if (n < 0) throw Error(fmt::format("Wilson interval: {} trials", n));
+  const double z = normal_two_sided_z(level);
+  ProportionCi ci;
+  ci.n = n;
+  if (n == 0) return ci;
+  const double nn = static_cast<double>(n), z2 = z * z;
+  const double centre = (p_hat + z2 / (2 * nn)) / (1 + z2 / nn);
+  const double half = z * std::sqrt(p_hat * (1 - p_hat) / nn + z2 / (4 * nn * nn)) / (1 + z2 / nn);
+  ci.lo = std::max(0.0, centre - half);
+  ci.hi = std::min(1.0, centre + half);
+  return ci;
+}
+
 double sign_test_p(int64_t n_pos, int64_t n_neg) {
   if (n_pos < 0 || n_neg < 0) throw Error("sign test: negative counts");
   const int64_t n = n_pos + n_neg;

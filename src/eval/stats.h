@@ -1,5 +1,11 @@
-// Statistics of the accuracy harness: problem-clustered percentile bootstrap and the exact
-// two-sided sign test.
+// Statistics of the accuracy harness: Wilson score intervals for one policy's accuracy,
+// problem-clustered percentile bootstrap for paired differences, and the exact two-sided sign test.
+//
+// Wilson score interval: E. B. Wilson, "Probable inference, the law of succession, and
+// statistical inference", JASA 22 (1927); recommended over the Wald and percentile intervals
+// near 0 and 1 by Brown, Cai & DasGupta, "Interval Estimation for a Binomial Proportion",
+// Statistical Science 16 (2001) §4. A percentile bootstrap of a mean of all-0 or all-1 values
+// has zero width, which is why a single policy's accuracy does not use it.
 //
 // Source: the paper's protocol (docs/eviction-spec.md §4): accuracy is first averaged over the
 // rollouts of each problem; a difference between two policies gets a paired, problem-clustered
@@ -39,6 +45,28 @@ struct BootstrapCi {
 /// for a CI of mean(a) alone. Throws as bootstrap_mean_diffs, or for level outside (0, 1).
 BootstrapCi paired_bootstrap_ci(std::span<const double> a, std::span<const double> b, int resamples,
                                 uint64_t seed, double level = 0.95);
+
+/// Problems below which a report warns that its intervals are wide and its approximations
+/// (Wilson's normal score, the bootstrap's percentiles) rough.
+inline constexpr int64_t kSmallSampleProblems = 30;
+
+/// Standard normal quantile z with P(|Z| <= z) = level, for level in (0, 1) (e.g. 1.959964 at
+/// 0.95). Found by bisection on std::erfc to within 1e-12. Throws kvevict::Error outside (0, 1).
+double normal_two_sided_z(double level);
+
+/// A confidence interval for a proportion.
+struct ProportionCi {
+  double lo = 0, hi = 1;  ///< interval at the requested level, inside [0, 1]
+  int64_t n = 0;          ///< trials (problems)
+};
+
+/// Wilson score interval for a proportion p_hat observed over n trials at `level`:
+/// (p + z^2/2n -+ z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n). Never collapses at p = 0 or 1
+/// (p = 1, n = 1 gives [0.206, 1] at 95%). Used for an accuracy that is a mean over n problems of
+/// per-problem means in [0, 1]: their variance is at most p(1-p)/n, so the interval is
+/// conservative when there are several rollouts per problem. n = 0 gives [0, 1]. Throws
+/// kvevict::Error for p_hat outside [0, 1], n < 0 or level outside (0, 1).
+ProportionCi wilson_interval(double p_hat, int64_t n, double level = 0.95);
 
 /// Exact two-sided sign test p-value for n_pos successes and n_neg failures (ties already
 /// dropped): min(1, 2 P(X <= min(n_pos, n_neg))) with X ~ Binomial(n_pos + n_neg, 1/2);

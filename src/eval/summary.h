@@ -25,7 +25,8 @@ struct CellSummary {
   int64_t rollouts = 0;           ///< finished rollouts
   int64_t expected_rollouts = 0;  ///< problems of the run x rollouts per problem
   double accuracy = 0;            ///< mean over problems of the per-problem mean
-  BootstrapCi accuracy_ci;        ///< problem-clustered bootstrap CI of the accuracy (vs 0)
+  ProportionCi accuracy_wilson;   ///< Wilson score 95% CI of the accuracy over `problems` (the reported one)
+  BootstrapCi accuracy_ci;        ///< problem-clustered bootstrap CI of the accuracy (vs 0); zero width at 0 or 1
   /// Against the reference cell (reference policy, same budget; `full` has one cell): absent for
   /// the reference itself and when no problem has results in both cells.
   std::optional<BootstrapCi> diff;

@@ -27,6 +27,14 @@ void validate_eviction(const EvictionConfig& cfg, const Policy& policy) {
                             "must be >= 1)", cfg.budget, cfg.recent));
   if (policy.sinks >= cfg.k_sel())
     throw Error(fmt::format("--sinks {} must be smaller than K_sel = B - r = {}", policy.sinks, cfg.k_sel()));
+  // StreamingLLM without sinks is the plain sliding window, and VaSE always keeps its 4 sinks
+  // (vase.cpp): both would silently run something other than what was named.
+  const std::string& name = policy.info != nullptr ? policy.info->name : policy.name;
+  if (name == "streaming" && policy.sinks == 0)
+    throw Error("policy 'streaming' with --sinks 0 keeps no attention sinks, which is policy 'recency' (use that, or --sinks >= 1)");
+  if (name == "vase" && cfg.k_sel() < 4)
+    throw Error(fmt::format("policy 'vase' keeps 4 sinks, more than K_sel = B - r = {} slots (--budget {}, r = {}): "
+                            "use --budget >= {}", cfg.k_sel(), cfg.budget, cfg.recent, cfg.recent + 4));
 }
 
 std::string long_prompt_warning(const EvictionConfig& cfg, const Policy& policy, int64_t prompt_len) {

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <sstream>
+#include <string_view>
 #include <utility>
 
 #include "util/error.h"
@@ -25,6 +26,54 @@ namespace {
 constexpr uint64_t kDefaultAlignment = 32;  // spec: used when general.alignment is absent
 constexpr uint32_t kMaxDims = 4;            // GGML_MAX_DIMS
 constexpr int kMaxArrayDepth = 16;          // deeper nesting is corruption, and would blow the stack
+// Spec: general.alignment "must be a multiple of 8"; ggml also needs a power of two. The upper
+// bound is ours: 64 KiB covers every page size, and larger is only padding (or a corrupt file).
+constexpr uint64_t kMinAlignment = 8;
+constexpr uint64_t kMaxAlignment = 65536;
+
+// Keys whose array element type is fixed (llama.cpp's reader asserts these types too); any
+// other element type is refused rather than converted, so a u8 score table cannot load.
+struct TypedArrayKey {
+  const char* key;
+  GgufValueType elem;
+};
+constexpr TypedArrayKey kTypedArrays[] = {
+    {"tokenizer.ggml.tokens", GgufValueType::STRING},    {"tokenizer.ggml.scores", GgufValueType::FLOAT32},
+    {"tokenizer.ggml.token_type", GgufValueType::INT32}, {"tokenizer.ggml.merges", GgufValueType::STRING},
+    {"tokenizer.ggml.added_tokens", GgufValueType::STRING},
+};
+
+// True when s is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, <= U+10FFFF).
+bool valid_utf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t len = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      len = 2, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + len > s.size()) return false;
+    for (size_t k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    static constexpr uint32_t kMinCp[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMinCp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += len;
+  }
+  return true;
+}
 
 template <class... A>
 std::string cat(const A&... parts) {
@@ -232,6 +281,8 @@ void GgufFile::parse() {
   for (uint64_t i = 0; i < n_kv; ++i) {
     c.context = cat("metadata entry #", i);
     std::string key = c.read_string("key");
+    if (key.empty()) c.fail(cat(c.context, " has an empty key"));
+    if (!valid_utf8(key)) c.fail(cat(c.context, " has a key that is not valid UTF-8"));
     c.context = "key '" + key + "'";
     const GgufValueType type = c.read_value_type("value type");
     GgufValue value = c.read_value(type, 0);
@@ -243,6 +294,8 @@ void GgufFile::parse() {
     GgufTensor t;
     c.context = cat("tensor info #", i);
     t.name = c.read_string("name");
+    if (t.name.empty()) c.fail(cat(c.context, " has an empty name"));
+    if (!valid_utf8(t.name)) c.fail(cat(c.context, " has a name that is not valid UTF-8"));
     c.context = "tensor '" + t.name + "'";
     const uint32_t n_dims = c.read<uint32_t>("n_dims");
     if (n_dims == 0 || n_dims > kMaxDims)
@@ -251,6 +304,7 @@ void GgufFile::parse() {
       const uint64_t dim = c.read<uint64_t>("dimension");
       if (dim > static_cast<uint64_t>(INT64_MAX))
         c.fail(cat(c.context, " has absurd dimension ", d, " = ", dim));
+      if (dim == 0) c.fail(cat(c.context, " has dimension ", d, " = 0 (every dimension must be >= 1)"));
       t.dims.push_back(static_cast<int64_t>(dim));
     }
     t.type = c.read<uint32_t>("type");
@@ -265,8 +319,10 @@ void GgufFile::parse() {
 
   if (has("general.alignment")) {
     alignment_ = get_uint("general.alignment");
-    if (alignment_ == 0 || (alignment_ & (alignment_ - 1)) != 0) {
-      c.fail(cat("general.alignment = ", alignment_, " must be a non-zero power of two"));
+    if (alignment_ == 0 || (alignment_ & (alignment_ - 1)) != 0 || alignment_ < kMinAlignment ||
+        alignment_ > kMaxAlignment) {
+      c.fail(cat("general.alignment = ", alignment_, " must be a power of two from ", kMinAlignment, " to ",
+                 kMaxAlignment, " (GGUF spec: a multiple of 8)"));
     }
   } else {
     alignment_ = kDefaultAlignment;
@@ -297,6 +353,29 @@ void GgufFile::parse() {
     if (end > size_)
       c.fail(cat(what, " data [", begin, ", ", end, ") lies outside the file (size ", size_, ")"));
     t.data = base_ + begin;
+  }
+  // No two tensors may share bytes (a retyped tensor inside another's bytes would load garbage).
+  std::vector<const GgufTensor*> by_offset;
+  by_offset.reserve(tensors_.size());
+  for (const GgufTensor& t : tensors_) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(), [](const GgufTensor* a, const GgufTensor* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const GgufTensor& a = *by_offset[i - 1];
+    const GgufTensor& b = *by_offset[i];
+    if (a.offset + static_cast<uint64_t>(a.n_bytes) > b.offset) {
+      c.fail(cat("tensors '", a.name, "' (data [", a.offset, ", ", a.offset + static_cast<uint64_t>(a.n_bytes),
+                 ")) and '", b.name, "' (data [", b.offset, ", ", b.offset + static_cast<uint64_t>(b.n_bytes),
+                 ")) overlap (offsets relative to the data section)"));
+    }
+  }
+  for (const TypedArrayKey& k : kTypedArrays) {
+    const auto it = kv_.find(k.key);
+    if (it == kv_.end()) continue;
+    const GgufValue& v = it->second;
+    if (v.type != GgufValueType::ARRAY || v.elem_type != k.elem) {
+      c.fail(cat("key '", k.key, "' has type ", describe(v), ", the spec requires array of ",
+                 gguf_value_type_name(k.elem)));
+    }
   }
 }
 

@@ -51,7 +51,13 @@ struct GgufTensor {
 /// Errors (all kvevict::Error, message starts with the path): file missing/unreadable,
 /// "not a GGUF file" (bad magic), "unsupported GGUF version N", "truncated" (any read past EOF,
 /// naming what was being read), "tensor 'name' data [a, b) lies outside the file (size s)",
-/// "tensor 'name' has unknown type id N", bad alignment, duplicate keys or tensor names.
+/// "tensor 'name' has unknown type id N", duplicate keys or tensor names, and what the spec
+/// forbids: `general.alignment` not a power of two in [8, 65536] (spec: a multiple of 8; the
+/// upper bound is kvevict's), a dimension of 0, an empty or non-UTF-8 key or tensor name, two
+/// tensors whose data bytes overlap, and the typed tokenizer arrays with another element type
+/// (`tokenizer.ggml.tokens`/`merges`/`added_tokens`: string, `scores`: float32, `token_type`:
+/// int32; no conversion). With the alignment checked, every tensor's data is aligned to at
+/// least 8 bytes in memory (the mapping is page-aligned), so typed loads are never misaligned.
 class GgufFile {
  public:
   /// Opens and parses `path`. Throws kvevict::Error as above.
