@@ -60,12 +60,23 @@ std::unique_ptr<Sequence> Engine::new_sequence(uint64_t id, const Policy& policy
 
 void Engine::prefill(Sequence& seq, std::span<const int32_t> prompt, std::vector<float>& logits, bool all_logits) {
   if (prompt.empty()) throw Error("prefill: empty prompt");
+  run_prefill(seq, prompt, logits, all_logits, /*allow_blas=*/true);
+}
+
+void Engine::prefill_chunk(Sequence& seq, std::span<const int32_t> tokens, std::vector<float>& logits) {
+  if (tokens.empty()) throw Error("prefill_chunk: empty chunk");
+  run_prefill(seq, tokens, logits, /*all_logits=*/false, /*allow_blas=*/false);
+}
+
+void Engine::run_prefill(Sequence& seq, std::span<const int32_t> tokens, std::vector<float>& logits, bool all_logits,
+                         bool allow_blas) {
   const auto t0 = Clock::now();
   TimedObserver timed(seq);
-  llama_forward(model_, rope_, seq.kv, prompt, seq.n_seen, seq.eviction.positions,
-                all_logits ? LogitsWanted::All : LogitsWanted::Last, logits, timed.get(),
-                wants_probs(seq), /*is_prefill=*/true, pool_, buf_);
-  seq.n_seen += static_cast<int64_t>(prompt.size());
+  const ForwardSegment seg{&seq.kv, tokens, seq.n_seen, seq.eviction.positions, timed.get(), wants_probs(seq),
+                           /*is_prefill=*/true};
+  llama_forward_segments(model_, rope_, std::span<const ForwardSegment>(&seg, 1),
+                         all_logits ? LogitsWanted::All : LogitsWanted::Last, logits, pool_, buf_, allow_blas);
+  seq.n_seen += static_cast<int64_t>(tokens.size());
   seq.prompt_len = seq.n_seen;
   seq.stats.peak_slots = std::max(seq.stats.peak_slots, seq.kv.length(0));
   seq.stats.prefill_ms += ms_since(t0);

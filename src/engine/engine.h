@@ -82,6 +82,19 @@ class Engine {
   void prefill(Sequence& seq, std::span<const int32_t> prompt, std::vector<float>& logits,
                bool all_logits = false);
 
+  /// Runs the next `tokens` of the prompt, continuing the sequence from its current cache
+  /// (positions seq.n_seen ...; no eviction, eviction-spec.md §2.2, so a prompt longer than the
+  /// budget stays whole until its first round). logits: [n_vocab] of the chunk's last token.
+  /// Unlike prefill, every matmul runs on the row-exact kernels (no BLAS, whose rounding depends
+  /// on how many tokens share a call), and attention, RoPE and observations are per token, so
+  /// splitting a prompt into chunks of any sizes gives bit-identical logits, cache and selector
+  /// state to one prefill_chunk call with the whole prompt. This is what a server needs to
+  /// prefill a long prompt piecewise between decode steps (chunked prefill, Sarathi, arXiv
+  /// 2308.16369 §4) without changing the request's output. Cost: no BLAS speed-up for long
+  /// float32 prompts. Throws kvevict::Error on an empty chunk, a token id out of range, or a
+  /// chunk that does not fit the remaining capacity (then nothing was modified).
+  void prefill_chunk(Sequence& seq, std::span<const int32_t> tokens, std::vector<float>& logits);
+
   /// Appends one token, returns next-token logits [n_vocab], then runs an eviction round if the
   /// schedule says one is due.
   void decode(Sequence& seq, int32_t token, std::vector<float>& logits);
@@ -99,6 +112,8 @@ class Engine {
 
  private:
   void after_step(Sequence& seq);
+  void run_prefill(Sequence& seq, std::span<const int32_t> tokens, std::vector<float>& logits, bool all_logits,
+                   bool allow_blas);
   const LlamaModel& model_;
   Rope rope_;
   ThreadPool pool_;

@@ -63,7 +63,8 @@ Scheduler::Scheduler(const LlamaModel& model, SchedulerOptions opt)
   if (opt.max_seqs < 1) throw Error(fmt::format("--max-seqs {}: must be >= 1", opt.max_seqs));
   // Every request passes through the queue, so 0 would refuse everything.
   if (opt.max_queue < 1) throw Error(fmt::format("--max-queue {}: must be >= 1", opt.max_queue));
-  if (opt.prefill_chunk < 1) throw Error(fmt::format("--prefill-chunk {}: must be >= 1", opt.prefill_chunk));
+  if (opt.prefill_chunk < 1 || opt.prefill_chunk > kMaxPrefillChunk)
+    throw Error(fmt::format("--prefill-chunk {}: must be in [1, {}]", opt.prefill_chunk, kMaxPrefillChunk));
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -248,28 +249,35 @@ int32_t sample_step(std::span<const float> logits, const SamplerConfig& sc, uint
 }
 }  // namespace
 
-void Scheduler::step_prefill() {
+void Scheduler::step_prefill(StepRecord& rec) {
   for (auto& ap : active_) {
     Active& a = *ap;
     if (a.done || a.decoding) continue;
     const auto& prompt = a.req->params.prompt;
     const int64_t n = std::min<int64_t>(opt_.prefill_chunk, static_cast<int64_t>(prompt.size()) - a.prefilled);
     try {
-      engine_.prefill(*a.seq, std::span<const int32_t>(prompt).subspan(static_cast<size_t>(a.prefilled), static_cast<size_t>(n)),
-                      logits_);
+      // Row-exact chunks: the output does not depend on --prefill-chunk (engine.h).
+      engine_.prefill_chunk(*a.seq,
+                            std::span<const int32_t>(prompt).subspan(static_cast<size_t>(a.prefilled), static_cast<size_t>(n)),
+                            logits_);
     } catch (const std::exception& e) {
       finish(a, FinishReason::Error, e.what());
       return;
     }
     a.prefilled += n;
     metrics_.prompt_tokens += static_cast<uint64_t>(n);
+    metrics_.prefill_chunks += 1;
+    rec.prefill_request = a.req.get();
+    rec.prefill_choice = a.choice;
+    rec.prefill_tokens = n;
+    rec.prefill_done = a.prefilled;
     if (a.prefilled == static_cast<int64_t>(prompt.size()))
       on_token(a, sample_step(logits_, a.req->params.sampler, static_cast<uint64_t>(a.choice), 0));
     return;  // one chunk per iteration, so running sequences wait at most one chunk
   }
 }
 
-void Scheduler::step_decode() {
+void Scheduler::step_decode(StepRecord& rec) {
   std::vector<Active*> batch;
   std::vector<Sequence*> seqs;
   std::vector<int32_t> toks;
@@ -280,6 +288,7 @@ void Scheduler::step_decode() {
       toks.push_back(ap->next_token);
     }
   if (batch.empty()) return;
+  for (const Active* a : batch) rec.decoded.push_back(a->req.get());
   std::vector<int64_t> rounds0(batch.size());
   std::vector<double> round_ms0(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -346,8 +355,10 @@ void Scheduler::loop() {
     for (auto& a : active_)
       if (!a->done && a->req->cancelled()) finish(*a, FinishReason::Cancelled);
     drop_finished();
-    step_prefill();
-    step_decode();
+    StepRecord rec;
+    step_prefill(rec);
+    step_decode(rec);
+    if (opt_.on_step) opt_.on_step(rec);
     drop_finished();
   }
 }

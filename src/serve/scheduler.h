@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -101,6 +102,22 @@ class Request {
   bool failed_ = false;
 };
 
+/// What one scheduler iteration ran: at most one prefill chunk, then one decode step. Passed to
+/// SchedulerOptions::on_step (tests and diagnostics observe the interleaving with it).
+struct StepRecord {
+  const Request* prefill_request = nullptr;  ///< whose prompt got a chunk (nullptr: none)
+  int prefill_choice = 0;                    ///< which of its choices
+  int64_t prefill_tokens = 0;                ///< chunk length, tokens
+  int64_t prefill_done = 0;                  ///< prompt tokens of that choice prefilled so far
+  std::vector<const Request*> decoded;       ///< one entry per sequence the decode step advanced
+};
+
+/// Largest --prefill-chunk: a chunk's activations grow as tokens × (2·dim + q + 2·kv + 2·hidden)
+/// floats (about 0.6 GiB at 4096 tokens for an 8B-shaped model) and the stall it puts on running
+/// sequences grows linearly, while the row-exact kernels gain nothing from more rows once the
+/// weights are amortised over a few dozen.
+inline constexpr int64_t kMaxPrefillChunk = 4096;
+
 /// Settings of the scheduler.
 struct SchedulerOptions {
   int threads = 0;                 ///< engine worker threads (0 = all cores)
@@ -108,7 +125,15 @@ struct SchedulerOptions {
   int64_t kv_memory_bytes = 0;     ///< pool size (> 0)
   int max_seqs = 64;               ///< sequences running at once (>= 1)
   int max_queue = 256;             ///< requests waiting at once (>= 1); more are refused
-  int64_t prefill_chunk = 256;     ///< prompt tokens per prefill call (>= 1)
+  /// Prompt tokens per prefill call, in [1, kMaxPrefillChunk]. One chunk runs between two decode
+  /// steps, so running sequences wait at most one chunk's forward pass per token. 256: on CPU a
+  /// chunk costs about as much as a decode step over as many sequences (rows), so 256 keeps the
+  /// stall within a few decode steps of a full batch (--max-seqs 64) while a 4k-token prompt
+  /// still needs only 16 iterations. The chunk size never changes a request's output
+  /// (Engine::prefill_chunk is bit-identical for any split).
+  int64_t prefill_chunk = 256;
+  /// Called on the scheduler thread after every iteration that ran anything (may be empty).
+  std::function<void(const StepRecord&)> on_step;
 };
 
 /// Outcome of submit().
@@ -148,8 +173,8 @@ class Scheduler {
   struct Active;
   void loop();
   void admit_locked();
-  void step_prefill();
-  void step_decode();
+  void step_prefill(StepRecord& rec);
+  void step_decode(StepRecord& rec);
   void on_token(Active& a, int32_t token);
   void finish(Active& a, FinishReason why, const std::string& error = {});
   void drop_finished();
