@@ -31,7 +31,7 @@ struct ServeArgs {
   int port = 8080;
   int max_seqs = 64, max_queue = 256, threads = 0;
   int64_t max_tokens = 0;  ///< 0 = the model's context length
-  int64_t prefill_chunk = 256;
+  int64_t prefill_chunk = 64;  // SchedulerOptions::prefill_chunk says why
   double shutdown_grace_s = 5;
   PolicyArgs policy;
 };
