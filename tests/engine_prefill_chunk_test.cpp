@@ -117,6 +117,56 @@ TEST(EnginePrefillChunk, AnyChunkingIsBitIdenticalToOneCallOnReasoner) {
   check_model(*m);
 }
 
+TEST(EnginePrefillChunk, FusedWithADecodeStepEqualsSeparateCallsBitForBit) {
+  // Two sequences decode while a third's 100-token prompt is prefilled in chunks of 30 inside
+  // the same forward passes; the reference runs the same work as separate decode_batch and
+  // prefill_chunk calls on a second set of sequences.
+  KVEVICT_REQUIRE_MODEL(m);
+  Engine e(*m, 2);
+  EvictionConfig cfg;
+  cfg.budget = 8;  // the decoding sequences (6-token prompts) run a round every 2 steps from step 4
+  cfg.recent = 2;
+  cfg.seed = 3;
+  const auto prompt = random_prompt(*m, 100, 8);
+  const std::vector<int32_t> head = {1, 2, 3, 4, 5, 6};
+  std::vector<std::unique_ptr<Sequence>> fused, sep;
+  std::vector<float> lf, ls, tmp;
+  for (auto* set : {&fused, &sep}) {
+    for (int i = 0; i < 2; ++i) {
+      set->push_back(e.new_sequence(static_cast<uint64_t>(i), make_policy(i == 0 ? "random" : "h2o"), cfg, 6, 40));
+      e.prefill_chunk(*set->back(), head, tmp);
+    }
+    set->push_back(e.new_sequence(2, make_policy("h2o"), cfg, 100, 4));
+  }
+  std::vector<Sequence*> df = {fused[0].get(), fused[1].get()}, ds = {sep[0].get(), sep[1].get()};
+  std::vector<int32_t> toks = {7, 9};
+  std::vector<float> pre_s;
+  for (int64_t i = 0; i < 100; i += 30) {
+    const auto chunk = std::span<const int32_t>(prompt).subspan(static_cast<size_t>(i), static_cast<size_t>(std::min<int64_t>(30, 100 - i)));
+    e.decode_batch_with_chunk(df, toks, *fused[2], chunk, lf);
+    e.decode_batch(ds, toks, ls);
+    e.prefill_chunk(*sep[2], chunk, pre_s);
+    const auto V = static_cast<size_t>(m->config().n_vocab);
+    ASSERT_EQ(lf.size(), 3 * V);
+    ls.insert(ls.end(), pre_s.begin(), pre_s.end());
+    EXPECT_TRUE(same_bits(lf, ls)) << "chunk at " << i;
+    for (size_t k = 0; k < 2; ++k)  // next tokens: argmax of each decode row
+      toks[k] = static_cast<int32_t>(std::max_element(lf.begin() + static_cast<std::ptrdiff_t>(k * V),
+                                                      lf.begin() + static_cast<std::ptrdiff_t>((k + 1) * V)) -
+                                     (lf.begin() + static_cast<std::ptrdiff_t>(k * V)));
+  }
+  for (size_t k = 0; k < 3; ++k) {
+    EXPECT_EQ(fused[k]->n_seen, sep[k]->n_seen);
+    EXPECT_EQ(fused[k]->stats.rounds, sep[k]->stats.rounds);
+    expect_same_cache(*fused[k], *sep[k]);
+  }
+  EXPECT_GE(fused[0]->stats.rounds, 1);
+  EXPECT_GE(fused[1]->stats.rounds, 1);
+  EXPECT_EQ(fused[2]->prompt_len, 100);
+  EXPECT_THROW(e.decode_batch_with_chunk(df, toks, *fused[0], std::span<const int32_t>(prompt).subspan(0, 1), lf), Error);
+  EXPECT_THROW(e.decode_batch_with_chunk(df, toks, *fused[2], {}, lf), Error);
+}
+
 TEST(EnginePrefillChunk, OneCallAgreesWithBlasPrefillWithinRounding) {
   // prefill (BLAS for >= 16 rows) and prefill_chunk (row-exact kernels) compute the same
   // function; only the summation order differs, so logits agree to float rounding.

@@ -114,8 +114,8 @@ TEST(ServeChunkedPrefill, RunningSequenceGetsATokenBetweenConsecutiveChunksOfALo
       if (r == a.get()) return true;
     return false;
   };
-  // Between one chunk and the next (the chunk's own iteration included: its decode step runs
-  // after the chunk), A advanced at least one token.
+  // Between one chunk and the next (the chunk's own iteration included: its forward pass also
+  // carries the decode step), A advanced at least one token.
   for (size_t k = 0; k + 1 < chunk_steps.size(); ++k) {
     bool got = false;
     for (size_t i = chunk_steps[k]; i < chunk_steps[k + 1]; ++i) got = got || decoded_a(i);

@@ -1,7 +1,7 @@
 // Continuous batching over a KV memory pool: one thread owns the Engine, admits queued requests
-// when their worst-case KV footprint fits the pool, prefills them in chunks between decode steps,
-// and runs one Engine::decode_batch step over every running sequence per iteration. Sequences
-// join and leave between steps.
+// when their worst-case KV footprint fits the pool, and per iteration runs one forward pass with
+// the next chunk of a prompt in prefill and one decode step of every running sequence
+// (Engine::decode_batch_with_chunk). Sequences join and leave between steps.
 //
 // Source: Orca's iteration-level scheduling (Yu et al., OSDI 2022 §3) and vLLM's admission by KV
 // memory (Kwon et al., arXiv 2309.06180 §4.2, FIFO); chunked prefill as Sarathi (Agrawal et al.,
@@ -102,7 +102,8 @@ class Request {
   bool failed_ = false;
 };
 
-/// What one scheduler iteration ran: at most one prefill chunk, then one decode step. Passed to
+/// What one scheduler iteration ran: one forward pass with at most one prefill chunk and a
+/// decode step of every decoding sequence. Passed to
 /// SchedulerOptions::on_step (tests and diagnostics observe the interleaving with it).
 struct StepRecord {
   const Request* prefill_request = nullptr;  ///< whose prompt got a chunk (nullptr: none)
@@ -126,8 +127,8 @@ struct SchedulerOptions {
   int64_t kv_memory_bytes = 0;     ///< pool size (> 0)
   int max_seqs = 64;               ///< sequences running at once (>= 1)
   int max_queue = 256;             ///< requests waiting at once (>= 1); more are refused
-  /// Prompt tokens per prefill call, in [1, kMaxPrefillChunk]. One chunk runs between two decode
-  /// steps, so running sequences wait at most one chunk's forward pass per token. 64 = the
+  /// Prompt tokens per prefill call, in [1, kMaxPrefillChunk]. One chunk shares each iteration's
+  /// forward pass with the decode step, so running sequences wait at most one chunk's rows per token. 64 = the
   /// default --max-seqs: a chunk is as many matmul rows as a full decode step, so a long prompt
   /// delays the batch by about one step per iteration (measured, SmolLM2-135M-shape Q8_0,
   /// 2 threads: a 64-token chunk 0.48 s vs a 64-sequence decode step 0.39 s; a 256-token chunk
@@ -176,8 +177,7 @@ class Scheduler {
   struct Active;
   void loop();
   void admit_locked();
-  void step_prefill(StepRecord& rec);
-  void step_decode(StepRecord& rec);
+  void step(StepRecord& rec);
   void on_token(Active& a, int32_t token);
   void finish(Active& a, FinishReason why, const std::string& error = {});
   void drop_finished();
