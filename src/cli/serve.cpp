@@ -31,7 +31,7 @@ struct ServeArgs {
   int port = 8080;
   int max_seqs = 64, max_queue = 256, threads = 0;
   int64_t max_tokens = 0;  ///< 0 = the model's context length
-  int64_t prefill_chunk = 256;
+  int64_t prefill_chunk = 64;  // SchedulerOptions::prefill_chunk says why
   double shutdown_grace_s = 5;
   PolicyArgs policy;
 };
@@ -188,8 +188,9 @@ void add_serve(CLI::App& root, std::vector<Command>& out) {
       ->check(at_least(1))->capture_default_str();
   cmd->add_option("--max-tokens", s->max_tokens, "Largest max_tokens a request may ask (default: the model's context length)")
       ->check(at_least(1));
-  cmd->add_option("--prefill-chunk", s->prefill_chunk, "Prompt tokens prefilled per scheduler step (a long prompt "
-                  "delays running sequences by at most one chunk)")->check(at_least(1))->capture_default_str();
+  cmd->add_option("--prefill-chunk", s->prefill_chunk, "Prompt tokens prefilled per scheduler step, at most 4096 (a long "
+                  "prompt delays running sequences by at most one chunk; outputs do not depend on it)")
+      ->check(CLI::Range(int64_t{1}, serve::kMaxPrefillChunk))->capture_default_str();
   cmd->add_option("--api-key", s->api_key, "Require Authorization: Bearer KEY on every endpoint but /health");
   cmd->add_option("--alias", s->alias, "Model name in responses and /v1/models (default: the file name)");
   cmd->add_option("-t,--threads", s->threads, "Engine threads (0 = all cores)")->check(at_least(0))->capture_default_str();

@@ -60,12 +60,23 @@ std::unique_ptr<Sequence> Engine::new_sequence(uint64_t id, const Policy& policy
 
 void Engine::prefill(Sequence& seq, std::span<const int32_t> prompt, std::vector<float>& logits, bool all_logits) {
   if (prompt.empty()) throw Error("prefill: empty prompt");
+  run_prefill(seq, prompt, logits, all_logits, /*allow_blas=*/true);
+}
+
+void Engine::prefill_chunk(Sequence& seq, std::span<const int32_t> tokens, std::vector<float>& logits) {
+  if (tokens.empty()) throw Error("prefill_chunk: empty chunk");
+  run_prefill(seq, tokens, logits, /*all_logits=*/false, /*allow_blas=*/false);
+}
+
+void Engine::run_prefill(Sequence& seq, std::span<const int32_t> tokens, std::vector<float>& logits, bool all_logits,
+                         bool allow_blas) {
   const auto t0 = Clock::now();
   TimedObserver timed(seq);
-  llama_forward(model_, rope_, seq.kv, prompt, seq.n_seen, seq.eviction.positions,
-                all_logits ? LogitsWanted::All : LogitsWanted::Last, logits, timed.get(),
-                wants_probs(seq), /*is_prefill=*/true, pool_, buf_);
-  seq.n_seen += static_cast<int64_t>(prompt.size());
+  const ForwardSegment seg{&seq.kv, tokens, seq.n_seen, seq.eviction.positions, timed.get(), wants_probs(seq),
+                           /*is_prefill=*/true};
+  llama_forward_segments(model_, rope_, std::span<const ForwardSegment>(&seg, 1),
+                         all_logits ? LogitsWanted::All : LogitsWanted::Last, logits, pool_, buf_, allow_blas);
+  seq.n_seen += static_cast<int64_t>(tokens.size());
   seq.prompt_len = seq.n_seen;
   seq.stats.peak_slots = std::max(seq.stats.peak_slots, seq.kv.length(0));
   seq.stats.prefill_ms += ms_since(t0);
@@ -86,9 +97,25 @@ void Engine::decode(Sequence& seq, int32_t token, std::vector<float>& logits) {
 
 void Engine::decode_batch(std::span<Sequence* const> seqs, std::span<const int32_t> tokens,
                           std::vector<float>& logits) {
+  if (seqs.empty()) throw Error("decode_batch: empty batch");
+  forward_step(seqs, tokens, nullptr, {}, logits);
+}
+
+void Engine::decode_batch_with_chunk(std::span<Sequence* const> seqs, std::span<const int32_t> tokens,
+                                     Sequence& prefill_seq, std::span<const int32_t> chunk, std::vector<float>& logits) {
+  if (chunk.empty()) throw Error("decode_batch_with_chunk: empty prompt chunk");
+  for (const Sequence* s : seqs)
+    if (s == &prefill_seq)
+      throw Error(fmt::format("decode_batch_with_chunk: sequence {} is both decoded and prefilled", s->id));
+  forward_step(seqs, tokens, &prefill_seq, chunk, logits);
+}
+
+// Decode segments (one token each) and optionally one prompt chunk, through one forward pass on
+// the row-exact kernels.
+void Engine::forward_step(std::span<Sequence* const> seqs, std::span<const int32_t> tokens, Sequence* prefill_seq,
+                          std::span<const int32_t> chunk, std::vector<float>& logits) {
   if (seqs.size() != tokens.size())
     throw Error(fmt::format("decode_batch: {} sequences but {} tokens", seqs.size(), tokens.size()));
-  if (seqs.empty()) throw Error("decode_batch: empty batch");
   const auto t0 = Clock::now();
   std::vector<ForwardSegment> segs(seqs.size());
   std::vector<std::unique_ptr<TimedObserver>> timed;
@@ -100,13 +127,27 @@ void Engine::decode_batch(std::span<Sequence* const> seqs, std::span<const int32
     segs[i] = ForwardSegment{&s.kv, tokens.subspan(i, 1), s.n_seen, s.eviction.positions, timed.back()->get(),
                              wants_probs(s), /*is_prefill=*/false};
   }
+  if (prefill_seq) {
+    Sequence& p = *prefill_seq;
+    timed.push_back(std::make_unique<TimedObserver>(p));
+    segs.push_back(ForwardSegment{&p.kv, chunk, p.n_seen, p.eviction.positions, timed.back()->get(), wants_probs(p),
+                                  /*is_prefill=*/true});
+  }
   llama_forward_segments(model_, rope_, segs, LogitsWanted::Last, logits, pool_, buf_);
-  const double per_seq = ms_since(t0) / static_cast<double>(seqs.size());
+  // Time shared out per row: one per decoding sequence, |chunk| for the prefill.
+  const double per_row = ms_since(t0) / static_cast<double>(seqs.size() + chunk.size());
   for (Sequence* s : seqs) {
     s->n_seen += 1;
     s->stats.decode_steps += 1;
-    s->stats.decode_ms += per_seq;
+    s->stats.decode_ms += per_row;
     s->stats.peak_slots = std::max(s->stats.peak_slots, s->kv.length(0));
+  }
+  if (prefill_seq) {
+    Sequence& p = *prefill_seq;
+    p.n_seen += static_cast<int64_t>(chunk.size());
+    p.prompt_len = p.n_seen;
+    p.stats.peak_slots = std::max(p.stats.peak_slots, p.kv.length(0));
+    p.stats.prefill_ms += per_row * static_cast<double>(chunk.size());
   }
   for (Sequence* s : seqs) after_step(*s);
 }

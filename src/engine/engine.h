@@ -82,6 +82,19 @@ class Engine {
   void prefill(Sequence& seq, std::span<const int32_t> prompt, std::vector<float>& logits,
                bool all_logits = false);
 
+  /// Runs the next `tokens` of the prompt, continuing the sequence from its current cache
+  /// (positions seq.n_seen ...; no eviction, eviction-spec.md §2.2, so a prompt longer than the
+  /// budget stays whole until its first round). logits: [n_vocab] of the chunk's last token.
+  /// Unlike prefill, every matmul runs on the row-exact kernels (no BLAS, whose rounding depends
+  /// on how many tokens share a call), and attention, RoPE and observations are per token, so
+  /// splitting a prompt into chunks of any sizes gives bit-identical logits, cache and selector
+  /// state to one prefill_chunk call with the whole prompt. This is what a server needs to
+  /// prefill a long prompt piecewise between decode steps (chunked prefill, Sarathi, arXiv
+  /// 2308.16369 §4) without changing the request's output. Cost: no BLAS speed-up for long
+  /// float32 prompts. Throws kvevict::Error on an empty chunk, a token id out of range, or a
+  /// chunk that does not fit the remaining capacity (then nothing was modified).
+  void prefill_chunk(Sequence& seq, std::span<const int32_t> tokens, std::vector<float>& logits);
+
   /// Appends one token, returns next-token logits [n_vocab], then runs an eviction round if the
   /// schedule says one is due.
   void decode(Sequence& seq, int32_t token, std::vector<float>& logits);
@@ -97,8 +110,26 @@ class Engine {
   /// was modified).
   void decode_batch(std::span<Sequence* const> seqs, std::span<const int32_t> tokens, std::vector<float>& logits);
 
+  /// decode_batch and prefill_chunk in one forward pass (weights streamed once): sequence i
+  /// appends tokens[i] as in decode_batch, and `prefill_seq` appends the prompt chunk `chunk` as in
+  /// prefill_chunk. logits: [N + 1, n_vocab]; row i for sequence i, row N for the chunk's last
+  /// token. Results equal decode_batch(seqs, tokens) followed by prefill_chunk(prefill_seq,
+  /// chunk) bit for bit (row-exact kernels; each segment attends only to its own cache), so a
+  /// scheduler can interleave a long prompt with running sequences at the granularity of one
+  /// step (Sarathi's decode-maximal batching, arXiv 2308.16369 §4). seqs may be empty. Eviction
+  /// rounds run for the decoding sequences only (none in prefill, eviction-spec.md §2.2). Time is
+  /// shared out per row: prefill_ms of prefill_seq grows by |chunk| rows' share. Throws
+  /// kvevict::Error as decode_batch and prefill_chunk, or when prefill_seq is also in seqs (then
+  /// no cache was modified).
+  void decode_batch_with_chunk(std::span<Sequence* const> seqs, std::span<const int32_t> tokens, Sequence& prefill_seq,
+                               std::span<const int32_t> chunk, std::vector<float>& logits);
+
  private:
   void after_step(Sequence& seq);
+  void forward_step(std::span<Sequence* const> seqs, std::span<const int32_t> tokens, Sequence* prefill_seq,
+                    std::span<const int32_t> chunk, std::vector<float>& logits);
+  void run_prefill(Sequence& seq, std::span<const int32_t> tokens, std::vector<float>& logits, bool all_logits,
+                   bool allow_blas);
   const LlamaModel& model_;
   Rope rope_;
   ThreadPool pool_;

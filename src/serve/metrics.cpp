@@ -77,6 +77,8 @@ std::string render_metrics(const ServerMetrics& m, const MetricsGauges& g) {
   gauge(out, "kvevict:kv_pool_free_bytes", "KV memory pool bytes free.", g.kv_pool_free_bytes);
   gauge(out, "kvevict:kv_pool_capacity_bytes", "KV memory pool size in bytes (--kv-memory).", g.kv_pool_capacity_bytes);
   counter(out, "kvevict:prompt_tokens_total", "Prompt tokens prefilled.", m.prompt_tokens.load());
+  counter(out, "kvevict:prefill_chunks_total", "Prefill calls (chunks of at most --prefill-chunk tokens).",
+          m.prefill_chunks.load());
   counter(out, "kvevict:generation_tokens_total", "Tokens generated.", m.generation_tokens.load());
   counter(out, "kvevict:request_success_total", "Requests finished with finish_reason stop or length.",
           m.requests_success.load());

@@ -42,6 +42,7 @@ struct ServerMetrics {
   /// Latency buckets from 0.1 ms to 80 s for every histogram.
   ServerMetrics();
   std::atomic<uint64_t> prompt_tokens{0};       ///< prompt tokens prefilled
+  std::atomic<uint64_t> prefill_chunks{0};      ///< prefill calls (one --prefill-chunk or less each)
   std::atomic<uint64_t> generation_tokens{0};   ///< tokens generated
   std::atomic<uint64_t> requests_success{0};    ///< requests finished (stop or length)
   std::atomic<uint64_t> requests_rejected{0};   ///< 429/503: queue full or shutting down

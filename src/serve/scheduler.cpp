@@ -63,7 +63,8 @@ Scheduler::Scheduler(const LlamaModel& model, SchedulerOptions opt)
   if (opt.max_seqs < 1) throw Error(fmt::format("--max-seqs {}: must be >= 1", opt.max_seqs));
   // Every request passes through the queue, so 0 would refuse everything.
   if (opt.max_queue < 1) throw Error(fmt::format("--max-queue {}: must be >= 1", opt.max_queue));
-  if (opt.prefill_chunk < 1) throw Error(fmt::format("--prefill-chunk {}: must be >= 1", opt.prefill_chunk));
+  if (opt.prefill_chunk < 1 || opt.prefill_chunk > kMaxPrefillChunk)
+    throw Error(fmt::format("--prefill-chunk {}: must be in [1, {}]", opt.prefill_chunk, kMaxPrefillChunk));
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -248,28 +249,20 @@ int32_t sample_step(std::span<const float> logits, const SamplerConfig& sc, uint
 }
 }  // namespace
 
-void Scheduler::step_prefill() {
-  for (auto& ap : active_) {
-    Active& a = *ap;
-    if (a.done || a.decoding) continue;
-    const auto& prompt = a.req->params.prompt;
-    const int64_t n = std::min<int64_t>(opt_.prefill_chunk, static_cast<int64_t>(prompt.size()) - a.prefilled);
-    try {
-      engine_.prefill(*a.seq, std::span<const int32_t>(prompt).subspan(static_cast<size_t>(a.prefilled), static_cast<size_t>(n)),
-                      logits_);
-    } catch (const std::exception& e) {
-      finish(a, FinishReason::Error, e.what());
-      return;
+void Scheduler::step(StepRecord& rec) {
+  // The next prompt chunk (first sequence still in prefill, admission order) and every decoding
+  // sequence go through one forward pass, so a long prompt delays running sequences by one
+  // chunk's rows per step and the weights are streamed once.
+  Active* pre = nullptr;
+  std::span<const int32_t> chunk;
+  for (auto& ap : active_)
+    if (!ap->done && !ap->decoding) {
+      pre = ap.get();
+      const auto& prompt = pre->req->params.prompt;
+      const int64_t n = std::min<int64_t>(opt_.prefill_chunk, static_cast<int64_t>(prompt.size()) - pre->prefilled);
+      chunk = std::span<const int32_t>(prompt).subspan(static_cast<size_t>(pre->prefilled), static_cast<size_t>(n));
+      break;
     }
-    a.prefilled += n;
-    metrics_.prompt_tokens += static_cast<uint64_t>(n);
-    if (a.prefilled == static_cast<int64_t>(prompt.size()))
-      on_token(a, sample_step(logits_, a.req->params.sampler, static_cast<uint64_t>(a.choice), 0));
-    return;  // one chunk per iteration, so running sequences wait at most one chunk
-  }
-}
-
-void Scheduler::step_decode() {
   std::vector<Active*> batch;
   std::vector<Sequence*> seqs;
   std::vector<int32_t> toks;
@@ -279,7 +272,8 @@ void Scheduler::step_decode() {
       seqs.push_back(ap->seq.get());
       toks.push_back(ap->next_token);
     }
-  if (batch.empty()) return;
+  if (batch.empty() && !pre) return;
+  for (const Active* a : batch) rec.decoded.push_back(a->req.get());
   std::vector<int64_t> rounds0(batch.size());
   std::vector<double> round_ms0(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -288,11 +282,15 @@ void Scheduler::step_decode() {
   }
   const auto V = static_cast<size_t>(model_.config().n_vocab);
   std::vector<bool> ok(batch.size(), true);
+  bool pre_ok = pre != nullptr;
   try {
-    engine_.decode_batch(seqs, toks, logits_);
+    // Row-exact kernels throughout: the output does not depend on --prefill-chunk or on which
+    // sequences share the pass (engine.h).
+    if (pre) engine_.decode_batch_with_chunk(seqs, toks, *pre->seq, chunk, logits_);
+    else engine_.decode_batch(seqs, toks, logits_);
   } catch (const std::exception&) {
-    // decode_batch modified no cache: run the sequences one by one so only a faulty one fails.
-    std::vector<float> all(batch.size() * V), one;
+    // The pass modified no cache: run the parts one by one so only a faulty one fails.
+    std::vector<float> all((batch.size() + (pre ? 1 : 0)) * V), one;
     for (size_t i = 0; i < batch.size(); ++i) {
       try {
         engine_.decode(*seqs[i], toks[i], one);
@@ -300,6 +298,15 @@ void Scheduler::step_decode() {
       } catch (const std::exception& e) {
         ok[i] = false;
         finish(*batch[i], FinishReason::Error, e.what());
+      }
+    }
+    if (pre) {
+      try {
+        engine_.prefill_chunk(*pre->seq, chunk, one);
+        std::copy(one.begin(), one.end(), all.begin() + static_cast<std::ptrdiff_t>(batch.size() * V));
+      } catch (const std::exception& e) {
+        pre_ok = false;
+        finish(*pre, FinishReason::Error, e.what());
       }
     }
     logits_.swap(all);
@@ -315,6 +322,21 @@ void Scheduler::step_decode() {
     }
     const std::span<const float> row(logits_.data() + i * V, V);
     on_token(a, sample_step(row, a.req->params.sampler, static_cast<uint64_t>(a.choice), a.generated));
+  }
+  if (pre_ok) {
+    Active& a = *pre;
+    const auto n = static_cast<int64_t>(chunk.size());
+    a.prefilled += n;
+    metrics_.prompt_tokens += static_cast<uint64_t>(n);
+    metrics_.prefill_chunks += 1;
+    rec.prefill_request = a.req.get();
+    rec.prefill_choice = a.choice;
+    rec.prefill_tokens = n;
+    rec.prefill_done = a.prefilled;
+    if (a.prefilled == static_cast<int64_t>(a.req->params.prompt.size())) {
+      const std::span<const float> row(logits_.data() + batch.size() * V, V);
+      on_token(a, sample_step(row, a.req->params.sampler, static_cast<uint64_t>(a.choice), 0));
+    }
   }
 }
 
@@ -346,8 +368,9 @@ void Scheduler::loop() {
     for (auto& a : active_)
       if (!a->done && a->req->cancelled()) finish(*a, FinishReason::Cancelled);
     drop_finished();
-    step_prefill();
-    step_decode();
+    StepRecord rec;
+    step(rec);
+    if (opt_.on_step) opt_.on_step(rec);
     drop_finished();
   }
 }
