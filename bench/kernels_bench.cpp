@@ -68,8 +68,10 @@ void BM_Attention(benchmark::State& st) {
   fp32_to_fp16_row(V.data(), Vh.data(), static_cast<int64_t>(V.size()));
   std::vector<float> out(static_cast<size_t>(G * hd));
   for (auto _ : st) {
-    if (f16) attend_group(q.data(), G, Kh.data(), Vh.data(), n, hd, 0.125f, out.data());
-    else attend_group(q.data(), G, K.data(), V.data(), n, hd, 0.125f, out.data());
+    if (f16)
+      attend_group(q.data(), G, Kh.data(), Vh.data(), n, hd, 0.125f, out.data());
+    else
+      attend_group(q.data(), G, K.data(), V.data(), n, hd, 0.125f, out.data());
     benchmark::DoNotOptimize(out.data());
   }
   st.SetBytesProcessed(static_cast<int64_t>(st.iterations()) * n * hd * 2 * (f16 ? 2 : 4));

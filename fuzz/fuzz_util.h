@@ -18,7 +18,8 @@ inline const std::string& write_scratch(const uint8_t* data, size_t size, const 
   static std::string path;
   if (path.empty()) {
     const char* dir = std::getenv("TMPDIR");
-    path = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/kvevict-fuzz-" + std::to_string(getpid()) + suffix;
+    path = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/kvevict-fuzz-" + std::to_string(getpid()) +
+        suffix;
   }
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr || (size > 0 && std::fwrite(data, 1, size, f) != size) || std::fclose(f) != 0) std::abort();

@@ -69,8 +69,9 @@ std::vector<std::string> jinja_render(const GgufFile& g, const std::vector<Case>
   for (const Case& c : cs) {
     json msgs = json::array();
     for (const ChatMessage& m : c.messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
-    in["cases"].push_back(
-        {{"messages", msgs}, {"add_generation_prompt", c.opt.add_generation_prompt}, {"enable_thinking", c.opt.enable_thinking}});
+    in["cases"].push_back({{"messages", msgs},
+                           {"add_generation_prompt", c.opt.add_generation_prompt},
+                           {"enable_thinking", c.opt.enable_thinking}});
   }
   const fs::path dir = fs::temp_directory_path() / ("kvevict_chat_" + std::to_string(::getpid()));
   fs::create_directories(dir);
@@ -106,7 +107,8 @@ void check_family(const std::string& family, const std::string& expect_name) {
   const std::vector<Case> cs = cases();
   const std::vector<std::string> want = jinja_render(g, cs, family);
   ASSERT_EQ(want.size(), cs.size());
-  for (size_t i = 0; i < cs.size(); ++i) EXPECT_EQ(t.render(cs[i].messages, cs[i].opt), want[i]) << family << " case " << i;
+  for (size_t i = 0; i < cs.size(); ++i)
+    EXPECT_EQ(t.render(cs[i].messages, cs[i].opt), want[i]) << family << " case " << i;
 }
 
 TEST(ChatTemplate, Qwen3MatchesJinja2) { check_family("qwen3", "qwen3"); }
@@ -118,14 +120,16 @@ TEST(ChatTemplate, Phi3MatchesJinja2) { check_family("phi3", "phi3"); }
 // to llama.cpp's ids for the same text (reference JSON's last tokenize entry).
 TEST(ChatTemplate, RenderedPromptTokenizesLikeLlamaCpp) {
   for (const char* family : {"qwen2", "qwen3", "llama3", "phi3"}) {
-    const GgufFile g = GgufFile::open(test::shared_path(std::string("models/tiny-random/tiny-random-") + family + "-f16.gguf"));
+    const GgufFile g =
+        GgufFile::open(test::shared_path(std::string("models/tiny-random/tiny-random-") + family + "-f16.gguf"));
     const ChatTemplate t = ChatTemplate::from_gguf(g);
     const Tokenizer tok = Tokenizer::from_gguf(g);
     const json ref = family_json(family);
     const std::string text = t.render({{"system", "You are a helpful assistant."}, {"user", "What is 2+2?"}}, {});
     const json& last = ref.at("tokenize").back();
     ASSERT_EQ(last.at("text").get<std::string>(), text) << family;
-    EXPECT_EQ(tok.encode(text, !t.renders_bos(), true), last.at("ids_parse_special").get<std::vector<int32_t>>()) << family;
+    EXPECT_EQ(tok.encode(text, !t.renders_bos(), true), last.at("ids_parse_special").get<std::vector<int32_t>>())
+        << family;
   }
 }
 
@@ -136,8 +140,9 @@ TEST(ChatTemplate, ChatMlAndPhi4Formats) {
   const std::vector<ChatMessage> m = {{"system", "S"}, {"user", "U"}};
   EXPECT_EQ(ChatTemplate::by_name("chatml").render(m, {}),
             "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_EQ(ChatTemplate::by_name("phi4").render(m, {}),
-            "<|im_start|>system<|im_sep|>S<|im_end|><|im_start|>user<|im_sep|>U<|im_end|><|im_start|>assistant<|im_sep|>");
+  EXPECT_EQ(
+      ChatTemplate::by_name("phi4").render(m, {}),
+      "<|im_start|>system<|im_sep|>S<|im_end|><|im_start|>user<|im_sep|>U<|im_end|><|im_start|>assistant<|im_sep|>");
   EXPECT_FALSE(ChatTemplate::by_name("chatml").renders_bos());
   EXPECT_TRUE(ChatTemplate::by_name("llama3").renders_bos());
 }
@@ -170,7 +175,8 @@ TEST(ChatTemplate, Errors) {
 // "<think>\nabc\n</think>\n\nok" with <think>/</think> as single tokens (151667/151668), so the
 // trace ends at the token 151668; a text without the marker gives 0.
 TEST(ChatTemplate, ThinkingTraceTokens) {
-  const Tokenizer tok = Tokenizer::from_gguf(GgufFile::open(test::shared_path("models/tiny-random/tiny-random-qwen3-f16.gguf")));
+  const Tokenizer tok =
+      Tokenizer::from_gguf(GgufFile::open(test::shared_path("models/tiny-random/tiny-random-qwen3-f16.gguf")));
   const std::vector<int32_t> ids = tok.encode("<think>\nabc\n</think>\n\nok", false, false);
   size_t close = 0;
   while (close < ids.size() && ids[close] != 151668) ++close;

@@ -12,8 +12,8 @@
 namespace kvevict::test {
 
 struct CliResult {
-  int code = -1;     ///< exit code, -1 when killed by a signal or not started
-  std::string out;   ///< stdout and stderr, interleaved
+  int code = -1;    ///< exit code, -1 when killed by a signal or not started
+  std::string out;  ///< stdout and stderr, interleaved
 };
 
 /// Runs `kvevict <args>` (args are passed through the shell unquoted) to completion.

@@ -41,9 +41,11 @@ TEST(Cli, ErrorsAreOneLineWithExitCode2) {
       {"generate -m " + model() + " -p hi --budget 128 --param window=3", "window"},
       {"perplexity -m " + model() + " -f /nonexistent.txt", "/nonexistent.txt"},
       {"perplexity -m " + model() + " -f " + test::shared_path("data/tinystories/tinystories_sample.txt") +
-           " --policies random,,full --budget 128", "empty list entry"},
+           " --policies random,,full --budget 128",
+       "empty list entry"},
       {"perplexity -m " + test::shared_path("data/tinystories/tinystories_sample.txt") + " -f " +
-           test::shared_path("data/tinystories/tinystories_sample.txt"), "GGUF"},
+           test::shared_path("data/tinystories/tinystories_sample.txt"),
+       "GGUF"},
       {"frobnicate", "frobnicate"},
   };
   for (const auto& c : cases) {
@@ -57,10 +59,13 @@ TEST(Cli, ErrorsAreOneLineWithExitCode2) {
 
 TEST(Cli, GenerateSummaryRespectsPeak) {
   // Spec §2.3: peak cache = B + r. 300 tokens at B = 128 and r = 64 force rounds.
-  const CliResult r = run("generate -m " + model() + " -p 'Once upon a time' -n 300 --ignore-eos --policy random --budget 128 --seed 3");
+  const CliResult r = run("generate -m " + model() +
+                          " -p 'Once upon a time' -n 300 --ignore-eos --policy random --budget 128 --seed 3");
   ASSERT_EQ(r.code, 0) << r.out;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(generated (\d+) tok .* eviction rounds (\d+) \| peak slots/KV head (\d+) \(B\+r = 192\))")))
+  ASSERT_TRUE(std::regex_search(
+      r.out, m,
+      std::regex(R"(generated (\d+) tok .* eviction rounds (\d+) \| peak slots/KV head (\d+) \(B\+r = 192\))")))
       << r.out;
   EXPECT_EQ(std::stoi(m[1]), 300);
   EXPECT_EQ(std::stoi(m[2]), (5 + 299 - 192) / 64 + 1);  // prompt 5 tokens + 299 decode steps
@@ -68,8 +73,9 @@ TEST(Cli, GenerateSummaryRespectsPeak) {
 }
 
 TEST(Cli, ChunkedPerplexityPrintsLlamaCppFormat) {
-  const CliResult r = run("perplexity -m " + model() + " -f " + test::shared_path("data/tinystories/tinystories_sample.txt") +
-                    " -c 64 --chunks 3 --policy full");
+  const CliResult r =
+      run("perplexity -m " + model() + " -f " + test::shared_path("data/tinystories/tinystories_sample.txt") +
+          " -c 64 --chunks 3 --policy full");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\[1\][0-9.]+,\[2\][0-9.]+,\[3\][0-9.]+,)"))) << r.out;
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(Final estimate: PPL = [0-9.]+ \+/- [0-9.]+)"))) << r.out;

@@ -58,7 +58,9 @@ TEST_F(CliVocab, ThreadsAboveFourPerCoreAreRefused) {
   // At the cap it runs; above it with the override it runs too.
   EXPECT_EQ(run({"generate", "-m", test::stories260k(), "-p", "hi", "-n", "1", "-t", std::to_string(cap)}).code, 0);
   EXPECT_EQ(run({"generate", "-m", test::stories260k(), "-p", "hi", "-n", "1", "-t", std::to_string(cap + 1),
-                 "--force-threads"}).code, 0);
+                 "--force-threads"})
+                .code,
+            0);
 }
 
 // Reproducer: `eval --rollouts 100000000` never finished a rollout. Refused while parsing, and no
@@ -105,8 +107,9 @@ TEST_F(CliVocab, NoCommandPointsToHelp) {
 // Old spellings stay as aliases of the llama.cpp-style names (`--tasks` = `-f`, `--out` = `-o`,
 // `--max-new-tokens` = `-n`, `calibrate --ctx` = `-c`, `tasks --n` = `--count`, `-j` = `-t`).
 TEST_F(CliVocab, OldSpellingsAreAliases) {
-  const test::RunResult a = run({"eval", "-m", test::stories260k(), "--tasks", tasks_, "--policies", "full",
-                                 "--max-new-tokens", "2", "--rollouts", "1", "--no-plots", "-t", "1", "--out", root_ + "/a"});
+  const test::RunResult a =
+      run({"eval", "-m", test::stories260k(), "--tasks", tasks_, "--policies", "full", "--max-new-tokens", "2",
+           "--rollouts", "1", "--no-plots", "-t", "1", "--out", root_ + "/a"});
   EXPECT_EQ(a.code, 0) << a.err;
   const test::RunResult b = run({"eval", "-m", test::stories260k(), "-f", tasks_, "--policies", "full", "-n", "2",
                                  "--rollouts", "1", "--no-plots", "-t", "1", "-o", root_ + "/b"});
@@ -114,7 +117,8 @@ TEST_F(CliVocab, OldSpellingsAreAliases) {
   // Same configuration: the config files are equal (the alias means the same option).
   EXPECT_EQ(test::slurp(root_ + "/a/config.json"), test::slurp(root_ + "/b/config.json"));
   const test::RunResult g1 = run({"tasks", "gen", "--family", "chain", "--n", "2", "--seed", "3", "--length", "60"});
-  const test::RunResult g2 = run({"tasks", "gen", "--family", "chain", "--count", "2", "--seed", "3", "--length", "60"});
+  const test::RunResult g2 =
+      run({"tasks", "gen", "--family", "chain", "--count", "2", "--seed", "3", "--length", "60"});
   EXPECT_EQ(g1.code, 0) << g1.err;
   EXPECT_EQ(count_lines(g1.out), 2);
   EXPECT_EQ(g1.out, g2.out);
@@ -123,10 +127,12 @@ TEST_F(CliVocab, OldSpellingsAreAliases) {
 // `--param` has one syntax everywhere: [POLICY:]NAME=VALUE.
 TEST_F(CliVocab, ParamSyntax) {
   // A prefixed parameter for a policy that does not run is an error, not silently ignored.
-  expect_error({"generate", "-m", test::stories260k(), "-p", "hi", "--budget", "128", "--param", "triattention:stats=x"},
-               "no policy of this run takes it");
+  expect_error(
+      {"generate", "-m", test::stories260k(), "-p", "hi", "--budget", "128", "--param", "triattention:stats=x"},
+      "no policy of this run takes it");
   // Unprefixed, for a policy that takes no parameters.
-  expect_error({"generate", "-m", test::stories260k(), "-p", "hi", "--budget", "128", "--param", "window=3"}, "window=3");
+  expect_error({"generate", "-m", test::stories260k(), "-p", "hi", "--budget", "128", "--param", "window=3"},
+               "window=3");
   // Prefixed for the policy that runs: the value is used (its file is opened).
   expect_error({"generate", "-m", test::stories260k(), "-p", "hi", "--policy", "triattention", "--budget", "128",
                 "--param", "triattention:stats=" + root_ + "/missing.json"},
@@ -136,8 +142,8 @@ TEST_F(CliVocab, ParamSyntax) {
 // Eval with no --policies/--budgets runs (full + random at the default budget 256).
 TEST_F(CliVocab, EvalDefaultsRun) {
   const std::string out = root_ + "/defaults";
-  const test::RunResult r =
-      run({"eval", "-m", test::stories260k(), "-f", tasks_, "--rollouts", "1", "-n", "2", "--no-plots", "-t", "1", "-o", out});
+  const test::RunResult r = run({"eval", "-m", test::stories260k(), "-f", tasks_, "--rollouts", "1", "-n", "2",
+                                 "--no-plots", "-t", "1", "-o", out});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("| random | 256 |"), std::string::npos) << r.out;
   EXPECT_EQ(test::complete_lines(out + "/rollouts.jsonl").size(), 4u);  // 2 problems x (full, random@256)
@@ -148,8 +154,9 @@ TEST_F(CliVocab, EvalDefaultsRun) {
 TEST_F(CliVocab, EvalRefusesAnotherModelsStatisticsBeforeWriting) {
   const std::string reasoner = std::string(KVEVICT_SOURCE_DIR) + "/models/reasoner/reasoner.gguf";
   const std::string stats = root_ + "/reasoner.stats.json";
-  const test::RunResult c = run({"calibrate", "-m", reasoner, "-f", test::shared_path("data/tinystories/tinystories_sample.txt"),
-                                 "-o", stats, "--tokens", "256", "-c", "128", "-t", "1"});
+  const test::RunResult c =
+      run({"calibrate", "-m", reasoner, "-f", test::shared_path("data/tinystories/tinystories_sample.txt"), "-o", stats,
+           "--tokens", "256", "-c", "128", "-t", "1"});
   ASSERT_EQ(c.code, 0) << c.err;
   const std::string out = root_ + "/o";
   expect_error({"eval", "-m", test::stories260k(), "-f", tasks_, "--policies", "full,triattention", "--param",
@@ -159,7 +166,8 @@ TEST_F(CliVocab, EvalRefusesAnotherModelsStatisticsBeforeWriting) {
 }
 
 TEST_F(CliVocab, GenerateSummaryGoesToStderr) {
-  const test::RunResult r = run({"generate", "-m", test::stories260k(), "-p", "Once upon a time", "-n", "8", "--temp", "0"});
+  const test::RunResult r =
+      run({"generate", "-m", test::stories260k(), "-p", "Once upon a time", "-n", "8", "--temp", "0"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out.find("[kvevict]"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.rfind("Once upon a time", 0), 0u) << r.out;
@@ -169,8 +177,8 @@ TEST_F(CliVocab, GenerateSummaryGoesToStderr) {
 // Not a terminal: plain progress lines (KVEVICT_PROGRESS_SECONDS=0 prints one per rollout).
 TEST_F(CliVocab, ProgressLinesWithoutTerminal) {
   setenv("KVEVICT_PROGRESS_SECONDS", "0", 1);
-  const test::RunResult r = run({"eval", "-m", test::stories260k(), "-f", tasks_, "--policies", "full", "--rollouts", "1",
-                                 "-n", "2", "--no-plots", "-t", "1", "-o", root_ + "/p"});
+  const test::RunResult r = run({"eval", "-m", test::stories260k(), "-f", tasks_, "--policies", "full", "--rollouts",
+                                 "1", "-n", "2", "--no-plots", "-t", "1", "-o", root_ + "/p"});
   unsetenv("KVEVICT_PROGRESS_SECONDS");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("eval: 1/2 rollouts (50.0%)"), std::string::npos) << r.err;

@@ -77,7 +77,8 @@ void expect_same_cache(const Sequence& a, const Sequence& b) {
       ASSERT_EQ(a.kv.length(l), b.kv.length(l));
       const auto n = static_cast<size_t>(a.kv.length(l));
       EXPECT_EQ(0, std::memcmp(a.kv.keys(l, h), b.kv.keys(l, h), n * static_cast<size_t>(s.head_dim) * sizeof(float)));
-      EXPECT_EQ(0, std::memcmp(a.kv.values(l, h), b.kv.values(l, h), n * static_cast<size_t>(s.head_dim) * sizeof(float)));
+      EXPECT_EQ(0,
+                std::memcmp(a.kv.values(l, h), b.kv.values(l, h), n * static_cast<size_t>(s.head_dim) * sizeof(float)));
       EXPECT_EQ(0, std::memcmp(a.kv.positions(l, h), b.kv.positions(l, h), n * sizeof(int32_t)));
     }
 }
@@ -142,7 +143,8 @@ TEST(EnginePrefillChunk, FusedWithADecodeStepEqualsSeparateCallsBitForBit) {
   std::vector<int32_t> toks = {7, 9};
   std::vector<float> pre_s;
   for (int64_t i = 0; i < 100; i += 30) {
-    const auto chunk = std::span<const int32_t>(prompt).subspan(static_cast<size_t>(i), static_cast<size_t>(std::min<int64_t>(30, 100 - i)));
+    const auto chunk = std::span<const int32_t>(prompt).subspan(static_cast<size_t>(i),
+                                                                static_cast<size_t>(std::min<int64_t>(30, 100 - i)));
     e.decode_batch_with_chunk(df, toks, *fused[2], chunk, lf);
     e.decode_batch(ds, toks, ls);
     e.prefill_chunk(*sep[2], chunk, pre_s);
@@ -163,7 +165,8 @@ TEST(EnginePrefillChunk, FusedWithADecodeStepEqualsSeparateCallsBitForBit) {
   EXPECT_GE(fused[0]->stats.rounds, 1);
   EXPECT_GE(fused[1]->stats.rounds, 1);
   EXPECT_EQ(fused[2]->prompt_len, 100);
-  EXPECT_THROW(e.decode_batch_with_chunk(df, toks, *fused[0], std::span<const int32_t>(prompt).subspan(0, 1), lf), Error);
+  EXPECT_THROW(e.decode_batch_with_chunk(df, toks, *fused[0], std::span<const int32_t>(prompt).subspan(0, 1), lf),
+               Error);
   EXPECT_THROW(e.decode_batch_with_chunk(df, toks, *fused[2], {}, lf), Error);
 }
 

@@ -106,7 +106,7 @@ inline std::map<std::string, nlohmann::json> rollouts_without_timing(const std::
     nlohmann::json j = nlohmann::json::parse(line);
     for (const char* k : {"prefill_ms", "decode_ms", "score_ms", "compact_ms"}) j.erase(k);
     const std::string key = j["policy"].get<std::string>() + "|" + j["budget"].dump() + "|" +
-                            j["problem_id"].get<std::string>() + "|" + j["rollout"].dump();
+        j["problem_id"].get<std::string>() + "|" + j["rollout"].dump();
     out[key] = j;
   }
   return out;

@@ -33,8 +33,20 @@ class EvalCli : public ::testing::Test {
     if (!root_.empty()) fs::remove_all(root_);
   }
   std::vector<std::string> args(const std::string& tasks, const std::string& out, std::vector<std::string> extra = {}) {
-    std::vector<std::string> a = {"eval", "-m", test::stories260k(), "--tasks", tasks, "--rollouts", "1",
-                                  "--max-new-tokens", "8", "--no-plots", "-t", "1", "-o", out};
+    std::vector<std::string> a = {"eval",
+                                  "-m",
+                                  test::stories260k(),
+                                  "--tasks",
+                                  tasks,
+                                  "--rollouts",
+                                  "1",
+                                  "--max-new-tokens",
+                                  "8",
+                                  "--no-plots",
+                                  "-t",
+                                  "1",
+                                  "-o",
+                                  out};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }
@@ -63,7 +75,8 @@ TEST_F(EvalCli, OptionErrors) {
   } cases[] = {
       {args(missing, out, {"--policies", "full"}), missing + ":1: missing field 'answer'"},
       {args(tasks_, out, {"--policies", "full,random", "--budgets", "64"}), "greater than the recent buffer"},
-      {args(tasks_, out, {"--policies", "full,random", "--budgets", "32", "--buffer", "32"}), "greater than the recent buffer"},
+      {args(tasks_, out, {"--policies", "full,random", "--budgets", "32", "--buffer", "32"}),
+       "greater than the recent buffer"},
       {args(tasks_, out, {"--policies", "full,nope", "--budgets", "128"}), "unknown policy 'nope'"},
       {args(tasks_, out, {"--policies", "full,random", "--budgets", "128,x"}), "'x' is not an integer"},
       {args(tasks_, out, {"--policies", "random", "--budgets", "128"}), "--reference 'full' is not among"},
@@ -73,7 +86,8 @@ TEST_F(EvalCli, OptionErrors) {
       {{"merge", root_ + "/nonexistent-dir", "-o", out}, "nonexistent-dir"},
       {{"probe", "-m", test::stories260k(), "--kinds", "planted,nope", "--budgets", "128"}, "unknown probe 'nope'"},
       {{"probe", "-m", test::stories260k(), "--kinds", "planted", "--budgets", "64"}, "greater than the recent buffer"},
-      {{"probe", "-m", test::stories260k(), "--kinds", "planted", "--budgets", "128", "--sites", "9:0"}, "9:0 is outside"},
+      {{"probe", "-m", test::stories260k(), "--kinds", "planted", "--budgets", "128", "--sites", "9:0"},
+       "9:0 is outside"},
       {{"perplexity", "-m", test::stories260k(), "-f", tasks_, "--policies", "random", "--budgets", "64"},
        "greater than the recent buffer"},
       {{"perplexity", "-m", test::stories260k(), "-f", tasks_, "--budgets", "128", "--budget", "128"}, "not both"},
@@ -92,7 +106,8 @@ TEST_F(EvalCli, OutputDirectoryOfAnotherConfigurationIsRefusedUntouched) {
     std::vector<std::string> args;
     std::string must_contain;
   } cases[] = {
-      {args(tasks_, out, {"--policies", "full,random", "--budgets", "160"}), "/cells/1/budget: 128 (there) vs 160 (here)"},
+      {args(tasks_, out, {"--policies", "full,random", "--budgets", "160"}),
+       "/cells/1/budget: 128 (there) vs 160 (here)"},
       {args(tasks_, out, {"--policies", "full,random", "--budgets", "128", "--seed", "5"}), "/seed"},
       {args(tasks_, out, {"--policies", "full,random", "--budgets", "128", "--temp", "0"}), "/sampler/temperature"},
       {args(tasks_, out, {"--policies", "full,random", "--budgets", "128", "--no-resume"}), "--no-resume"},

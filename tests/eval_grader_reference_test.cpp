@@ -109,18 +109,21 @@ TEST(EvalGraderReference, AgreesWithMathVerify) {
     pairs.push_back(p);
   for (const auto& [g, p, v] : known_disagreements()) pairs.push_back({g, p});
 
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("kvevict-grader-ref-" + std::to_string(::getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("kvevict-grader-ref-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   {
     std::ofstream out(dir / "pairs.jsonl");
     for (const Pair& p : pairs) out << nlohmann::json::array({p.first, p.second}).dump() << "\n";
   }
   const std::string script = std::string(KVEVICT_SOURCE_DIR) + "/tests/grader_reference.py";
-  const std::string cmd = "python3 '" + script + "' '" + (dir / "pairs.jsonl").string() + "' '" + (dir / "ref.json").string() + "'";
+  const std::string cmd =
+      "python3 '" + script + "' '" + (dir / "pairs.jsonl").string() + "' '" + (dir / "ref.json").string() + "'";
   const int rc = std::system(cmd.c_str());
   if (WIFEXITED(rc) && WEXITSTATUS(rc) == 3) {
     std::filesystem::remove_all(dir);
-    if (kvevict::test::in_ci()) GTEST_FAIL() << "python3 with math_verify not found under CI (scripts/setup.sh installs it)";
+    if (kvevict::test::in_ci())
+      GTEST_FAIL() << "python3 with math_verify not found under CI (scripts/setup.sh installs it)";
     GTEST_SKIP() << "python3 with math_verify not found (pip install math-verify)";
   }
   ASSERT_EQ(rc, 0) << cmd;
@@ -136,14 +139,16 @@ TEST(EvalGraderReference, AgreesWithMathVerify) {
     const bool ours = math_answers_equal(pairs[i].first, pairs[i].second);
     if (ours == ref[i]) {
       (i < n_math ? agree_math : agree_gsm) += i < n_golds ? 1 : 0;
-      EXPECT_FALSE(allowed.count(pairs[i])) << "listed disagreement now agrees: " << pairs[i].first << " vs " << pairs[i].second;
+      EXPECT_FALSE(allowed.count(pairs[i]))
+          << "listed disagreement now agrees: " << pairs[i].first << " vs " << pairs[i].second;
       continue;
     }
     EXPECT_TRUE(allowed.count(pairs[i])) << "kvevict " << ours << ", math-verify " << ref[i] << ": gold '"
                                          << pairs[i].first << "' vs '" << pairs[i].second << "'";
   }
-  std::printf("grader vs math-verify: MATH-500 golds %zu/%zu pairs agree, GSM8K golds %zu/%zu, %zu listed disagreements\n",
-              agree_math, n_math, agree_gsm, n_golds - n_math, known_disagreements().size());
+  std::printf(
+      "grader vs math-verify: MATH-500 golds %zu/%zu pairs agree, GSM8K golds %zu/%zu, %zu listed disagreements\n",
+      agree_math, n_math, agree_gsm, n_golds - n_math, known_disagreements().size());
   for (const auto& [g, p, v] : known_disagreements()) EXPECT_EQ(math_answers_equal(g, p), v) << g << " vs " << p;
 }
 

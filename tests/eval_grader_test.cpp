@@ -41,29 +41,42 @@ struct Case {
 TEST(EvalGrader, TrickyMath500Answers) {
   if (math500_answers().empty()) KVEVICT_SKIP_UNLESS_CI("MATH-500 not found under " << test::shared_dir());
   const std::vector<Case> cases = {
-      {"test/precalculus/807.json", R"(\left( 3, \frac{\pi}{2} \right))",
+      {"test/precalculus/807.json",
+       R"(\left( 3, \frac{\pi}{2} \right))",
        {R"((3,\frac{\pi}{2}))", R"((3, \frac\pi2))", R"(\left(3,\dfrac{\pi}{2}\right))"},
        {R"((3,\frac{\pi}{3}))", R"((\frac{\pi}{2}, 3))"}},
-      {"test/algebra/2584.json", R"(\frac{14}{3})", {"14/3", R"(\dfrac{14}{3})", "4.6666666666667", "$\\frac{14}{3}$"},
+      {"test/algebra/2584.json",
+       R"(\frac{14}{3})",
+       {"14/3", R"(\dfrac{14}{3})", "4.6666666666667", "$\\frac{14}{3}$"},
        {"4.67", R"(\frac{14}{5})"}},
       {"test/algebra/1349.json", R"(\text{Evelyn})", {"Evelyn", R"(\textbf{Evelyn})", R"(\text{ Evelyn })"}, {"Emily"}},
       {"test/precalculus/927.json", R"(90^\circ)", {"90", R"(90^{\circ})", "90\xc2\xb0", "90.0"}, {R"(45^\circ)", "9"}},
       {"test/counting_and_probability/508.json", R"(10,\!080)", {"10080", "10,080", "10{,}080"}, {"1008", "10,08"}},
       {"test/algebra/2626.json", R"(\$32,\!348)", {"32348", R"(\$32,348)", "32,348 dollars"}, {"32,349"}},
-      {"test/geometry/473.json", R"(864 \mbox{ inches}^2)", {"864", R"(864 \text{ square inches})", "864 inches^2"}, {"864^2"}},
-      {"test/prealgebra/1003.json", R"(\frac{270}7\text{ degrees})", {R"(\frac{270}{7})", "270/7", R"(\frac{270}{7}^\circ)"},
+      {"test/geometry/473.json",
+       R"(864 \mbox{ inches}^2)",
+       {"864", R"(864 \text{ square inches})", "864 inches^2"},
+       {"864^2"}},
+      {"test/prealgebra/1003.json",
+       R"(\frac{270}7\text{ degrees})",
+       {R"(\frac{270}{7})", "270/7", R"(\frac{270}{7}^\circ)"},
        {R"(\frac{270}{17})"}},
       {"test/geometry/826.json", R"(1\frac{4}{5})", {R"(\frac{9}{5})", "1.8", "9/5"}, {"1.4", R"(\frac{4}{5})"}},
       {"test/number_theory/598.json", ".0000672", {"0.0000672", "0.00006720"}, {"0.000672"}},
       {"test/algebra/101.json", R"(x \in [-2,7])", {"[-2,7]", "[-2, 7]", R"(x\in[-2,7])"}, {"(-2,7)", "[-2,7)"}},
       {"test/precalculus/819.json", R"(\text{(C)})", {"C", "(C)", R"(\textbf{(C)})"}, {"D", "(D)"}},
-      {"test/intermediate_algebra/515.json", R"(\frac43)", {R"(\frac{4}{3})", "4/3", R"(\dfrac{4}{3})"}, {R"(\frac{3}{4})"}},
+      {"test/intermediate_algebra/515.json",
+       R"(\frac43)",
+       {R"(\frac{4}{3})", "4/3", R"(\dfrac{4}{3})"},
+       {R"(\frac{3}{4})"}},
       {"test/prealgebra/153.json", R"(\frac 59)", {"5/9", R"(\frac{5}{9})"}, {"9/5"}},
       {"test/algebra/2257.json", R"(\frac9{19})", {R"(\frac{9}{19})", "9/19"}, {R"(\frac{9}{18})"}},
       {"test/prealgebra/1044.json", R"(5.4 \text{ cents})", {"5.4", "5.40", "5.4 cents"}, {"54"}},
       {"test/prealgebra/1302.json", R"(11\sqrt2)", {R"(11\sqrt{2})", R"(11 \sqrt{2})"}, {R"(11\sqrt{3})", "11"}},
       {"test/intermediate_algebra/428.json", "3, 5, 7", {"3,5,7"}, {"3, 5", "357"}},
-      {"test/intermediate_algebra/2015.json", R"(\{1\pm\sqrt{5},-2\})", {R"(\{1 \pm \sqrt5, -2\})", R"(\left\{1\pm\sqrt{5},-2\right\})"},
+      {"test/intermediate_algebra/2015.json",
+       R"(\{1\pm\sqrt{5},-2\})",
+       {R"(\{1 \pm \sqrt5, -2\})", R"(\left\{1\pm\sqrt{5},-2\right\})"},
        {R"(\{1\pm\sqrt{5}\})"}},
       {"test/counting_and_probability/737.json", "58,500", {"58500", "58{,}500"}, {"58.5"}},
       {"test/number_theory/417.json", R"(11,\! 111,\! 111,\! 100)", {"11111111100", "11,111,111,100"}, {"1111111100"}},
@@ -78,10 +91,13 @@ TEST(EvalGrader, TrickyMath500Answers) {
     const std::string& gold = it->second;
     EXPECT_EQ(gold, c.expected_gold) << c.unique_id;
     EXPECT_TRUE(math_answers_equal(gold, gold)) << gold;
-    for (const char* p : c.equal) EXPECT_TRUE(math_answers_equal(gold, p)) << c.unique_id << ": " << gold << " vs " << p;
-    for (const char* p : c.different) EXPECT_FALSE(math_answers_equal(gold, p)) << c.unique_id << ": " << gold << " vs " << p;
+    for (const char* p : c.equal)
+      EXPECT_TRUE(math_answers_equal(gold, p)) << c.unique_id << ": " << gold << " vs " << p;
+    for (const char* p : c.different)
+      EXPECT_FALSE(math_answers_equal(gold, p)) << c.unique_id << ": " << gold << " vs " << p;
     // Through a whole response: the last box decides.
-    const std::string response = "First \\boxed{0} is wrong. So the answer is $\\boxed{" + std::string(c.equal[0]) + "}$.";
+    const std::string response =
+        "First \\boxed{0} is wrong. So the answer is $\\boxed{" + std::string(c.equal[0]) + "}$.";
     const Grade g = grade_response(response, gold, Grading::Math);
     EXPECT_TRUE(g.correct) << response;
     ASSERT_TRUE(g.extracted.has_value());
@@ -94,7 +110,7 @@ TEST(EvalGrader, LastBoxed) {
   EXPECT_EQ(extract_last_boxed(R"(so \boxed{\frac{1}{2}}.)"), R"(\frac{1}{2})");
   EXPECT_EQ(extract_last_boxed(R"(\boxed{1} then \boxed{2})"), "2");
   EXPECT_EQ(extract_last_boxed(R"(\boxed{7} and at last \boxed{\frac{3}{)"), "7");  // cut-off last box
-  EXPECT_EQ(extract_last_boxed(R"(\boxed{\{1, 2\}})"), R"(\{1, 2\})");            // escaped braces
+  EXPECT_EQ(extract_last_boxed(R"(\boxed{\{1, 2\}})"), R"(\{1, 2\})");              // escaped braces
   EXPECT_EQ(extract_last_boxed(R"(answer: \boxed 5$)"), "5");
   EXPECT_EQ(extract_last_boxed(R"(\fbox{3})"), "3");
   EXPECT_EQ(extract_last_boxed(R"(\boxed{a} \fbox{b})"), "b");
@@ -202,8 +218,8 @@ TEST(EvalGraderLimits, ExactNumbersAndDecimalTolerance) {
   EXPECT_TRUE(math_answers_equal("\\frac{1}{2}", "0.5"));
   EXPECT_TRUE(math_answers_equal("-\\frac{3}{4}", "-0.75"));
   // A decimal against a value with no finite expansion: relative tolerance 1e-9.
-  EXPECT_TRUE(math_answers_equal("\\frac{1}{3}", "0.3333333333"));   // error 3.3e-11 relative 1e-10
-  EXPECT_FALSE(math_answers_equal("\\frac{1}{3}", "0.33333"));       // relative error 1e-5
+  EXPECT_TRUE(math_answers_equal("\\frac{1}{3}", "0.3333333333"));  // error 3.3e-11 relative 1e-10
+  EXPECT_FALSE(math_answers_equal("\\frac{1}{3}", "0.33333"));      // relative error 1e-5
   EXPECT_FALSE(math_answers_equal("\\frac{1}{3}", "0.333"));
 }
 

@@ -38,7 +38,8 @@ TEST(EvalProbe, LayoutPlacesFactAndQuestion) {
   const std::vector<int32_t> question = tok.encode("What is the secret number? The secret number is", false);
   // distance = tokens between the end of the fact and the question.
   EXPECT_EQ(once.trace.size(), 10 + fact.size() + 120 + question.size());
-  EXPECT_TRUE(std::equal(question.begin(), question.end(), once.trace.end() - static_cast<std::ptrdiff_t>(question.size())));
+  EXPECT_TRUE(
+      std::equal(question.begin(), question.end(), once.trace.end() - static_cast<std::ptrdiff_t>(question.size())));
   EXPECT_EQ(once.answer, tok.encode(once.code, false));
   EXPECT_EQ(once.code.size(), 4u);
   // Same seed and trial, same layout; another trial, another code (with overwhelming odds).
@@ -94,7 +95,8 @@ TEST(EvalProbe, PlantedFactStaysOnlyInChosenSites) {
   for (int l = 0; l < shape.n_layers; ++l)
     for (int h = 0; h < shape.n_kv_heads; ++h) {
       const int32_t* pos = seq->kv.positions(l, h);
-      const auto n = static_cast<size_t>(std::count_if(pos, pos + seq->kv.length(l), [&](int32_t p) { return fact.count(p) != 0; }));
+      const auto n = static_cast<size_t>(
+          std::count_if(pos, pos + seq->kv.length(l), [&](int32_t p) { return fact.count(p) != 0; }));
       const bool chosen = std::find(sites.begin(), sites.end(), std::make_pair(l, h)) != sites.end();
       EXPECT_EQ(n, chosen ? fact.size() : 0u) << "layer " << l << " KV head " << h;
     }
@@ -116,10 +118,13 @@ TEST(EvalProbe, ForcedSitesLeaveOtherSlotsToTheInnerSelector) {
   // Forcing positions that never occur changes nothing: same keep-sets as plain random.
   const ProbeLayout layout = build_probe_layout(model->tokenizer(), ProbeKind::Passcode, 200, {}, 2, 0);
   const Policy plain = make_policy("random");
-  const Policy wrapped = force_sites(plain, {1 << 30}, std::vector<uint8_t>(static_cast<size_t>(engine.kv_shape().n_layers * engine.kv_shape().n_kv_heads), 1));
+  const Policy wrapped = force_sites(
+      plain, {1 << 30},
+      std::vector<uint8_t>(static_cast<size_t>(engine.kv_shape().n_layers * engine.kv_shape().n_kv_heads), 1));
   const EvictionConfig cfg = schedule(96, 32);
   const auto run = [&](const Policy& p) {
-    auto seq = engine.new_sequence(3, p, cfg, static_cast<int64_t>(layout.prompt.size()), static_cast<int64_t>(layout.trace.size()));
+    auto seq = engine.new_sequence(3, p, cfg, static_cast<int64_t>(layout.prompt.size()),
+                                   static_cast<int64_t>(layout.trace.size()));
     std::vector<float> logits;
     engine.prefill(*seq, layout.prompt, logits);
     for (const int32_t t : layout.trace) engine.decode(*seq, t, logits);

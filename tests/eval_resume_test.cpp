@@ -20,10 +20,32 @@ bool have_inputs() {
 
 // 4 problems x (full + random@96) x 2 rollouts = 16 rollouts of <= 40 tokens: ~1 s on 2 cores.
 std::vector<std::string> eval_args(const std::string& out, std::vector<std::string> extra = {}) {
-  std::vector<std::string> a = {"eval", "-m", test::stories260k(), "--tasks", test::shared_path("data/math500/test.jsonl"),
-                                "--limit", "4", "--policies", "full,random", "--budgets", "96", "--buffer", "32",
-                                "--rollouts", "2", "--max-new-tokens", "40", "--seed", "11", "--bootstrap", "500",
-                                "--no-plots", "-t", "2", "-o", out};
+  std::vector<std::string> a = {"eval",
+                                "-m",
+                                test::stories260k(),
+                                "--tasks",
+                                test::shared_path("data/math500/test.jsonl"),
+                                "--limit",
+                                "4",
+                                "--policies",
+                                "full,random",
+                                "--budgets",
+                                "96",
+                                "--buffer",
+                                "32",
+                                "--rollouts",
+                                "2",
+                                "--max-new-tokens",
+                                "40",
+                                "--seed",
+                                "11",
+                                "--bootstrap",
+                                "500",
+                                "--no-plots",
+                                "-t",
+                                "2",
+                                "-o",
+                                out};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
@@ -109,9 +131,24 @@ TEST(EvalPrompt, MathSuffixDefaultsOnForMath500) {
   if (!have_inputs()) KVEVICT_SKIP_UNLESS_CI("stories260K or MATH-500 missing under " << test::shared_dir());
   const auto run = [](const std::string& tag, std::vector<std::string> extra) {
     const std::string out = test::fresh_dir("suffix_" + tag);
-    std::vector<std::string> a = {"eval", "-m", test::stories260k(), "--tasks", test::shared_path("data/math500/test.jsonl"),
-                                  "--limit", "1", "--policies", "full", "--rollouts", "1", "--max-new-tokens", "2",
-                                  "--no-plots", "-t", "1", "-o", out};
+    std::vector<std::string> a = {"eval",
+                                  "-m",
+                                  test::stories260k(),
+                                  "--tasks",
+                                  test::shared_path("data/math500/test.jsonl"),
+                                  "--limit",
+                                  "1",
+                                  "--policies",
+                                  "full",
+                                  "--rollouts",
+                                  "1",
+                                  "--max-new-tokens",
+                                  "2",
+                                  "--no-plots",
+                                  "-t",
+                                  "1",
+                                  "-o",
+                                  out};
     a.insert(a.end(), extra.begin(), extra.end());
     EXPECT_EQ(test::run_kvevict(a, out, tag).code, 0);
     const auto cfg = nlohmann::json::parse(test::slurp(out + "/config.json"));

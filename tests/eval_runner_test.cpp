@@ -123,13 +123,14 @@ TEST(EvalRunner, RolloutDependsOnlyOnItsKey) {
   // run_grid skips what is done.
   Engine engine(*model, 1);
   int calls = 0;
-  run_grid(engine, {t}, {prompt}, {random, cell("full", 0)}, o,
-           [&](const std::string& key) { return key != rollout_key("full", 0, t.id, 1); },
-           [&](RolloutRecord&& r) {
-             ++calls;
-             EXPECT_EQ(r.policy, "full");
-             EXPECT_EQ(r.rollout, 1);
-           });
+  run_grid(
+      engine, {t}, {prompt}, {random, cell("full", 0)}, o,
+      [&](const std::string& key) { return key != rollout_key("full", 0, t.id, 1); },
+      [&](RolloutRecord&& r) {
+        ++calls;
+        EXPECT_EQ(r.policy, "full");
+        EXPECT_EQ(r.rollout, 1);
+      });
   EXPECT_EQ(calls, 1);
 }
 

@@ -16,13 +16,13 @@ namespace {
 
 TEST(EvalStats, SignTestExactSmallCases) {
   // 2 * sum_{i<=k} C(n, i) / 2^n, sums written out.
-  EXPECT_DOUBLE_EQ(sign_test_p(1, 9), 2.0 * (1 + 10) / 1024);                   // n = 10, k = 1
-  EXPECT_DOUBLE_EQ(sign_test_p(9, 1), 2.0 * (1 + 10) / 1024);                   // symmetric
-  EXPECT_DOUBLE_EQ(sign_test_p(0, 5), 2.0 / 32);                                // n = 5, k = 0
+  EXPECT_DOUBLE_EQ(sign_test_p(1, 9), 2.0 * (1 + 10) / 1024);                                      // n = 10, k = 1
+  EXPECT_DOUBLE_EQ(sign_test_p(9, 1), 2.0 * (1 + 10) / 1024);                                      // symmetric
+  EXPECT_DOUBLE_EQ(sign_test_p(0, 5), 2.0 / 32);                                                   // n = 5, k = 0
   EXPECT_NEAR(sign_test_p(5, 15), 2.0 * (1 + 20 + 190 + 1140 + 4845 + 15504) / 1048576.0, 1e-15);  // n = 20, k = 5
-  EXPECT_DOUBLE_EQ(sign_test_p(2, 2), 1.0);                                     // 2 * 11/16 capped at 1
-  EXPECT_DOUBLE_EQ(sign_test_p(0, 0), 1.0);                                     // no untied pairs
-  EXPECT_DOUBLE_EQ(sign_test_p(3, 4), 1.0);                                     // 2 * 64/128 = 1
+  EXPECT_DOUBLE_EQ(sign_test_p(2, 2), 1.0);  // 2 * 11/16 capped at 1
+  EXPECT_DOUBLE_EQ(sign_test_p(0, 0), 1.0);  // no untied pairs
+  EXPECT_DOUBLE_EQ(sign_test_p(3, 4), 1.0);  // 2 * 64/128 = 1
   EXPECT_NEAR(sign_test_p(0, 1), 1.0, 1e-15);
 }
 
@@ -120,7 +120,11 @@ TEST(EvalStats, WilsonIntervalMatchesIndependentValues) {
   // Reference values: Wilson's formula evaluated in sympy at 17 digits with
   // z = sqrt(2) erfinv(0.95) = 1.9599639845400542 (independent of stats.cpp's bisection).
   EXPECT_NEAR(normal_two_sided_z(0.95), 1.9599639845400542, 1e-11);
-  struct Case { double p; int64_t n; double lo, hi; };
+  struct Case {
+    double p;
+    int64_t n;
+    double lo, hi;
+  };
   for (const Case& c : {Case{0.0, 1, 0.0, 0.79345068562276261}, Case{1.0, 1, 0.20654931437723739, 1.0},
                         Case{0.0, 30, 0.0, 0.11351339317396877}, Case{1.0, 30, 0.88648660682603123, 1.0},
                         Case{0.5, 30, 0.33154125640533765, 0.66845874359466235},

@@ -2,10 +2,10 @@
 // with nlohmann::json here), and small files written by the tests with known bad lines.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include "eval/tasks.h"
 #include "test_paths.h"
@@ -81,11 +81,11 @@ TEST(EvalTasks, Gsm8kFirstProblems) {
 }
 
 TEST(EvalTasks, ProjectFormatIgnoresUnknownFields) {
-  const std::string path = write_temp(
-      "own.jsonl",
-      "{\"id\": \"chain-0\", \"problem\": \"AB\\nBC\\n? A 02\", \"answer\": \"C\", \"family\": \"chain\", \"trace\": \"...\"}\n"
-      "\n"
-      "{\"id\": 7, \"problem\": \"x\", \"answer\": 42}\n");
+  const std::string path = write_temp("own.jsonl",
+                                      "{\"id\": \"chain-0\", \"problem\": \"AB\\nBC\\n? A 02\", \"answer\": \"C\", "
+                                      "\"family\": \"chain\", \"trace\": \"...\"}\n"
+                                      "\n"
+                                      "{\"id\": 7, \"problem\": \"x\", \"answer\": 42}\n");
   const EvalTaskFile f = read_tasks(path, {});
   EXPECT_EQ(f.format, TaskFormat::Kvevict);
   ASSERT_EQ(f.tasks.size(), 2u);
@@ -100,9 +100,9 @@ TEST(EvalTasks, ProjectFormatIgnoresUnknownFields) {
 TEST(EvalTasks, BadLinesStopOrSkipWithFileAndLine) {
   const std::string path = write_temp("bad.jsonl",
                                       "{\"id\": \"a\", \"problem\": \"p\", \"answer\": \"1\"}\n"
-                                      "{\"id\": \"b\", \"problem\": \"p\", \"answer\": \n"   // line 2: not JSON
-                                      "{\"id\": \"c\", \"problem\": \"p\"}\n"                // line 3: no answer
-                                      "[1, 2]\n"                                             // line 4: not an object
+                                      "{\"id\": \"b\", \"problem\": \"p\", \"answer\": \n"  // line 2: not JSON
+                                      "{\"id\": \"c\", \"problem\": \"p\"}\n"               // line 3: no answer
+                                      "[1, 2]\n"                                            // line 4: not an object
                                       "{\"id\": \"a\", \"problem\": \"q\", \"answer\": \"2\"}\n"  // line 5: repeated id
                                       "{\"id\": \"d\", \"problem\": \"p\", \"answer\": \"3\"}\n");
   const std::string stop = error_of([&] { read_tasks(path, {}); });
@@ -130,7 +130,8 @@ TEST(EvalTasks, FormatErrors) {
   EXPECT_NE(error_of([&] { read_tasks(unknown, {}); }).find("cannot tell the task format"), std::string::npos);
   const std::string empty = write_temp("empty.jsonl", "\n\n");
   EXPECT_NE(error_of([&] { read_tasks(empty, {}); }).find("no tasks"), std::string::npos);
-  EXPECT_NE(error_of([&] { read_tasks("/nonexistent/tasks.jsonl", {}); }).find("/nonexistent/tasks.jsonl"), std::string::npos);
+  EXPECT_NE(error_of([&] { read_tasks("/nonexistent/tasks.jsonl", {}); }).find("/nonexistent/tasks.jsonl"),
+            std::string::npos);
   const std::string gsm = write_temp("gsm.jsonl", "{\"question\": \"q\", \"answer\": \"no final line\"}\n");
   EXPECT_NE(error_of([&] { read_tasks(gsm, {}); }).find(":1: field 'answer' has no '#### N'"), std::string::npos);
   EXPECT_THROW(parse_task_format("csv"), Error);

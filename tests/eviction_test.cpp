@@ -22,8 +22,8 @@ namespace {
 
 // ---- keep-set chooser vs a brute-force statement of spec §2.4 ----
 
-std::vector<int32_t> brute_keep(const std::vector<float>& s, const std::vector<int32_t>& pos,
-                                int64_t n_pinned, int64_t k_sel, int64_t recent) {
+std::vector<int32_t> brute_keep(const std::vector<float>& s, const std::vector<int32_t>& pos, int64_t n_pinned,
+                                int64_t k_sel, int64_t recent) {
   // Rank every candidate by (pinned first, score desc with NaN lowest, slot asc); keep the
   // first k_sel, ascending; then the recent buffer.
   std::vector<int32_t> idx(s.size());
@@ -95,16 +95,16 @@ TEST(Schedule, RejectsBadConfigs) {
 // ---- end to end on stories260K ----
 
 struct Trace {
-  std::vector<std::vector<float>> logits;          // after each step
+  std::vector<std::vector<float>> logits;                 // after each step
   std::vector<std::vector<std::vector<int32_t>>> rounds;  // positions per (layer*H + head) after each round
   SequenceStats stats;
 };
 
 // Runs prompt + n forced tokens (the greedy continuation under `full`, fixed in advance so that
 // every policy sees the same tokens), recording logits and post-round positions.
-Trace run(const LlamaModel& m, const std::string& policy, int64_t B, int64_t r, int threads,
-          uint64_t seed, const std::vector<int32_t>& tokens, int64_t prompt_len,
-          PositionMode mode = PositionMode::Logical, LongPromptMode lp = LongPromptMode::PinHead) {
+Trace run(const LlamaModel& m, const std::string& policy, int64_t B, int64_t r, int threads, uint64_t seed,
+          const std::vector<int32_t>& tokens, int64_t prompt_len, PositionMode mode = PositionMode::Logical,
+          LongPromptMode lp = LongPromptMode::PinHead) {
   Engine engine(m, threads);
   EvictionConfig cfg;
   cfg.budget = B;
@@ -254,18 +254,20 @@ TEST(Eviction, CompactedCacheEqualsMaskedFullCache) {
   }
   ASSERT_GE(seq->stats.rounds, 5);
   const int H = s.n_kv_heads;
-  const auto ref = test::ReferenceLlama(*m).run(
-      std::vector<int32_t>(tokens.begin(), tokens.begin() + 110), [&](int t, int l, int h, int p) {
-        if (p == t || t < P) return true;
-        return visible.at(t)[static_cast<size_t>(l * H + h)].count(p) > 0;
-      });
+  const auto ref = test::ReferenceLlama(*m).run(std::vector<int32_t>(tokens.begin(), tokens.begin() + 110),
+                                                [&](int t, int l, int h, int p) {
+                                                  if (p == t || t < P) return true;
+                                                  return visible.at(t)[static_cast<size_t>(l * H + h)].count(p) > 0;
+                                                });
   for (size_t k = 0; k < got.size(); ++k) {
     const size_t t = static_cast<size_t>(P) - 1 + k;
-    for (size_t i = 0; i < got[k].size(); ++i) ASSERT_NEAR(got[k][i], ref[t][i], 5e-5) << "token " << t << " logit " << i;
+    for (size_t i = 0; i < got[k].size(); ++i)
+      ASSERT_NEAR(got[k][i], ref[t][i], 5e-5) << "token " << t << " logit " << i;
   }
   // And the mask must have hidden something in the interior (not only a sliding window).
   bool interior = false;
-  for (const auto& set : visible.at(109)) interior |= !set.count(static_cast<int>(P) + 2) && set.count(static_cast<int>(P) + 20);
+  for (const auto& set : visible.at(109))
+    interior |= !set.count(static_cast<int>(P) + 2) && set.count(static_cast<int>(P) + 20);
   EXPECT_TRUE(interior);
 }
 

@@ -40,7 +40,7 @@ TEST(FactKept, PositionOfTheOnceCodeAndKeptOrLostAtTheEnd) {
   const auto pos = fact_token_position(model->tokenizer(), prompt, once.problem);
   ASSERT_TRUE(pos.has_value());
   EXPECT_EQ(*pos, *once_code_offset(once.problem) + 1);  // BOS, then one token per character
-  EXPECT_EQ(*pos, 3 * 20 + 2);                            // after the 20 fact lines and '#'
+  EXPECT_EQ(*pos, 3 * 20 + 2);                           // after the 20 fact lines and '#'
   const Task chain = generate_task(TaskFamily::Chain, {12, 20}, 5000, 3);
   EXPECT_FALSE(fact_token_position(model->tokenizer(), prompts.tokens(chain.problem), chain.problem));
   EXPECT_FALSE(once_code_offset("AB\nBA\n#3\n?002A\n"));  // a '#' line outside a once problem

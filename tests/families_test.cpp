@@ -15,8 +15,8 @@
 
 #include <algorithm>
 #include <complex>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -28,12 +28,12 @@
 #include "engine/sampler.h"
 #include "eval/calibrate.h"
 #include "eviction/query_stats.h"
-#include "util/thread_pool.h"
 #include "format/gguf_writer.h"
 #include "model/synth.h"
 #include "reference_model.h"
 #include "test_paths.h"
 #include "util/error.h"
+#include "util/thread_pool.h"
 
 namespace kvevict {
 namespace {
@@ -73,8 +73,8 @@ const LlamaModel* family_model(const std::string& stem) {
   }
   return it->second.get();
 }
-#define REQUIRE_FAMILY_MODEL(var, stem)                            \
-  const ::kvevict::LlamaModel* var = family_model(stem);           \
+#define REQUIRE_FAMILY_MODEL(var, stem)                  \
+  const ::kvevict::LlamaModel* var = family_model(stem); \
   if (!var) GTEST_SKIP() << model_path(stem) << " not found (set KVEVICT_SHARED)"
 
 float max_abs_diff_first(const std::vector<float>& got, const std::vector<float>& want) {
@@ -86,7 +86,8 @@ float max_abs_diff_first(const std::vector<float>& got, const std::vector<float>
 std::vector<int> top_k(const std::vector<float>& v, int k) {
   std::vector<int> idx(v.size());
   std::iota(idx.begin(), idx.end(), 0);
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int a, int b) { return v[static_cast<size_t>(a)] > v[static_cast<size_t>(b)]; });
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                    [&](int a, int b) { return v[static_cast<size_t>(a)] > v[static_cast<size_t>(b)]; });
   idx.resize(static_cast<size_t>(k));
   return idx;
 }
@@ -136,15 +137,19 @@ TEST_P(FamilyParity, ShortPromptLogitsAndGreedyMatchReferences) {
   ASSERT_EQ(logits.size(), lc["n_vocab"].get<size_t>());
   const float d_hf = max_abs_diff_first(logits, hf["last_logits_first64"].get<std::vector<float>>());
   const float d_lc = max_abs_diff_first(logits, lc["last_logits_first64"].get<std::vector<float>>());
-  std::printf("[families] %s short prompt (%zu ids): max|dlogit| first64 vs transformers %.2e, vs llama.cpp %.2e; "
-              "greedy %d/%d equal (steps with margin >= %.1f)\n",
-              ff.stem.c_str(), prompt.size(), d_hf, d_lc, g.equal, g.compared, kMinMargin);
+  std::printf(
+      "[families] %s short prompt (%zu ids): max|dlogit| first64 vs transformers %.2e, vs llama.cpp %.2e; "
+      "greedy %d/%d equal (steps with margin >= %.1f)\n",
+      ff.stem.c_str(), prompt.size(), d_hf, d_lc, g.equal, g.compared, kMinMargin);
   EXPECT_LE(d_hf, 1e-3);
   EXPECT_LE(d_lc, 0.1);
   EXPECT_EQ(argmax(logits), hf["last_logits_argmax"].get<int>());
   EXPECT_EQ(argmax(logits), lc["last_logits_argmax"].get<int>());
   const auto top5 = lc["last_logits_top5"].get<std::vector<int>>();
-  EXPECT_EQ(std::set<int>(top5.begin(), top5.end()), [&] { auto t = top_k(logits, 5); return std::set<int>(t.begin(), t.end()); }());
+  EXPECT_EQ(std::set<int>(top5.begin(), top5.end()), [&] {
+    auto t = top_k(logits, 5);
+    return std::set<int>(t.begin(), t.end());
+  }());
   // Whole-vocabulary check through the L2 norm: |Δ‖l‖| <= ‖Δl‖ <= sqrt(n)·0.1 under the llama.cpp
   // tolerance; in practice far below that bound.
   double l2 = 0;
@@ -199,9 +204,10 @@ TEST(FamiliesQuantised, Phi3QuantisedFilesMatchReferences) {
     const float d_hf = max_abs_diff_first(g.last_logits, hf["last_logits_first64"].get<std::vector<float>>());
     const float d_lc = max_abs_diff_first(g.last_logits, lc["last_logits_first64"].get<std::vector<float>>());
     const float between = hf["max_abs_diff_vs_llama_cpp_all_logits"].get<float>();
-    std::printf("[families] %s short prompt: max|dlogit| first64 vs transformers-gguf %.3f, vs llama.cpp %.3f (they "
-                "differ by %.3f); greedy %d/%d equal (margin >= 1.0)\n",
-                stem.c_str(), d_hf, d_lc, between, g.equal, g.compared);
+    std::printf(
+        "[families] %s short prompt: max|dlogit| first64 vs transformers-gguf %.3f, vs llama.cpp %.3f (they "
+        "differ by %.3f); greedy %d/%d equal (margin >= 1.0)\n",
+        stem.c_str(), d_hf, d_lc, between, g.equal, g.compared);
     EXPECT_LE(d_hf, between);
     EXPECT_LE(d_lc, between);
     EXPECT_EQ(argmax(g.last_logits), lc["last_logits_argmax"].get<int>());
@@ -209,16 +215,18 @@ TEST(FamiliesQuantised, Phi3QuantisedFilesMatchReferences) {
     // quantised weights must reproduce transformers' dequantising loader to 1e-3.
     const auto naive = test::ReferenceLlama(*m).run(prompt, [](int, int, int, int) { return true; });
     const float d_naive = max_abs_diff_first(naive.back(), hf["last_logits_first64"].get<std::vector<float>>());
-    std::printf("[families] %s fp32-activation reference vs transformers-gguf: max|dlogit| first64 %.2e\n", stem.c_str(),
-                d_naive);
+    std::printf("[families] %s fp32-activation reference vs transformers-gguf: max|dlogit| first64 %.2e\n",
+                stem.c_str(), d_naive);
     EXPECT_LE(d_naive, 1e-3);
     const auto lp = read_json("reference/tiny-random-long-prompt.json")["files"][stem + ".gguf"];
     if (lp.is_null()) continue;  // the long-prompt file has llama.cpp figures for q4_k_m only
-    const auto gl = greedy_check(*m, lp["prompt_ids"].get<std::vector<int32_t>>(), lp["greedy"].get<std::vector<int32_t>>(),
-                                 lp["greedy_top1_minus_top2"].get<std::vector<double>>(), 1.0);
-    std::printf("[families] %s long prompt: max|dlogit| first64 vs llama.cpp %.3f; greedy %d/%d equal (margin >= 1.0)\n",
-                stem.c_str(), max_abs_diff_first(gl.last_logits, lp["last_logits_first64"].get<std::vector<float>>()),
-                gl.equal, gl.compared);
+    const auto gl =
+        greedy_check(*m, lp["prompt_ids"].get<std::vector<int32_t>>(), lp["greedy"].get<std::vector<int32_t>>(),
+                     lp["greedy_top1_minus_top2"].get<std::vector<double>>(), 1.0);
+    std::printf(
+        "[families] %s long prompt: max|dlogit| first64 vs llama.cpp %.3f; greedy %d/%d equal (margin >= 1.0)\n",
+        stem.c_str(), max_abs_diff_first(gl.last_logits, lp["last_logits_first64"].get<std::vector<float>>()), gl.equal,
+        gl.compared);
     EXPECT_EQ(argmax(gl.last_logits), lp["argmax"].get<int>());
   }
 }
@@ -248,15 +256,18 @@ TEST(Families, NaiveReferenceMatchesTransformers) {
     const auto ref = read_json("reference/tiny-random-" + ff.family + ".json")["files"][ff.stem];
     const auto prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
     const auto out = test::ReferenceLlama(*m).run(prompt, [](int, int, int, int) { return true; });
-    EXPECT_LE(max_abs_diff_first(out.back(), ref["transformers_same_weights"]["last_logits_first64"].get<std::vector<float>>()),
-              1e-3) << ff.stem;
+    EXPECT_LE(max_abs_diff_first(out.back(),
+                                 ref["transformers_same_weights"]["last_logits_first64"].get<std::vector<float>>()),
+              1e-3)
+        << ff.stem;
   }
 }
 
 // ---- eviction on the new families ----
 
 std::vector<int32_t> long_prompt_ids(const std::string& stem, size_t n) {
-  auto ids = read_json("reference/tiny-random-long-prompt.json")["files"][stem + ".gguf"]["prompt_ids"].get<std::vector<int32_t>>();
+  auto ids = read_json("reference/tiny-random-long-prompt.json")["files"][stem + ".gguf"]["prompt_ids"]
+                 .get<std::vector<int32_t>>();
   ids.resize(n);
   return ids;
 }
@@ -299,7 +310,8 @@ TEST_P(FamilyEviction, CompactedCacheEqualsMaskedFullCache) {
   });
   for (size_t k = 0; k < got.size(); ++k) {
     const size_t t = static_cast<size_t>(P) - 1 + k;
-    for (size_t i = 0; i < got[k].size(); ++i) ASSERT_NEAR(got[k][i], ref[t][i], 2e-4) << "token " << t << " logit " << i;
+    for (size_t i = 0; i < got[k].size(); ++i)
+      ASSERT_NEAR(got[k][i], ref[t][i], 2e-4) << "token " << t << " logit " << i;
   }
   // The mask must have hidden interior positions: an evicted position older than a kept one
   // outside the recent buffer (not only a sliding window).
@@ -335,7 +347,8 @@ TEST_P(FamilyEviction, BudgetAboveLengthEqualsFull) {
   const auto full = run("full", 0);
   const auto rnd = run("random", 64);
   for (size_t k = 0; k < full.size(); ++k)
-    for (size_t i = 0; i < full[k].size(); ++i) ASSERT_NEAR(rnd[k][i], full[k][i], 1e-5 * std::max(1.0f, std::abs(full[k][i])));
+    for (size_t i = 0; i < full[k].size(); ++i)
+      ASSERT_NEAR(rnd[k][i], full[k][i], 1e-5 * std::max(1.0f, std::abs(full[k][i])));
 }
 
 TEST_P(FamilyEviction, CachePositionModeRerotatesKeysWithTheModelsRope) {
@@ -408,8 +421,7 @@ TEST_P(FamilyEviction, EverySelectorRunsWithinBudget) {
   std::filesystem::remove(stats);
 }
 
-INSTANTIATE_TEST_SUITE_P(TinyRandom, FamilyEviction,
-                         ::testing::Values("tiny-random-qwen3-f16", "tiny-random-phi3-f16"),
+INSTANTIATE_TEST_SUITE_P(TinyRandom, FamilyEviction, ::testing::Values("tiny-random-qwen3-f16", "tiny-random-phi3-f16"),
                          [](const auto& info) {
                            const std::string& s = info.param;  // tiny-random-<family>-f16
                            return s.substr(12, s.size() - 12 - 4);
@@ -430,19 +442,52 @@ struct Edit {
   std::string drop_key;
 };
 
-Edit drop_tensor(const std::string& t) { Edit e; e.drop_tensor = t; return e; }
-Edit reshape(const std::string& t, std::vector<int64_t> dims) { Edit e; e.reshape_tensor = t; e.new_dims = std::move(dims); return e; }
-Edit add_tensor(const std::string& t) { Edit e; e.add_tensor = t; return e; }
-Edit set_uint(std::map<std::string, uint32_t> kv) { Edit e; e.set_uint = std::move(kv); return e; }
-Edit set_string(std::map<std::string, std::string> kv) { Edit e; e.set_string = std::move(kv); return e; }
-Edit drop_key(const std::string& k) { Edit e; e.drop_key = k; return e; }
+Edit drop_tensor(const std::string& t) {
+  Edit e;
+  e.drop_tensor = t;
+  return e;
+}
+Edit reshape(const std::string& t, std::vector<int64_t> dims) {
+  Edit e;
+  e.reshape_tensor = t;
+  e.new_dims = std::move(dims);
+  return e;
+}
+Edit add_tensor(const std::string& t) {
+  Edit e;
+  e.add_tensor = t;
+  return e;
+}
+Edit set_uint(std::map<std::string, uint32_t> kv) {
+  Edit e;
+  e.set_uint = std::move(kv);
+  return e;
+}
+Edit set_string(std::map<std::string, std::string> kv) {
+  Edit e;
+  e.set_string = std::move(kv);
+  return e;
+}
+Edit drop_key(const std::string& k) {
+  Edit e;
+  e.drop_key = k;
+  return e;
+}
 
 void add_value(GgufWriter& w, const std::string& key, const GgufValue& v) {
   switch (v.type) {
-    case GgufValueType::STRING: w.add_string(key, std::get<std::string>(v.scalar)); break;
-    case GgufValueType::UINT32: w.add_uint32(key, static_cast<uint32_t>(std::get<uint64_t>(v.scalar))); break;
-    case GgufValueType::FLOAT32: w.add_float32(key, static_cast<float>(std::get<double>(v.scalar))); break;
-    case GgufValueType::BOOL: w.add_bool(key, std::get<bool>(v.scalar)); break;
+    case GgufValueType::STRING:
+      w.add_string(key, std::get<std::string>(v.scalar));
+      break;
+    case GgufValueType::UINT32:
+      w.add_uint32(key, static_cast<uint32_t>(std::get<uint64_t>(v.scalar)));
+      break;
+    case GgufValueType::FLOAT32:
+      w.add_float32(key, static_cast<float>(std::get<double>(v.scalar)));
+      break;
+    case GgufValueType::BOOL:
+      w.add_bool(key, std::get<bool>(v.scalar));
+      break;
     case GgufValueType::ARRAY: {
       if (v.elem_type == GgufValueType::STRING) {
         std::vector<std::string> a;
@@ -459,7 +504,8 @@ void add_value(GgufWriter& w, const std::string& key, const GgufValue& v) {
       }
       break;
     }
-    default: FAIL() << "unexpected metadata type for " << key;
+    default:
+      FAIL() << "unexpected metadata type for " << key;
   }
 }
 
@@ -533,24 +579,35 @@ TEST(FamilyFiles, BadFilesAreRefusedNamingTheProblem) {
       {"tiny-qwen2", reshape("blk.0.attn_v.bias", {16}), "tensor 'blk.0.attn_v.bias' has 16 elements"},
       {"tiny", reshape("blk.0.attn_k.weight", {64, 64}), "tensor 'blk.0.attn_k.weight' has shape"},
       // head_dim inconsistent
-      {"tiny-qwen3", set_uint({{"qwen3.attention.key_length", 16}, {"qwen3.attention.value_length", 16}, {"qwen3.rope.dimension_count", 16}}),
+      {"tiny-qwen3",
+       set_uint({{"qwen3.attention.key_length", 16},
+                 {"qwen3.attention.value_length", 16},
+                 {"qwen3.rope.dimension_count", 16}}),
        "tensor 'blk.0.attn_q.weight' has shape [64, 128], expected [64, 64]"},
       {"tiny-qwen3", set_uint({{"qwen3.attention.value_length", 16}}), "qwen3.attention.value_length = 16"},
-      {"tiny-qwen3", drop_key("qwen3.attention.key_length"), "qwen3.attention.value_length = 32 differs from the key head_dim 16"},
-      {"tiny-qwen3", set_uint({{"qwen3.attention.key_length", 30}, {"qwen3.attention.value_length", 30}, {"qwen3.rope.dimension_count", 30}}), "has shape"},
+      {"tiny-qwen3", drop_key("qwen3.attention.key_length"),
+       "qwen3.attention.value_length = 32 differs from the key head_dim 16"},
+      {"tiny-qwen3",
+       set_uint({{"qwen3.attention.key_length", 30},
+                 {"qwen3.attention.value_length", 30},
+                 {"qwen3.rope.dimension_count", 30}}),
+       "has shape"},
       {"tiny", set_uint({{"llama.attention.head_count", 3}}), "head_count 3"},
       {"tiny-phi3", set_uint({{"phi3.rope.dimension_count", 18}}), "phi3.rope.dimension_count = 18"},
       {"tiny-qwen3", set_uint({{"qwen3.rope.dimension_count", 7}}), "qwen3.rope.dimension_count = 7"},
       // architecture and computation-changing metadata
       {"tiny", set_string({{"general.architecture", "gemma2"}}), "general.architecture = 'gemma2' is not supported"},
-      {"tiny", set_string({{"llama.rope.scaling.type", "yarn"}}), "llama.rope.scaling.type = 'yarn' is not implemented"},
+      {"tiny", set_string({{"llama.rope.scaling.type", "yarn"}}),
+       "llama.rope.scaling.type = 'yarn' is not implemented"},
       {"tiny-phi3", set_string({{"phi3.rope.scaling.type", "longrope"}}), "phi3.rope.scaling.type = 'longrope'"},
-      {"tiny-phi3", add_tensor("rope_factors_long.weight"), "'rope_factors_long.weight' (longrope scaling) is not implemented"},
+      {"tiny-phi3", add_tensor("rope_factors_long.weight"),
+       "'rope_factors_long.weight' (longrope scaling) is not implemented"},
       {"tiny-qwen2", set_uint({{"qwen2.attention.sliding_window", 4096}}), "qwen2.attention.sliding_window = 4096"},
       {"tiny-qwen3", add_tensor("blk.0.attn_q.bias"), "tensor 'blk.0.attn_q.bias' is not used by architecture 'qwen3'"},
       {"tiny-qwen2", add_tensor("rope_freqs.weight"), "'rope_freqs.weight' is not used by architecture 'qwen2'"},
       {"tiny", set_uint({{"llama.expert_count", 8}}), "llama.expert_count = 8"},
-      {"tiny-qwen2", set_uint({{"qwen2.final_logit_softcapping", 30}}), "key 'qwen2.final_logit_softcapping' is not implemented"},
+      {"tiny-qwen2", set_uint({{"qwen2.final_logit_softcapping", 30}}),
+       "key 'qwen2.final_logit_softcapping' is not implemented"},
   };
   int i = 0;
   for (const Case& c : cases) {
@@ -567,7 +624,8 @@ TEST(FamilyFiles, PhiSlidingWindowIsIgnoredWithAWarning) {
   // above, 2,305 tokens > the 2,047 window, shows the result equals llama.cpp's).
   REQUIRE_FAMILY_MODEL(m, "tiny-random-phi3-f16");
   ASSERT_EQ(m->warnings().size(), 1u);
-  EXPECT_NE(m->warnings()[0].find("phi3.attention.sliding_window = 2047 ignored"), std::string::npos) << m->warnings()[0];
+  EXPECT_NE(m->warnings()[0].find("phi3.attention.sliding_window = 2047 ignored"), std::string::npos)
+      << m->warnings()[0];
 }
 
 TEST(FamilyFiles, LinearRopeScalingDividesPositions) {
@@ -644,7 +702,8 @@ TEST(RopeStyles, NeoxPartialRotaryBands) {
   // Frequency factors divide ω (rope_freqs.weight).
   const Rope with_factors(RopeConfig{16, 16, 500000.0f, RopeStyle::Adjacent, 1.0, std::vector<float>(8, 2.0f)});
   const Rope plain(RopeConfig{16, 16, 500000.0f, RopeStyle::Adjacent, 1.0, {}});
-  for (int f = 0; f < 8; ++f) EXPECT_DOUBLE_EQ(with_factors.inv_freq()[static_cast<size_t>(f)] * 2, plain.inv_freq()[static_cast<size_t>(f)]);
+  for (int f = 0; f < 8; ++f)
+    EXPECT_DOUBLE_EQ(with_factors.inv_freq()[static_cast<size_t>(f)] * 2, plain.inv_freq()[static_cast<size_t>(f)]);
 }
 
 // ---- TriAttention and calibration with NEOX RoPE and partial rotary ----
@@ -689,7 +748,8 @@ TEST(TriAttentionFamilies, NeoxPartialRotaryScoresEqualTheFormula) {
   const std::string path = temp_path("neox_stats.json");
   save_query_stats(st, path);
   const Policy p = make_policy("triattention", std::nullopt, std::nullopt, SelectorParams::parse({"stats=" + path}));
-  const RoundInput in{kv, kCand, kPrompt, kSeen, 1, 7, 0, nullptr, kBudget, kRecent, kPrompt, &rope, PositionMode::Logical};
+  const RoundInput in{
+      kv, kCand, kPrompt, kSeen, 1, 7, 0, nullptr, kBudget, kRecent, kPrompt, &rope, PositionMode::Logical};
   std::vector<float> scores(static_cast<size_t>(L * KVH * kCand));
   p.selector->score(in, nullptr, scores);
   std::filesystem::remove(path);
@@ -714,7 +774,8 @@ TEST(TriAttentionFamilies, NeoxPartialRotaryScoresEqualTheFormula) {
             const double omega = f < NROT / 2 ? std::pow(10000.0, -2.0 * f / NROT) : 0.0;
             const double amp = std::abs(q) * std::abs(kf), phi = std::arg(q * std::conj(kf));
             double trig = 0;
-            for (int64_t d = 1; d <= 65536; d *= 2) trig += amp * std::cos((double(kSeen) - pos[static_cast<size_t>(i)] + double(d)) * omega + phi);
+            for (int64_t d = 1; d <= 65536; d *= 2)
+              trig += amp * std::cos((double(kSeen) - pos[static_cast<size_t>(i)] + double(d)) * omega + phi);
             sc[static_cast<size_t>(i)] += trig / 17 + (st.mean_abs[idx] - std::abs(q)) * std::abs(kf);
           }
         }
@@ -723,7 +784,8 @@ TEST(TriAttentionFamilies, NeoxPartialRotaryScoresEqualTheFormula) {
           if (pos[static_cast<size_t>(i)] >= pin_extent) mu += sc[static_cast<size_t>(i)], n += 1;
         mu /= n;
         for (int64_t i = 0; i < kCand; ++i)
-          if (pos[static_cast<size_t>(i)] >= pin_extent) var += (sc[static_cast<size_t>(i)] - mu) * (sc[static_cast<size_t>(i)] - mu);
+          if (pos[static_cast<size_t>(i)] >= pin_extent)
+            var += (sc[static_cast<size_t>(i)] - mu) * (sc[static_cast<size_t>(i)] - mu);
         const double sd = std::max(1e-6, std::sqrt(var / n));
         for (int64_t i = 0; i < kCand; ++i)
           best[static_cast<size_t>(i)] = std::max(best[static_cast<size_t>(i)], (sc[static_cast<size_t>(i)] - mu) / sd);
@@ -761,7 +823,9 @@ TEST(TriAttentionFamilies, CalibrationRecoversPreRopeQueriesOnPartialNeox) {
     for (int64_t r = 0; r < L0.wq.rows; ++r) {
       dequantize_row(L0.wq.type, L0.wq.row(r), w.data(), c.dim);
       double acc = 0;
-      for (int i = 0; i < c.dim; ++i) acc += double(w[static_cast<size_t>(i)]) * x[static_cast<size_t>(i)] * inv * L0.attn_norm[static_cast<size_t>(i)];
+      for (int i = 0; i < c.dim; ++i)
+        acc +=
+            double(w[static_cast<size_t>(i)]) * x[static_cast<size_t>(i)] * inv * L0.attn_norm[static_cast<size_t>(i)];
       q[static_cast<size_t>(r)] = acc;
     }
     for (int h = 0; h < c.n_heads; ++h)
@@ -773,8 +837,10 @@ TEST(TriAttentionFamilies, CalibrationRecoversPreRopeQueriesOnPartialNeox) {
   }
   for (int h = 0; h < c.n_heads; ++h)
     for (int f = 0; f < F; ++f) {
-      EXPECT_NEAR(st.mean_re[st.index(0, h, f)], re[static_cast<size_t>(h * F + f)], 1e-4) << "head " << h << " band " << f;
-      EXPECT_NEAR(st.mean_im[st.index(0, h, f)], im[static_cast<size_t>(h * F + f)], 1e-4) << "head " << h << " band " << f;
+      EXPECT_NEAR(st.mean_re[st.index(0, h, f)], re[static_cast<size_t>(h * F + f)], 1e-4)
+          << "head " << h << " band " << f;
+      EXPECT_NEAR(st.mean_im[st.index(0, h, f)], im[static_cast<size_t>(h * F + f)], 1e-4)
+          << "head " << h << " band " << f;
     }
 }
 

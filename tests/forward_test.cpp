@@ -53,7 +53,8 @@ TEST(Forward, LastTokenLogitsMatchLlamaCpp) {
   const auto top10 = [](std::vector<float> v) {
     std::vector<int> idx(v.size());
     std::iota(idx.begin(), idx.end(), 0);
-    std::partial_sort(idx.begin(), idx.begin() + 10, idx.end(), [&](int a, int b) { return v[static_cast<size_t>(a)] > v[static_cast<size_t>(b)]; });
+    std::partial_sort(idx.begin(), idx.begin() + 10, idx.end(),
+                      [&](int a, int b) { return v[static_cast<size_t>(a)] > v[static_cast<size_t>(b)]; });
     return std::set<int>(idx.begin(), idx.begin() + 10);
   };
   EXPECT_EQ(top10(logits), top10(expected));
@@ -91,14 +92,17 @@ TEST(Forward, PrefillAndDecodeMatchNaiveReference) {
   std::vector<float> logits;
   engine.prefill(*seq, std::span<const int32_t>(ids).first(split), logits, true);
   const int64_t V = m->config().n_vocab;
-  for (size_t t = 0; t < split; ++t) got.emplace_back(logits.begin() + static_cast<int64_t>(t) * V, logits.begin() + static_cast<int64_t>(t + 1) * V);
+  for (size_t t = 0; t < split; ++t)
+    got.emplace_back(logits.begin() + static_cast<int64_t>(t) * V, logits.begin() + static_cast<int64_t>(t + 1) * V);
   for (size_t t = split; t < ids.size(); ++t) {
     engine.decode(*seq, ids[t], logits);
     got.push_back(logits);
   }
   const auto ref = test::ReferenceLlama(*m).run(ids, [](int, int, int, int) { return true; });
   for (size_t t = 0; t < ids.size(); ++t)
-    for (int64_t i = 0; i < V; ++i) ASSERT_NEAR(got[t][static_cast<size_t>(i)], ref[t][static_cast<size_t>(i)], 2e-5) << "token " << t << " logit " << i;
+    for (int64_t i = 0; i < V; ++i)
+      ASSERT_NEAR(got[t][static_cast<size_t>(i)], ref[t][static_cast<size_t>(i)], 2e-5)
+          << "token " << t << " logit " << i;
 }
 
 struct ChunkCase {
@@ -126,13 +130,15 @@ TEST_P(ChunkedPerplexity, MatchesLlamaCpp) {
               r.ppl_stderr, r.running_ppl.front(), row["ppl"].get<double>(), row["ppl_stderr"].get<double>(),
               row["first_chunk_ppl"].get<double>());
   EXPECT_NEAR(r.ppl, row["ppl"].get<double>(), 0.005 * row["ppl"].get<double>());
-  EXPECT_NEAR(r.running_ppl.front(), row["first_chunk_ppl"].get<double>(), 0.005 * row["first_chunk_ppl"].get<double>());
+  EXPECT_NEAR(r.running_ppl.front(), row["first_chunk_ppl"].get<double>(),
+              0.005 * row["first_chunk_ppl"].get<double>());
   EXPECT_NEAR(r.ppl_stderr, row["ppl_stderr"].get<double>(), 0.02 * row["ppl_stderr"].get<double>());
 }
 
 INSTANTIATE_TEST_SUITE_P(Reference, ChunkedPerplexity,
                          ::testing::Values(ChunkCase{"Wikitext_c128", "wikitext-2-raw/wiki.test.raw", 128, 50},
-                                           ChunkCase{"Gutenberg10146_c256", "gutenberg-pg19-test-books/10146.txt", 256, 20},
+                                           ChunkCase{"Gutenberg10146_c256", "gutenberg-pg19-test-books/10146.txt", 256,
+                                                     20},
                                            ChunkCase{"TinyStories_c64", "tinystories/tinystories_sample.txt", 64, 10}),
                          [](const ::testing::TestParamInfo<ChunkCase>& i) { return std::string(i.param.name); });
 
@@ -149,7 +155,10 @@ TEST(Perplexity, TokenByTokenFullEqualsPrefillChunk) {
   engine.prefill(*seq, head, logits, true);
   const int64_t V = m->config().n_vocab;
   for (size_t i = 0; i + 1 < head.size(); ++i)
-    ASSERT_NEAR(dec.nll[i], token_nll(std::span<const float>(logits).subspan(i * static_cast<size_t>(V), static_cast<size_t>(V)), head[i + 1]), 1e-4);
+    ASSERT_NEAR(dec.nll[i],
+                token_nll(std::span<const float>(logits).subspan(i * static_cast<size_t>(V), static_cast<size_t>(V)),
+                          head[i + 1]),
+                1e-4);
 }
 
 }  // namespace

@@ -179,8 +179,9 @@ GgufBuilder sample_builder() {
       {"t.ints", arr(VT::INT32, {scalar<int32_t>(VT::INT32, -7), scalar<int32_t>(VT::INT32, 9)})},
       {"t.empty", arr(VT::UINT8, {})},
       {"t.nested",
-       arr(VT::ARRAY, {arr(VT::INT16, {scalar<int16_t>(VT::INT16, 1), scalar<int16_t>(VT::INT16, -2)}),
-                       arr(VT::INT16, {}), arr(VT::INT16, {scalar<int16_t>(VT::INT16, 3)})})},
+       arr(VT::ARRAY,
+           {arr(VT::INT16, {scalar<int16_t>(VT::INT16, 1), scalar<int16_t>(VT::INT16, -2)}), arr(VT::INT16, {}),
+            arr(VT::INT16, {scalar<int16_t>(VT::INT16, 3)})})},
   };
   std::vector<float> f32(16);
   for (int i = 0; i < 16; ++i) f32[i] = static_cast<float>(i) - 7.5f;
@@ -205,8 +206,9 @@ GgufBuilder sample_builder() {
 class GgufTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("kvevict_gguf_test_" + std::to_string(getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+        ("kvevict_gguf_test_" + std::to_string(getpid()) + "_" +
+         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -226,8 +228,7 @@ class GgufTest : public ::testing::Test {
     } catch (const Error& e) {
       const std::string msg = e.what();
       EXPECT_EQ(msg.rfind(path, 0), 0u) << msg;
-      for (const std::string& w : words)
-        EXPECT_NE(msg.find(w), std::string::npos) << "want '" << w << "' in: " << msg;
+      for (const std::string& w : words) EXPECT_NE(msg.find(w), std::string::npos) << "want '" << w << "' in: " << msg;
       return msg;
     }
     ADD_FAILURE() << path << ": expected kvevict::Error";
@@ -312,14 +313,22 @@ void expect_value_eq(const GgufValue& v, const json& j, const std::string& where
       EXPECT_EQ(hex(reinterpret_cast<const uint8_t*>(s.data()), s.size()), jv.get<std::string>()) << where;
       break;
     }
-    case VT::BOOL: EXPECT_EQ(std::get<bool>(v.scalar), jv.get<bool>()) << where; break;
+    case VT::BOOL:
+      EXPECT_EQ(std::get<bool>(v.scalar), jv.get<bool>()) << where;
+      break;
     case VT::FLOAT32:
-    case VT::FLOAT64: EXPECT_EQ(std::get<double>(v.scalar), jv.get<double>()) << where; break;
+    case VT::FLOAT64:
+      EXPECT_EQ(std::get<double>(v.scalar), jv.get<double>()) << where;
+      break;
     case VT::UINT8:
     case VT::UINT16:
     case VT::UINT32:
-    case VT::UINT64: EXPECT_EQ(std::get<uint64_t>(v.scalar), jv.get<uint64_t>()) << where; break;
-    default: EXPECT_EQ(std::get<int64_t>(v.scalar), jv.get<int64_t>()) << where; break;
+    case VT::UINT64:
+      EXPECT_EQ(std::get<uint64_t>(v.scalar), jv.get<uint64_t>()) << where;
+      break;
+    default:
+      EXPECT_EQ(std::get<int64_t>(v.scalar), jv.get<int64_t>()) << where;
+      break;
   }
 }
 
@@ -353,16 +362,14 @@ void expect_matches_reference(const GgufFile& f, const json& ref) {
 
 // Expected: llama.cpp's Python reader (PyPI gguf) on the same file.
 TEST_F(GgufTest, Stories260kMatchesGgufPy) {
-  if (!python_gguf_available())
-    GTEST_SKIP() << "python3 with the `gguf` package not found (pip install gguf numpy)";
+  if (!python_gguf_available()) GTEST_SKIP() << "python3 with the `gguf` package not found (pip install gguf numpy)";
   const GgufFile f = GgufFile::open(test::stories260k());
   expect_matches_reference(f, python_dump(test::stories260k(), dir_));
 }
 
 // Expected: llama.cpp's Python reader on a synthetic file with every value and tensor type.
 TEST_F(GgufTest, SyntheticMatchesGgufPy) {
-  if (!python_gguf_available())
-    GTEST_SKIP() << "python3 with the `gguf` package not found (pip install gguf numpy)";
+  if (!python_gguf_available()) GTEST_SKIP() << "python3 with the `gguf` package not found (pip install gguf numpy)";
   GgufBuilder g = sample_builder();
   const std::string path = write("sample.gguf", g.build());
   const GgufFile f = GgufFile::open(path);
@@ -421,8 +428,7 @@ TEST_F(GgufTest, GetterErrorsNameKeyAndTypes) {
     } catch (const Error& e) {
       const std::string msg = e.what();
       EXPECT_EQ(msg.rfind(path, 0), 0u) << msg;
-      for (const auto& w : words)
-        EXPECT_NE(msg.find(w), std::string::npos) << "want '" << w << "' in: " << msg;
+      for (const auto& w : words) EXPECT_NE(msg.find(w), std::string::npos) << "want '" << w << "' in: " << msg;
     }
   };
   expect_msg([&] { f.get_uint("llama.block_count"); }, {"missing required key 'llama.block_count'"});
@@ -453,8 +459,7 @@ TEST_F(GgufTest, SyntheticTensorTypesAndData) {
   EXPECT_EQ(f16.n_bytes, 16);
   EXPECT_EQ(f16.offset % 64, 0u);
   dequantize_row(GgmlType::F16, f16.data, out.data(), 8);
-  const std::vector<float> want16 = {1.0f, -2.0f, 65504.0f, std::ldexp(1.0f, -24),
-                                     0.5f, -0.0f, INFINITY, 0.0f};
+  const std::vector<float> want16 = {1.0f, -2.0f, 65504.0f, std::ldexp(1.0f, -24), 0.5f, -0.0f, INFINITY, 0.0f};
   for (int i = 0; i < 8; ++i) EXPECT_EQ(out[i], want16[i]) << i;
   EXPECT_TRUE(std::signbit(out[5]));
 
@@ -511,8 +516,7 @@ TEST_F(GgufTest, RejectsUnsupportedVersions) {
   for (uint32_t v : {1u, 99u}) {  // spec: v1 used 32-bit counts; 99 does not exist
     GgufBuilder g = sample_builder();
     g.version = v;
-    expect_error(write("v.gguf", g.build()),
-                 {"unsupported GGUF version " + std::to_string(v), "supported: 2, 3"});
+    expect_error(write("v.gguf", g.build()), {"unsupported GGUF version " + std::to_string(v), "supported: 2, 3"});
   }
   GgufBuilder g = sample_builder();
   g.version = 0x03000000;  // version 3 written big-endian
@@ -524,8 +528,7 @@ TEST_F(GgufTest, RejectsTruncationAtEveryByte) {
   const Bytes full = g.build();
   // Every proper prefix is missing part of some structure or of the last tensor's data.
   for (size_t n = 0; n < full.size(); ++n) {
-    const std::string path =
-        write("cut.gguf", Bytes(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(n)));
+    const std::string path = write("cut.gguf", Bytes(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(n)));
     try {
       GgufFile::open(path);
       ADD_FAILURE() << "prefix of " << n << " bytes opened";
@@ -554,15 +557,14 @@ TEST_F(GgufTest, RejectsTruncatedStories260k) {
   const std::vector<Cut> cuts = {
       {2, {"truncated", "magic", "byte offset 0", "file size is 2"}},
       {12, {"truncated", "tensor count", "header", "byte offset 8"}},
-      {(24 + infos) / 2, {"truncated", "key '"}},  // inside the metadata
+      {(24 + infos) / 2, {"truncated", "key '"}},                                         // inside the metadata
       {infos + first.size() + 2, {"truncated", "n_dims", "tensor 'token_embd.weight'"}},  // first tensor info
-      {data - 40, {"truncated", "tensor"}},                      // inside the last tensor info
-      {data + 1000, {"outside the file", "token_embd.weight"}},  // inside the data
+      {data - 40, {"truncated", "tensor"}},                                               // inside the last tensor info
+      {data + 1000, {"outside the file", "token_embd.weight"}},                           // inside the data
       {full.size() - 1, {"outside the file", "(size " + std::to_string(full.size() - 1) + ")"}},
   };
   for (const Cut& c : cuts) {
-    expect_error(write("cut.gguf", Bytes(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(c.n))),
-                 c.words);
+    expect_error(write("cut.gguf", Bytes(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(c.n))), c.words);
   }
 }
 
@@ -589,7 +591,8 @@ TEST_F(GgufTest, RejectsUnknownTensorType) {
   for (const auto& [id, name] : cases) {
     GgufBuilder g = sample_builder();
     g.tensors[0].type = id;
-    expect_error(write("type.gguf", g.build()), {"tensor 'w.f32'", "type " + name + " (id " + std::to_string(id) + ")"});
+    expect_error(write("type.gguf", g.build()),
+                 {"tensor 'w.f32'", "type " + name + " (id " + std::to_string(id) + ")"});
   }
 }
 
@@ -598,8 +601,7 @@ TEST_F(GgufTest, RejectsHugeStringLength) {
   g.kvs[2].second = str("x");
   const uint64_t huge = 1ull << 62;
   std::memcpy(g.kvs[2].second.payload.data(), &huge, 8);
-  expect_error(write("str.gguf", g.build()),
-               {"string length " + std::to_string(huge), "key 't.u8'", "file size"});
+  expect_error(write("str.gguf", g.build()), {"string length " + std::to_string(huge), "key 't.u8'", "file size"});
   GgufBuilder h = sample_builder();
   h.tensors[0].name = std::string(5000, 'n');  // longer than the whole (cut) file
   Bytes b = h.build();
@@ -642,8 +644,7 @@ TEST_F(GgufTest, RejectsBadAlignment) {
   for (uint32_t a : {0u, 3u, 48u}) {  // spec: must be a non-zero power of two
     GgufBuilder g = sample_builder();
     g.kvs[1].second = scalar<uint32_t>(VT::UINT32, a);
-    expect_error(write("align.gguf", g.build()),
-                 {"general.alignment = " + std::to_string(a), "power of two"});
+    expect_error(write("align.gguf", g.build()), {"general.alignment = " + std::to_string(a), "power of two"});
   }
   GgufBuilder g = sample_builder();
   g.kvs[1].second = str("64");
@@ -739,7 +740,9 @@ TEST_F(GgufTest, SurvivesRandomCorruption) {
       for (const GgufTensor& t : f.tensors()) {
         ASSERT_LE(f.data_offset() + t.offset + static_cast<uint64_t>(t.n_bytes), f.file_size()) << t.name;
       }
-    } catch (const Error& e) { ASSERT_EQ(std::string(e.what()).rfind(path, 0), 0u) << e.what(); }
+    } catch (const Error& e) {
+      ASSERT_EQ(std::string(e.what()).rfind(path, 0), 0u) << e.what();
+    }
   }
   EXPECT_GT(opened, 0);  // some flips only change values
 }
@@ -836,7 +839,9 @@ TEST(GgmlTypes, Bf16KnownBitPatterns) {
   EXPECT_TRUE(std::isnan(bf16_to_fp32(fp32_to_bf16(from_bits(0x7F800001)))));  // nan payload in low bits
   for (uint32_t h = 0; h < 0x10000; ++h) {
     const float f = bf16_to_fp32(static_cast<uint16_t>(h));
-    if (!std::isnan(f)) { EXPECT_EQ(fp32_to_bf16(f), h); }
+    if (!std::isnan(f)) {
+      EXPECT_EQ(fp32_to_bf16(f), h);
+    }
   }
 }
 
@@ -898,7 +903,8 @@ std::vector<double> ref_dequant(GgmlType t, const Bytes& row, int64_t n) {
         out[i] = double{fp16_to_fp32(h)} * (nib - 8);
         break;
       }
-      default: throw std::logic_error("ref_dequant: no reference for this type here (see quant_test.cpp)");
+      default:
+        throw std::logic_error("ref_dequant: no reference for this type here (see quant_test.cpp)");
     }
   }
   return out;
@@ -911,7 +917,9 @@ Bytes random_row(GgmlType t, int64_t n, std::mt19937& rng) {
   for (float& x : v) x = nd(rng);
   Bytes row(static_cast<size_t>(ggml_row_bytes(t, n)));
   switch (t) {
-    case GgmlType::F32: std::memcpy(row.data(), v.data(), row.size()); break;
+    case GgmlType::F32:
+      std::memcpy(row.data(), v.data(), row.size());
+      break;
     case GgmlType::F16:
       for (int64_t i = 0; i < n; ++i) {
         const uint16_t h = fp32_to_fp16(v[i]);
@@ -924,9 +932,15 @@ Bytes random_row(GgmlType t, int64_t n, std::mt19937& rng) {
         std::memcpy(&row[2 * i], &h, 2);
       }
       break;
-    case GgmlType::Q8_0: quantize_row_q8_0(v.data(), row.data(), n); break;
-    case GgmlType::Q4_0: quantize_row_q4_0(v.data(), row.data(), n); break;
-    default: quantize_row(t, v.data(), row.data(), n); break;
+    case GgmlType::Q8_0:
+      quantize_row_q8_0(v.data(), row.data(), n);
+      break;
+    case GgmlType::Q4_0:
+      quantize_row_q4_0(v.data(), row.data(), n);
+      break;
+    default:
+      quantize_row(t, v.data(), row.data(), n);
+      break;
   }
   return row;
 }
@@ -1041,8 +1055,7 @@ TEST(GgmlTypes, QuantizeDequantizeErrorBounds) {
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
     const double d = amax / 127.0;
     for (int j = 0; j < 32; ++j) {
-      ASSERT_LE(std::fabs(back[b * 32 + j] - x[b * 32 + j]), d * (0.5 + 127.0 / 2048) + 1e-6)
-          << b << " " << j;
+      ASSERT_LE(std::fabs(back[b * 32 + j] - x[b * 32 + j]), d * (0.5 + 127.0 / 2048) + 1e-6) << b << " " << j;
     }
   }
   quantize_row_q4_0(x.data(), q4.data(), n);

@@ -13,11 +13,11 @@
 #include <fstream>
 #include <regex>
 
+#include "cli_run.h"
 #include "eval/calibrate.h"
 #include "eval/keeplog.h"
 #include "format/ggml_types.h"
 #include "model_fixture.h"
-#include "cli_run.h"
 #include "test_paths.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -64,8 +64,8 @@ TEST(KeepLog, LayerStatsByHand) {
 TEST(KeepLog, BandsDouble) {
   EXPECT_EQ(keep_log_bands(0).size(), 0u);
   EXPECT_EQ(keep_log_bands(100), (std::vector<std::pair<int64_t, int64_t>>{{0, 100}}));
-  EXPECT_EQ(keep_log_bands(3000), (std::vector<std::pair<int64_t, int64_t>>{
-                                      {0, 256}, {256, 512}, {512, 1024}, {1024, 2048}, {2048, 3000}}));
+  EXPECT_EQ(keep_log_bands(3000),
+            (std::vector<std::pair<int64_t, int64_t>>{{0, 256}, {256, 512}, {512, 1024}, {1024, 2048}, {2048, 3000}}));
 }
 
 TEST(KeepLog, SummarizeAverages) {
@@ -100,7 +100,8 @@ TEST(KeepLog, SummarizeAverages) {
 TEST(Calibrate, Layer0MatchesDirectQueries) {
   KVEVICT_REQUIRE_MODEL(m);
   const LlamaConfig& c = m->config();
-  std::vector<int32_t> tokens = m->tokenizer().encode("Once upon a time, there was a little girl named Lily. She loved to play.", true);
+  std::vector<int32_t> tokens =
+      m->tokenizer().encode("Once upon a time, there was a little girl named Lily. She loved to play.", true);
   ThreadPool pool(2);
   const int64_t ctx = 8;
   const QueryStats st = calibrate_query_stats(*m, tokens, ctx, pool);
@@ -109,7 +110,8 @@ TEST(Calibrate, Layer0MatchesDirectQueries) {
   EXPECT_NO_THROW(st.validate("calibrated"));
   // Direct: chunks of 8 with BOS replacing each later chunk's first token; layer-0 pre-RoPE query
   // = Wq · rmsnorm(embedding(token)) in double.
-  for (size_t i = static_cast<size_t>(ctx); i < tokens.size(); i += static_cast<size_t>(ctx)) tokens[i] = m->tokenizer().bos_id();
+  for (size_t i = static_cast<size_t>(ctx); i < tokens.size(); i += static_cast<size_t>(ctx))
+    tokens[i] = m->tokenizer().bos_id();
   const LlamaLayer& L = m->layers()[0];
   const int F = c.head_dim / 2;
   std::vector<double> re(static_cast<size_t>(c.n_heads * F)), im(re.size()), ab(re.size());
@@ -122,11 +124,14 @@ TEST(Calibrate, Layer0MatchesDirectQueries) {
     std::vector<double> q(static_cast<size_t>(c.n_heads * c.head_dim));
     for (size_t r = 0; r < q.size(); ++r) {
       dequantize_row(L.wq.type, L.wq.row(static_cast<int64_t>(r)), w.data(), c.dim);
-      for (int d = 0; d < c.dim; ++d) q[r] += double(w[static_cast<size_t>(d)]) * x[static_cast<size_t>(d)] * scale * L.attn_norm[static_cast<size_t>(d)];
+      for (int d = 0; d < c.dim; ++d)
+        q[r] +=
+            double(w[static_cast<size_t>(d)]) * x[static_cast<size_t>(d)] * scale * L.attn_norm[static_cast<size_t>(d)];
     }
     for (int h = 0; h < c.n_heads; ++h)
       for (int f = 0; f < F; ++f) {
-        const double a = q[static_cast<size_t>(h * c.head_dim + 2 * f)], b = q[static_cast<size_t>(h * c.head_dim + 2 * f + 1)];
+        const double a = q[static_cast<size_t>(h * c.head_dim + 2 * f)],
+                     b = q[static_cast<size_t>(h * c.head_dim + 2 * f + 1)];
         re[static_cast<size_t>(h * F + f)] += a / static_cast<double>(tokens.size());
         im[static_cast<size_t>(h * F + f)] += b / static_cast<double>(tokens.size());
         ab[static_cast<size_t>(h * F + f)] += std::hypot(a, b) / static_cast<double>(tokens.size());
@@ -156,10 +161,13 @@ TEST(Cli, CalibrateGenerateKeepLogSummarize) {
                     " -o " + stats + " --tokens 100000");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("fewer than --tokens 100000"), std::string::npos) << r.out;  // the sample is short
-  r = run("generate -m " + model + " -p 'Once upon a time' -n 300 --ignore-eos --budget 128 --policy triattention --param stats=" +
-          stats + " --keep-log " + log + " --keep-log-positions");
+  r = run("generate -m " + model +
+          " -p 'Once upon a time' -n 300 --ignore-eos --budget 128 --policy triattention --param stats=" + stats +
+          " --keep-log " + log + " --keep-log-positions");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(policy triattention .* eviction rounds 2 .* score [0-9.]+ ms/round)"))) << r.out;
+  EXPECT_TRUE(
+      std::regex_search(r.out, std::regex(R"(policy triattention .* eviction rounds 2 .* score [0-9.]+ ms/round)")))
+      << r.out;
   int lines = 0;
   std::ifstream f(log);
   for (std::string line; std::getline(f, line);) {

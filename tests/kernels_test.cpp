@@ -30,7 +30,8 @@ std::vector<float> random_floats(int64_t n, uint64_t seed, float scale = 1.0f) {
 }
 
 // Weight rows of `type` from floats, stored at byte offset `misalign` of the returned buffer.
-std::vector<uint8_t> make_weights(GgmlType type, const std::vector<float>& w, int64_t rows, int64_t cols, size_t misalign) {
+std::vector<uint8_t> make_weights(GgmlType type, const std::vector<float>& w, int64_t rows, int64_t cols,
+                                  size_t misalign) {
   const int64_t rb = ggml_row_bytes(type, cols);
   std::vector<uint8_t> buf(misalign + static_cast<size_t>(rb * rows));
   for (int64_t r = 0; r < rows; ++r) {
@@ -55,8 +56,10 @@ TEST(Kernels, IntegerDotsEqualScalarReference) {
       quantize_rows_q8_0(x.data(), 1, n, xq.data() + mis);
       const auto w8 = make_weights(GgmlType::Q8_0, w, 1, n, mis);
       const auto w4 = make_weights(GgmlType::Q4_0, w, 1, n, mis);
-      EXPECT_EQ(dot_q8_0_q8_0(w8.data() + mis, xq.data() + mis, n), dot_q8_0_q8_0_ref(w8.data() + mis, xq.data() + mis, n));
-      EXPECT_EQ(dot_q4_0_q8_0(w4.data() + mis, xq.data() + mis, n), dot_q4_0_q8_0_ref(w4.data() + mis, xq.data() + mis, n));
+      EXPECT_EQ(dot_q8_0_q8_0(w8.data() + mis, xq.data() + mis, n),
+                dot_q8_0_q8_0_ref(w8.data() + mis, xq.data() + mis, n));
+      EXPECT_EQ(dot_q4_0_q8_0(w4.data() + mis, xq.data() + mis, n),
+                dot_q4_0_q8_0_ref(w4.data() + mis, xq.data() + mis, n));
       // And both approximate the float product of the dequantised weights within the
       // activation quantisation error (|x| <= 0.5, q step <= 0.5 / 127).
       std::vector<float> wd(static_cast<size_t>(n));
@@ -82,11 +85,19 @@ TEST(Kernels, MatmulMatchesReferenceAndIgnoresThreadCount) {
   // for 1, 2 and 3 threads. Odd row counts (not a multiple of the 16-row chunk), T = 1, 3 and
   // 20 (T >= 16 takes the BLAS path when allowed).
   const std::vector<MatmulCase> cases = {
-      {GgmlType::F32, 37, 24, 1},   {GgmlType::F32, 37, 24, 3},   {GgmlType::F32, 50, 40, 20},
-      {GgmlType::F16, 19, 72, 3},   {GgmlType::BF16, 17, 16, 2},  {GgmlType::Q8_0, 37, 96, 1},
-      {GgmlType::Q8_0, 70, 64, 20}, {GgmlType::Q4_0, 33, 128, 3}, {GgmlType::Q4_0, 40, 64, 17},
+      {GgmlType::F32, 37, 24, 1},
+      {GgmlType::F32, 37, 24, 3},
+      {GgmlType::F32, 50, 40, 20},
+      {GgmlType::F16, 19, 72, 3},
+      {GgmlType::BF16, 17, 16, 2},
+      {GgmlType::Q8_0, 37, 96, 1},
+      {GgmlType::Q8_0, 70, 64, 20},
+      {GgmlType::Q4_0, 33, 128, 3},
+      {GgmlType::Q4_0, 40, 64, 17},
       // Above ThreadPool::kMinParallelWork, so 2 and 3 threads really split the rows.
-      {GgmlType::Q8_0, 517, 512, 4}, {GgmlType::Q4_0, 517, 512, 4}, {GgmlType::F32, 1031, 1024, 1},
+      {GgmlType::Q8_0, 517, 512, 4},
+      {GgmlType::Q4_0, 517, 512, 4},
+      {GgmlType::F32, 1031, 1024, 1},
   };
   for (const MatmulCase& c : cases) {
     for (bool blas : {false, true}) {
@@ -97,7 +108,8 @@ TEST(Kernels, MatmulMatchesReferenceAndIgnoresThreadCount) {
       const auto wb = make_weights(c.type, wf, c.rows, c.cols, 0);
       const WeightView W{c.type, wb.data(), c.rows, c.cols, ggml_row_bytes(c.type, c.cols)};
       std::vector<float> wd(static_cast<size_t>(c.rows * c.cols));
-      for (int64_t r = 0; r < c.rows; ++r) dequantize_row(c.type, W.data + r * W.row_bytes, wd.data() + r * c.cols, c.cols);
+      for (int64_t r = 0; r < c.rows; ++r)
+        dequantize_row(c.type, W.data + r * W.row_bytes, wd.data() + r * c.cols, c.cols);
       std::vector<std::vector<float>> ys;
       for (int threads : {1, 2, 3}) {
         ThreadPool pool(threads);
@@ -142,8 +154,10 @@ TEST(Kernels, QuantisedMatmulEqualsOneRowDots) {
     for (int64_t t = 0; t < T; ++t)
       for (int64_t r = 0; r < rows; ++r) {
         const uint8_t* xr = xq.data() + t * ggml_row_bytes(GgmlType::Q8_0, cols);
-        const float want = type == GgmlType::Q8_0 ? dot_q8_0_q8_0(W.row(r), xr, cols) : dot_q4_0_q8_0(W.row(r), xr, cols);
-        EXPECT_EQ(y[static_cast<size_t>(t * rows + r)], want) << ggml_type_name(static_cast<uint32_t>(type)) << " t " << t << " r " << r;
+        const float want =
+            type == GgmlType::Q8_0 ? dot_q8_0_q8_0(W.row(r), xr, cols) : dot_q4_0_q8_0(W.row(r), xr, cols);
+        EXPECT_EQ(y[static_cast<size_t>(t * rows + r)], want)
+            << ggml_type_name(static_cast<uint32_t>(type)) << " t " << t << " r " << r;
       }
   }
 }
@@ -164,7 +178,8 @@ TEST(Kernels, MatmulRowsDoNotDependOnBatch) {
     for (int64_t t = 0; t < T; ++t) {
       job.y = one.data();
       matmul_jobs(std::span<const MatmulJob>(&job, 1), x.data() + t * cols, 1, pool, scratch);
-      EXPECT_TRUE(std::equal(one.begin(), one.end(), all.begin() + t * rows)) << ggml_type_name(static_cast<uint32_t>(type));
+      EXPECT_TRUE(std::equal(one.begin(), one.end(), all.begin() + t * rows))
+          << ggml_type_name(static_cast<uint32_t>(type));
     }
   }
 }
@@ -174,7 +189,8 @@ TEST(Kernels, MatmulRejectsMismatchedJobs) {
   ThreadPool pool(1);
   MatmulScratch scratch;
   std::vector<float> y(64), x(64);
-  const MatmulJob jobs[2] = {{{GgmlType::F32, b.data(), 2, 8, 32}, y.data()}, {{GgmlType::F32, b.data(), 2, 16, 64}, y.data()}};
+  const MatmulJob jobs[2] = {{{GgmlType::F32, b.data(), 2, 8, 32}, y.data()},
+                             {{GgmlType::F32, b.data(), 2, 16, 64}, y.data()}};
   EXPECT_THROW(matmul_jobs(jobs, x.data(), 1, pool, scratch), Error);
 }
 
@@ -191,7 +207,8 @@ std::vector<double> naive_attention(const float* q, const std::vector<float>& K,
   }
   for (int64_t j = 0; j < n; ++j) l += std::exp(s[static_cast<size_t>(j)] - m);
   for (int64_t j = 0; j < n; ++j)
-    for (int i = 0; i < hd; ++i) out[static_cast<size_t>(i)] += std::exp(s[static_cast<size_t>(j)] - m) / l * V[static_cast<size_t>(j * hd + i)];
+    for (int i = 0; i < hd; ++i)
+      out[static_cast<size_t>(i)] += std::exp(s[static_cast<size_t>(j)] - m) / l * V[static_cast<size_t>(j * hd + i)];
   return out;
 }
 
@@ -246,8 +263,8 @@ TEST(Kernels, SplitAttentionMergesToTheWholeRange) {
   attend_group(q.data(), G, K.data(), V.data(), n, hd, 0.125f, whole.data());
   const int64_t bounds[4] = {0, 512, 1024, n};
   for (int c = 0; c < 3; ++c)
-    attend_group_partial(q.data(), G, K.data() + bounds[c] * hd, V.data() + bounds[c] * hd, bounds[c + 1] - bounds[c], hd,
-                         0.125f, acc.data() + c * G * hd, m.data() + c * G, l.data() + c * G);
+    attend_group_partial(q.data(), G, K.data() + bounds[c] * hd, V.data() + bounds[c] * hd, bounds[c + 1] - bounds[c],
+                         hd, 0.125f, acc.data() + c * G * hd, m.data() + c * G, l.data() + c * G);
   attend_merge(3, G, hd, acc.data(), G * hd, m.data(), l.data(), merged.data());
   for (int g = 0; g < G; ++g) {
     const auto ref = naive_attention(q.data() + g * hd, K, V, n, hd, 0.125f);
@@ -267,7 +284,8 @@ TEST(Kernels, FastExpRelativeError) {
   double worst = 0;
   for (double x = -87.0; x <= 88.0; x += 0.00731) {
     const double e = std::exp(x);
-    worst = std::max(worst, std::abs(fast_exp(static_cast<float>(x)) - std::exp(static_cast<double>(static_cast<float>(x)))) / e);
+    worst = std::max(
+        worst, std::abs(fast_exp(static_cast<float>(x)) - std::exp(static_cast<double>(static_cast<float>(x)))) / e);
   }
   EXPECT_LT(worst, 3e-7);
   EXPECT_EQ(fast_exp(-1000.0f) < 1e-37f, true);
@@ -315,7 +333,8 @@ TEST(KvCacheF16, LogitsCloseToF32Cache) {
   // (the keep-sets do not depend on the cached values).
   const auto ids = m->tokenizer().encode(
       "Once upon a time, there was a little girl named Lily. She liked to play outside with her dog. One day, "
-      "they went to the park and saw a big red ball. Lily was very happy and they played all day long.", true);
+      "they went to the park and saw a big red ball. Lily was very happy and they played all day long.",
+      true);
   Engine e32(*m, 2, KvType::F32), e16(*m, 2, KvType::F16);
   EvictionConfig cfg;
   cfg.budget = 24;
@@ -337,7 +356,8 @@ TEST(KvCacheF16, LogitsCloseToF32Cache) {
         worst = std::max(worst, std::abs(la[i] - lb[i]));
       }
       EXPECT_LE(worst, 1e-2 * scale) << pol << " step " << t;
-      same_argmax += std::max_element(la.begin(), la.end()) - la.begin() == std::max_element(lb.begin(), lb.end()) - lb.begin();
+      same_argmax +=
+          std::max_element(la.begin(), la.end()) - la.begin() == std::max_element(lb.begin(), lb.end()) - lb.begin();
       ++steps;
       EXPECT_EQ(a->kv.length(0), b->kv.length(0));
       EXPECT_TRUE(std::equal(a->kv.positions(0, 0), a->kv.positions(0, 0) + a->kv.length(0), b->kv.positions(0, 0)));
@@ -372,7 +392,8 @@ TEST(BatchedDecode, EqualsSequentialDecodeWithJoinAndLeave) {
       A.push_back(batched.new_sequence(static_cast<uint64_t>(i), p, cfg, 3 + i, steps));
       S.push_back(single.new_sequence(static_cast<uint64_t>(i), p, cfg, 3 + i, steps));
       std::vector<int32_t> pr;
-      for (int j = 0; j < 3 + i; ++j) pr.push_back(static_cast<int32_t>(1 + (j * 37 + i * 11) % (m->config().n_vocab - 1)));
+      for (int j = 0; j < 3 + i; ++j)
+        pr.push_back(static_cast<int32_t>(1 + (j * 37 + i * 11) % (m->config().n_vocab - 1)));
       prompts.push_back(pr);
     }
     std::vector<int32_t> next(static_cast<size_t>(n), 0);
@@ -406,7 +427,8 @@ TEST(BatchedDecode, EqualsSequentialDecodeWithJoinAndLeave) {
         ASSERT_EQ(A[i]->stats.rounds, S[i]->stats.rounds);
         for (int l = 0; l < m->config().n_layers; ++l)
           for (int h = 0; h < m->config().n_kv_heads; ++h)
-            ASSERT_TRUE(std::equal(A[i]->kv.positions(l, h), A[i]->kv.positions(l, h) + A[i]->kv.length(l), S[i]->kv.positions(l, h)));
+            ASSERT_TRUE(std::equal(A[i]->kv.positions(l, h), A[i]->kv.positions(l, h) + A[i]->kv.length(l),
+                                   S[i]->kv.positions(l, h)));
       }
     }
     EXPECT_GT(A[0]->stats.rounds, 0);
@@ -466,12 +488,10 @@ TEST(SynthGguf, WritesLoadableModelsOfEveryType) {
   tiny256.dim = 256;
   tiny256.hidden_dim = 512;
   const std::vector<std::tuple<std::string, SynthShape, std::string>> cases = {
-      {"f32", tiny, "f32"},          {"f16", tiny, "f16"},          {"bf16", tiny, "bf16"},
-      {"q8_0", tiny, "q8_0"},        {"q4_0", tiny, "q4_0"},        {"q4_1", tiny, "q4_1"},
-      {"q5_0", tiny, "q5_0"},        {"q5_1", tiny, "q5_1"},        {"q2_k", tiny256, "q2_k"},
-      {"q3_k", tiny256, "q3_k"},     {"q4_k", tiny256, "q4_k"},     {"q5_k", tiny256, "q5_k"},
-      {"q6_k", tiny256, "q6_k"},     {"q4_k_m", tiny256, "q4_k"},   {"q5_k_m", tiny256, "q5_k"},
-      {"q4_k_m", tiny, "q5_0"}};
+      {"f32", tiny, "f32"},      {"f16", tiny, "f16"},        {"bf16", tiny, "bf16"},      {"q8_0", tiny, "q8_0"},
+      {"q4_0", tiny, "q4_0"},    {"q4_1", tiny, "q4_1"},      {"q5_0", tiny, "q5_0"},      {"q5_1", tiny, "q5_1"},
+      {"q2_k", tiny256, "q2_k"}, {"q3_k", tiny256, "q3_k"},   {"q4_k", tiny256, "q4_k"},   {"q5_k", tiny256, "q5_k"},
+      {"q6_k", tiny256, "q6_k"}, {"q4_k_m", tiny256, "q4_k"}, {"q5_k_m", tiny256, "q5_k"}, {"q4_k_m", tiny, "q5_0"}};
   for (const auto& [type, shape, wq] : cases) {
     SCOPED_TRACE(type + " " + shape.name);
     const std::string path = dir + "/synth_" + type + ".gguf";
@@ -530,7 +550,8 @@ TEST(GgufWriter, RoundTripsMetadataAndTensors) {
   w.add_int32_array("a.ints", {3, -4});
   EXPECT_THROW(w.add_uint32("a.u32", 1), Error);
   const std::vector<float> v = {1, 2, 3, 4, 5, 6};
-  w.add_tensor("t.f32", {3, 2}, GgmlType::F32, [&](uint8_t* d, int64_t n) { std::memcpy(d, v.data(), static_cast<size_t>(n)); });
+  w.add_tensor("t.f32", {3, 2}, GgmlType::F32,
+               [&](uint8_t* d, int64_t n) { std::memcpy(d, v.data(), static_cast<size_t>(n)); });
   w.add_tensor("t.q8", {32}, GgmlType::Q8_0, [&](uint8_t* d, int64_t n) { std::memset(d, 1, static_cast<size_t>(n)); });
   EXPECT_THROW(w.add_tensor("t.bad", {33}, GgmlType::Q8_0, nullptr), Error);
   EXPECT_THROW(w.add_tensor("t.f32", {1}, GgmlType::F32, nullptr), Error);

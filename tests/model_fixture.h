@@ -18,8 +18,8 @@ inline const LlamaModel* stories_model() {
   return m.get();
 }
 
-#define KVEVICT_REQUIRE_MODEL(var)                                                        \
-  const ::kvevict::LlamaModel* var = ::kvevict::test::stories_model();                    \
+#define KVEVICT_REQUIRE_MODEL(var)                                     \
+  const ::kvevict::LlamaModel* var = ::kvevict::test::stories_model(); \
   if (!var) KVEVICT_SKIP_UNLESS_CI("stories260K not found under " << ::kvevict::test::shared_dir())
 
 }  // namespace kvevict::test

@@ -44,19 +44,20 @@ std::string tname(GgmlType t) { return ggml_type_name(static_cast<uint32_t>(t));
 // reference tests must run there), elsewhere the caller skips.
 bool python_gguf(std::string& why) {
   if (std::system("python3 -c 'import gguf, numpy' >/dev/null 2>&1") == 0) return true;
-  why = "python3 with the `gguf` and `numpy` packages not found (pip install gguf numpy; scripts/setup.sh installs them)";
+  why =
+      "python3 with the `gguf` and `numpy` packages not found (pip install gguf numpy; scripts/setup.sh installs them)";
   const char* ci = std::getenv("CI");
   if (ci && std::string(ci) == "true") ADD_FAILURE() << why << " — required under CI=true";
   return false;
 }
 
-#define REQUIRE_PYTHON_GGUF()              \
-  do {                                     \
-    std::string why_;                      \
-    if (!python_gguf(why_)) {              \
-      if (HasFailure()) return;            \
-      GTEST_SKIP() << why_;                \
-    }                                      \
+#define REQUIRE_PYTHON_GGUF()   \
+  do {                          \
+    std::string why_;           \
+    if (!python_gguf(why_)) {   \
+      if (HasFailure()) return; \
+      GTEST_SKIP() << why_;     \
+    }                           \
   } while (0)
 
 fs::path script() { return fs::path(__FILE__).parent_path() / "quant_reference.py"; }
@@ -196,8 +197,8 @@ TEST_F(QuantReference, OwnQuantiserBlocksDequantiseLikeGgufPy) {
   // 1 / (2 levels) ... 2 / levels for the symmetric ones); the bounds below are those, doubled.
   REQUIRE_PYTHON_GGUF();
   const std::map<std::string, double> max_rel_rms = {
-      {"q2_k", 2.0 / 3}, {"q3_k", 0.25},  {"q4_0", 0.125}, {"q4_1", 2.0 / 15}, {"q4_k", 2.0 / 15},
-      {"q5_0", 0.0625},  {"q5_1", 2.0 / 31}, {"q5_k", 2.0 / 31}, {"q6_k", 0.032}, {"q8_0", 0.016}};
+      {"q2_k", 2.0 / 3}, {"q3_k", 0.25},     {"q4_0", 0.125},    {"q4_1", 2.0 / 15}, {"q4_k", 2.0 / 15},
+      {"q5_0", 0.0625},  {"q5_1", 2.0 / 31}, {"q5_k", 2.0 / 31}, {"q6_k", 0.032},    {"q8_0", 0.016}};
   for (GgmlType t : kQuantTypes) {
     SCOPED_TRACE(tname(t));
     const int64_t n = 256 * 7;
@@ -245,8 +246,8 @@ TEST(QuantTypes, TableMatchesGgufPy) {
     const char* name;
     int64_t elems, bytes;
   };
-  const Row rows[] = {{0, "f32", 1, 4},      {1, "f16", 1, 2},       {2, "q4_0", 32, 18},   {3, "q4_1", 32, 20},
-                      {6, "q5_0", 32, 22},   {7, "q5_1", 32, 24},    {8, "q8_0", 32, 34},   {10, "q2_k", 256, 84},
+  const Row rows[] = {{0, "f32", 1, 4},       {1, "f16", 1, 2},       {2, "q4_0", 32, 18},    {3, "q4_1", 32, 20},
+                      {6, "q5_0", 32, 22},    {7, "q5_1", 32, 24},    {8, "q8_0", 32, 34},    {10, "q2_k", 256, 84},
                       {11, "q3_k", 256, 110}, {12, "q4_k", 256, 144}, {13, "q5_k", 256, 176}, {14, "q6_k", 256, 210},
                       {30, "bf16", 1, 2}};
   for (const Row& r : rows) {
@@ -281,7 +282,8 @@ DotRef dot_reference(GgmlType t, const uint8_t* w, const std::vector<float>& x) 
   double mag = 0;
   for (int64_t b = 0; b < n / blk; ++b) {
     double amax = 0;
-    for (int64_t i = b * blk; i < (b + 1) * blk; ++i) amax = std::max(amax, std::fabs(double{x[static_cast<size_t>(i)]}));
+    for (int64_t i = b * blk; i < (b + 1) * blk; ++i)
+      amax = std::max(amax, std::fabs(double{x[static_cast<size_t>(i)]}));
     for (int64_t i = b * blk; i < (b + 1) * blk; ++i) {
       const double wi = wd[static_cast<size_t>(i)], xi = x[static_cast<size_t>(i)];
       r.exact += wi * xi;
@@ -313,8 +315,10 @@ TEST(QuantKernels, DotsMatchDequantisedFloatDot) {
         const bool k = activation_quant(t) == ActivationQuant::Q8_K;
         const size_t xmis = 2 * mis;
         std::vector<uint8_t> xq(xmis + static_cast<size_t>(k ? n / 256 * 292 : n / 32 * 34));
-        if (k) quantize_rows_q8_k(x.data(), 1, n, xq.data() + xmis);
-        else quantize_rows_q8_0(x.data(), 1, n, xq.data() + xmis);
+        if (k)
+          quantize_rows_q8_k(x.data(), 1, n, xq.data() + xmis);
+        else
+          quantize_rows_q8_0(x.data(), 1, n, xq.data() + xmis);
         const DotRef ref = dot_reference(t, w.data() + mis, x);
         EXPECT_NEAR(dot_quantised(t, w.data() + mis, xq.data() + xmis, n), ref.exact, ref.bound);
         EXPECT_NEAR(dot_quantised_ref(t, w.data() + mis, xq.data() + xmis, n), ref.exact, ref.bound);
@@ -337,7 +341,8 @@ TEST(QuantKernels, Q8KActivationsMatchTheirDefinition) {
       int sum = 0;
       for (int j = 16 * g; j < 16 * g + 16; ++j) {
         const int q = b[static_cast<size_t>(ib)].qs[j];
-        EXPECT_LE(std::fabs(q * b[static_cast<size_t>(ib)].d - x[static_cast<size_t>(256 * ib + j)]), b[static_cast<size_t>(ib)].d / 2 * 1.0001);
+        EXPECT_LE(std::fabs(q * b[static_cast<size_t>(ib)].d - x[static_cast<size_t>(256 * ib + j)]),
+                  b[static_cast<size_t>(ib)].d / 2 * 1.0001);
         sum += q;
       }
       EXPECT_EQ(b[static_cast<size_t>(ib)].bsums[g], sum);
@@ -365,7 +370,8 @@ TEST(QuantKernels, Q8_0ActivationsRoundHalvesAwayFromZero) {
       const float d = amax / 127.0f, id = 1.0f / d;
       ASSERT_EQ(b[static_cast<size_t>(ib)].d, fp32_to_fp16(d));
       for (int j = 0; j < 32; ++j)
-        ASSERT_EQ(b[static_cast<size_t>(ib)].qs[j], static_cast<int8_t>(std::round(x[static_cast<size_t>(32 * ib + j)] * id)))
+        ASSERT_EQ(b[static_cast<size_t>(ib)].qs[j],
+                  static_cast<int8_t>(std::round(x[static_cast<size_t>(32 * ib + j)] * id)))
             << "trial " << trial << " element " << 32 * ib + j;
     }
   }
@@ -380,14 +386,17 @@ TEST(QuantKernels, MultithreadedMatmulEqualsPerRowDots) {
     SCOPED_TRACE(tname(t));
     const auto wf = test_weights(rows * cols, 21);
     std::vector<uint8_t> wb(static_cast<size_t>(rows * ggml_row_bytes(t, cols)));
-    for (int64_t r = 0; r < rows; ++r) quantize_row(t, wf.data() + r * cols, wb.data() + r * ggml_row_bytes(t, cols), cols);
+    for (int64_t r = 0; r < rows; ++r)
+      quantize_row(t, wf.data() + r * cols, wb.data() + r * ggml_row_bytes(t, cols), cols);
     const WeightView W{t, wb.data(), rows, cols, ggml_row_bytes(t, cols)};
     const auto x = random_floats(T * cols, 22, 1.0f);
     const bool k = activation_quant(t) == ActivationQuant::Q8_K;
     const int64_t xrow = k ? cols / 256 * 292 : cols / 32 * 34;
     std::vector<uint8_t> xq(static_cast<size_t>(T * xrow));
-    if (k) quantize_rows_q8_k(x.data(), T, cols, xq.data());
-    else quantize_rows_q8_0(x.data(), T, cols, xq.data());
+    if (k)
+      quantize_rows_q8_k(x.data(), T, cols, xq.data());
+    else
+      quantize_rows_q8_0(x.data(), T, cols, xq.data());
     for (int threads : {1, 2, 3}) {
       ThreadPool pool(threads);
       MatmulScratch scratch;

@@ -76,8 +76,8 @@ std::vector<std::vector<float>> feed(SelectorState& st, int n, uint64_t seed) {
 }
 
 RoundInput input(const SequenceKv& kv, int64_t n_pinned, uint64_t seed, int64_t round) {
-  return RoundInput{kv, kCand, kPrompt, kSeen, seed, 3, round, nullptr, kBudget, kRecent, n_pinned, nullptr,
-                    PositionMode::Logical};
+  return RoundInput{
+      kv, kCand, kPrompt, kSeen, seed, 3, round, nullptr, kBudget, kRecent, n_pinned, nullptr, PositionMode::Logical};
 }
 
 /// Reference window mass of every candidate of KV head h (double precision, plain loops).
@@ -95,7 +95,8 @@ std::vector<double> ref_mass(const SequenceKv& kv, int h, const std::vector<std:
         mx = std::max(mx, p[static_cast<size_t>(j)]);
       }
       for (double& x : p) z += (x = std::exp(x - mx));
-      for (int64_t j = 0; j < kCand; ++j) m[static_cast<size_t>(j)] += p[static_cast<size_t>(j)] / z / double(window.size() * kGroup);
+      for (int64_t j = 0; j < kCand; ++j)
+        m[static_cast<size_t>(j)] += p[static_cast<size_t>(j)] / z / double(window.size() * kGroup);
     }
   return m;
 }
@@ -109,7 +110,9 @@ std::set<int64_t> ref_beacons(const SequenceKv& kv, int h, const std::vector<dou
     if (p >= n_pinned && kSeen - 1 - p >= distance) far.push_back(j);
   }
   std::sort(far.begin(), far.end(), [&](int64_t a, int64_t b) {
-    return mass[static_cast<size_t>(a)] != mass[static_cast<size_t>(b)] ? mass[static_cast<size_t>(a)] > mass[static_cast<size_t>(b)] : a < b;
+    return mass[static_cast<size_t>(a)] != mass[static_cast<size_t>(b)]
+        ? mass[static_cast<size_t>(a)] > mass[static_cast<size_t>(b)]
+        : a < b;
   });
   far.resize(std::min<size_t>(far.size(), static_cast<size_t>(n)));
   return {far.begin(), far.end()};
@@ -176,7 +179,8 @@ TEST(RandomBeacon, RestIsUniformRandomAndSeeded) {
     std::vector<float> s(static_cast<size_t>(kKvHeads * kCand));
     p.selector->score(input(c.kv, kPrompt, 9, r), st.get(), s);
     for (float v : s) ASSERT_LT(v, 1.0f);
-    const auto keep = choose_keep_set(std::span<const float>(s).first(kCand), c.kv.positions(0, 0), kPrompt, kKsel, kRecent);
+    const auto keep =
+        choose_keep_set(std::span<const float>(s).first(kCand), c.kv.positions(0, 0), kPrompt, kKsel, kRecent);
     for (int32_t j : keep)
       if (j < kCand) ++kept[static_cast<size_t>(j)];
   }

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "engine/engine.h"
-#include "model/llama.h"
 #include "eval/grader.h"
+#include "model/llama.h"
 #include "tasks/generator.h"
 #include "tasks/solve.h"
 
@@ -48,7 +48,9 @@ TEST(Reasoner, SolvesHeldOutTasksWithFullCache) {
         const auto got = extract_last_boxed(out);
         const bool ok = got && *got == t.answer;
         right += ok;
-        if (!ok) std::fprintf(stderr, "wrong: %s gold %s got %s\n", t.id.c_str(), t.answer.c_str(), got ? got->c_str() : "(none)");
+        if (!ok)
+          std::fprintf(stderr, "wrong: %s gold %s got %s\n", t.id.c_str(), t.answer.c_str(),
+                       got ? got->c_str() : "(none)");
       }
       EXPECT_GE(right, 9) << task_family_name(f) << " length " << len;
     }

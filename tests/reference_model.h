@@ -125,7 +125,8 @@ class ReferenceLlama {
       float theta = pos * float(r.freq_scale) * std::pow(c_.rope_theta, -2.0f * i / n_rot);
       if (!r.freq_factors.empty()) theta /= r.freq_factors[i];
       const float c = std::cos(theta), s = std::sin(theta);
-      const int ia = r.style == RopeStyle::Neox ? i : 2 * i, ib = r.style == RopeStyle::Neox ? i + n_rot / 2 : 2 * i + 1;
+      const int ia = r.style == RopeStyle::Neox ? i : 2 * i,
+                ib = r.style == RopeStyle::Neox ? i + n_rot / 2 : 2 * i + 1;
       const float a = x[ia], b = x[ib];
       x[ia] = a * c - b * s;
       x[ib] = a * s + b * c;

@@ -21,7 +21,7 @@ TEST(Sampler, GreedyAndDegenerateSettingsPickArgmax) {
   Rng rng(1);
   EXPECT_EQ(argmax(logits), 1);  // lowest id on ties
   EXPECT_EQ(sample_token(logits, {0.0f, 0.95f, 0, 0}, rng), 1);
-  for (int i = 0; i < 100; ++i) EXPECT_EQ(sample_token(logits, {1.0f, 1.0f, 1, 0}, rng), 1);  // top-k 1
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(sample_token(logits, {1.0f, 1.0f, 1, 0}, rng), 1);   // top-k 1
   for (int i = 0; i < 100; ++i) EXPECT_EQ(sample_token(logits, {1.0f, 1e-6f, 0, 0}, rng), 1);  // tiny top-p
 }
 
@@ -84,10 +84,12 @@ TEST(ThreadPool, CoversRangeOnceAndPropagatesErrors) {
       });
       for (int h : hits) EXPECT_EQ(h, 1);
     }
-    EXPECT_THROW(pool.parallel_for(10, [](int64_t b, int64_t) {
-      if (b > 0) throw Error("boom");
-      throw Error("boom0");
-    }), Error);
+    EXPECT_THROW(pool.parallel_for(10,
+                                   [](int64_t b, int64_t) {
+                                     if (b > 0) throw Error("boom");
+                                     throw Error("boom0");
+                                   }),
+                 Error);
     // Still usable after an error.
     int total = 0;
     std::mutex mu;

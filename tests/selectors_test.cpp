@@ -128,8 +128,10 @@ EvictionConfig config(uint64_t seed = 1) {
   return c;
 }
 
-RoundInput round_input(const SequenceKv& kv, int64_t n_pinned, uint64_t seed = 1, int64_t round = 0, ThreadPool* pool = nullptr) {
-  return RoundInput{kv, kCand, kPrompt, kSeen, seed, 7, round, pool, kBudget, kRecent, n_pinned, &rope(), PositionMode::Logical};
+RoundInput round_input(const SequenceKv& kv, int64_t n_pinned, uint64_t seed = 1, int64_t round = 0,
+                       ThreadPool* pool = nullptr) {
+  return RoundInput{
+      kv, kCand, kPrompt, kSeen, seed, 7, round, pool, kBudget, kRecent, n_pinned, &rope(), PositionMode::Logical};
 }
 
 /// Brute force of spec §2.4 for one (layer, KV head): positions < n_pinned first, then higher
@@ -141,7 +143,8 @@ std::vector<int32_t> brute_keep(const std::vector<double>& score, const std::vec
   std::sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) {
     const bool pa = pos[static_cast<size_t>(a)] < n_pinned, pb = pos[static_cast<size_t>(b)] < n_pinned;
     if (pa != pb) return pa;
-    if (score[static_cast<size_t>(a)] != score[static_cast<size_t>(b)]) return score[static_cast<size_t>(a)] > score[static_cast<size_t>(b)];
+    if (score[static_cast<size_t>(a)] != score[static_cast<size_t>(b)])
+      return score[static_cast<size_t>(a)] > score[static_cast<size_t>(b)];
     return a < b;
   });
   idx.resize(static_cast<size_t>(kKsel));
@@ -191,12 +194,14 @@ std::vector<double> ref_softmax(const float* q, const float* K, int64_t n) {
 
 /// SnapKV (spec §3): softmax over the candidates for each window query and group head, mean,
 /// average pooling (zeros outside, divided by the kernel), the group mean folded into the mean.
-std::vector<double> ref_snapkv(const SequenceKv& kv, int l, int h, const std::vector<std::vector<float>>& window, int kernel) {
+std::vector<double> ref_snapkv(const SequenceKv& kv, int l, int h, const std::vector<std::vector<float>>& window,
+                               int kernel) {
   std::vector<double> m(static_cast<size_t>(kCand), 0.0), out(static_cast<size_t>(kCand), 0.0);
   for (const auto& q : window)
     for (int hq = h * kGroup; hq < (h + 1) * kGroup; ++hq) {
       const auto p = ref_softmax(q.data() + hq * kHd, kv.keys(l, h), kCand);
-      for (int64_t j = 0; j < kCand; ++j) m[static_cast<size_t>(j)] += p[static_cast<size_t>(j)] / double(window.size() * kGroup);
+      for (int64_t j = 0; j < kCand; ++j)
+        m[static_cast<size_t>(j)] += p[static_cast<size_t>(j)] / double(window.size() * kGroup);
     }
   for (int64_t j = 0; j < kCand; ++j)
     for (int64_t o = -kernel / 2; o <= kernel / 2; ++o)
@@ -205,7 +210,8 @@ std::vector<double> ref_snapkv(const SequenceKv& kv, int l, int h, const std::ve
 }
 
 /// R-KV (spec §3): λ·snapkv − (1−λ)·softmax_i(mean_j cos(k_i, k_j)), diagonal zeroed, mean over n.
-std::vector<double> ref_rkv(const SequenceKv& kv, int l, int h, const std::vector<std::vector<float>>& window, double lambda) {
+std::vector<double> ref_rkv(const SequenceKv& kv, int l, int h, const std::vector<std::vector<float>>& window,
+                            double lambda) {
   const auto snap = ref_snapkv(kv, l, h, window, 5);
   const float* K = kv.keys(l, h);
   std::vector<double> red(static_cast<size_t>(kCand));
@@ -214,8 +220,9 @@ std::vector<double> ref_rkv(const SequenceKv& kv, int l, int h, const std::vecto
     for (int64_t j = 0; j < kCand; ++j) {
       if (i == j) continue;
       double dot = 0, ni = 0, nj = 0;
-      for (int e = 0; e < kHd; ++e) dot += double(K[i * kHd + e]) * K[j * kHd + e], ni += double(K[i * kHd + e]) * K[i * kHd + e],
-                                 nj += double(K[j * kHd + e]) * K[j * kHd + e];
+      for (int e = 0; e < kHd; ++e)
+        dot += double(K[i * kHd + e]) * K[j * kHd + e], ni += double(K[i * kHd + e]) * K[i * kHd + e],
+            nj += double(K[j * kHd + e]) * K[j * kHd + e];
       s += dot / (std::sqrt(ni) * std::sqrt(nj));
     }
     red[static_cast<size_t>(i)] = s / kCand;
@@ -224,7 +231,8 @@ std::vector<double> ref_rkv(const SequenceKv& kv, int l, int h, const std::vecto
   for (double r : red) z += std::exp(r);
   std::vector<double> out(static_cast<size_t>(kCand));
   for (int64_t i = 0; i < kCand; ++i)
-    out[static_cast<size_t>(i)] = lambda * snap[static_cast<size_t>(i)] - (1 - lambda) * std::exp(red[static_cast<size_t>(i)]) / z;
+    out[static_cast<size_t>(i)] =
+        lambda * snap[static_cast<size_t>(i)] - (1 - lambda) * std::exp(red[static_cast<size_t>(i)]) / z;
   return out;
 }
 
@@ -257,7 +265,8 @@ TEST(SnapKv, KeepSetMatchesFormula) {
     std::vector<std::vector<int32_t>> expect;
     for (int l = 0; l < kLayers; ++l)
       for (int h = 0; h < kKvHeads; ++h) {
-        const std::vector<std::vector<float>> window(fed[static_cast<size_t>(l)].end() - 4, fed[static_cast<size_t>(l)].end());
+        const std::vector<std::vector<float>> window(fed[static_cast<size_t>(l)].end() - 4,
+                                                     fed[static_cast<size_t>(l)].end());
         const auto ref = ref_snapkv(c.kv, l, h, window, 5);
         expect_scores_near(scores, ref, l, h, 1e-6);
         expect.push_back(brute_keep(ref, c.positions(l, h), n_pinned));
@@ -326,12 +335,15 @@ TEST(Tova, KeepSetMatchesFormula) {
       std::vector<std::vector<double>> group_mean(kKvHeads, std::vector<double>(kCand, 0.0));
       for (int hq = 0; hq < kHeads; ++hq) {
         const auto pr = ref_softmax(newest[static_cast<size_t>(l)].data() + hq * kHd, c.kv.keys(l, hq / kGroup), kLen);
-        for (int64_t i = 0; i < kCand; ++i) group_mean[static_cast<size_t>(hq / kGroup)][static_cast<size_t>(i)] += pr[static_cast<size_t>(i)] / kGroup;
+        for (int64_t i = 0; i < kCand; ++i)
+          group_mean[static_cast<size_t>(hq / kGroup)][static_cast<size_t>(i)] += pr[static_cast<size_t>(i)] / kGroup;
       }
       for (int h = 0; h < kKvHeads; ++h) {
         std::vector<double> ref = group_mean[static_cast<size_t>(h)];
         if (scope == "layer")
-          for (int64_t i = 0; i < kCand; ++i) ref[static_cast<size_t>(i)] = (group_mean[0][static_cast<size_t>(i)] + group_mean[1][static_cast<size_t>(i)]) / 2;
+          for (int64_t i = 0; i < kCand; ++i)
+            ref[static_cast<size_t>(i)] =
+                (group_mean[0][static_cast<size_t>(i)] + group_mean[1][static_cast<size_t>(i)]) / 2;
         expect_scores_near(scores, ref, l, h, 1e-6);
         expect.push_back(brute_keep(ref, c.positions(l, h), 0));
       }
@@ -339,7 +351,8 @@ TEST(Tova, KeepSetMatchesFormula) {
     const auto got = run_one_round(c, p, st.get());
     EXPECT_EQ(got, expect);
     if (scope == "layer") {
-      for (int l = 0; l < kLayers; ++l) EXPECT_EQ(got[static_cast<size_t>(l * kKvHeads)], got[static_cast<size_t>(l * kKvHeads + 1)]);
+      for (int l = 0; l < kLayers; ++l)
+        EXPECT_EQ(got[static_cast<size_t>(l * kKvHeads)], got[static_cast<size_t>(l * kKvHeads + 1)]);
     }
   }
 }
@@ -381,7 +394,8 @@ TEST(H2o, KeepSetMatchesAccumulatedAttentionAcrossRounds) {
           int64_t recent_left = free - heavy;
           for (int64_t i = kCand - 1; i >= 0; --i) {
             ref[static_cast<size_t>(i)] = acc[{l, h}][pos[static_cast<size_t>(i)]];
-            if (pos[static_cast<size_t>(i)] >= n_pinned && recent_left > 0) ref[static_cast<size_t>(i)] = 1e300, --recent_left;
+            if (pos[static_cast<size_t>(i)] >= n_pinned && recent_left > 0)
+              ref[static_cast<size_t>(i)] = 1e300, --recent_left;
           }
           out.push_back(brute_keep(ref, pos, n_pinned));
         }
@@ -395,7 +409,8 @@ TEST(H2o, KeepSetMatchesAccumulatedAttentionAcrossRounds) {
       for (int h = 0; h < kKvHeads; ++h)
         for (int64_t s = kBudget; s < kLen; ++s) {
           c.kv.positions(l, h)[s] = static_cast<int32_t>(kSeen + s - kBudget);
-          for (int d = 0; d < kHd; ++d) c.kv.keys(l, h)[s * kHd + d] = c.kv.values(l, h)[s * kHd + d] = 0.1f * static_cast<float>(d);
+          for (int d = 0; d < kHd; ++d)
+            c.kv.keys(l, h)[s * kHd + d] = c.kv.values(l, h)[s * kHd + d] = 0.1f * static_cast<float>(d);
         }
       c.kv.set_length(l, kLen);
     }
@@ -420,8 +435,8 @@ TEST(Vase, TiersAndDeterminism) {
   const auto a = all_scores(p, c.kv, st.get(), 0, /*seed=*/5);
   ThreadPool pool(3);
   EXPECT_EQ(a, all_scores(p, c.kv, st.get(), 0, 5, 0, &pool));  // thread count does not matter
-  EXPECT_NE(a, all_scores(p, c.kv, st.get(), 0, 6));             // the seed does
-  EXPECT_NE(a, all_scores(p, c.kv, st.get(), 0, 5, 1));          // so does the round
+  EXPECT_NE(a, all_scores(p, c.kv, st.get(), 0, 6));            // the seed does
+  EXPECT_NE(a, all_scores(p, c.kv, st.get(), 0, 5, 1));         // so does the round
   for (int l = 0; l < kLayers; ++l)
     for (int h = 0; h < kKvHeads; ++h) {
       const auto pos = c.positions(l, h);
@@ -534,11 +549,14 @@ std::vector<std::vector<double>> ref_triattention(const HandCache& c, const Quer
           if (c.kv.positions(l, h)[i] >= pin_extent) mu += s[static_cast<size_t>(i)], n += 1;
         mu /= n;
         for (int64_t i = 0; i < kCand; ++i)
-          if (c.kv.positions(l, h)[i] >= pin_extent) var += (s[static_cast<size_t>(i)] - mu) * (s[static_cast<size_t>(i)] - mu);
+          if (c.kv.positions(l, h)[i] >= pin_extent)
+            var += (s[static_cast<size_t>(i)] - mu) * (s[static_cast<size_t>(i)] - mu);
         const double sd = std::max(1e-6, std::sqrt(var / n));
-        for (int64_t i = 0; i < kCand; ++i) best[static_cast<size_t>(i)] = std::max(best[static_cast<size_t>(i)], (s[static_cast<size_t>(i)] - mu) / sd);
+        for (int64_t i = 0; i < kCand; ++i)
+          best[static_cast<size_t>(i)] = std::max(best[static_cast<size_t>(i)], (s[static_cast<size_t>(i)] - mu) / sd);
       }
-      for (int64_t i = 0; i < kCand; ++i) out[static_cast<size_t>(h)][static_cast<size_t>(i)] += best[static_cast<size_t>(i)] / kLayers;
+      for (int64_t i = 0; i < kCand; ++i)
+        out[static_cast<size_t>(h)][static_cast<size_t>(i)] += best[static_cast<size_t>(i)] / kLayers;
     }
   return out;
 }
@@ -557,7 +575,8 @@ TEST(TriAttention, ScoresEqualTheFormulaAtKnownPositions) {
   // The keep-set: one per KV head, the same in every layer.
   std::vector<std::vector<int32_t>> expect;
   for (int l = 0; l < kLayers; ++l)
-    for (int h = 0; h < kKvHeads; ++h) expect.push_back(brute_keep(ref[static_cast<size_t>(h)], c.positions(l, h), kPrompt));
+    for (int h = 0; h < kKvHeads; ++h)
+      expect.push_back(brute_keep(ref[static_cast<size_t>(h)], c.positions(l, h), kPrompt));
   const auto got = run_one_round(c, p, nullptr);
   EXPECT_EQ(got, expect);
   for (int h = 0; h < kKvHeads; ++h) EXPECT_EQ(got[static_cast<size_t>(h)], got[static_cast<size_t>(kKvHeads + h)]);
@@ -591,7 +610,9 @@ TEST(TriAttention, LargePositionsAndErrors) {
   EXPECT_THROW(p.selector->score(in, nullptr, scores), Error);
   // Statistics of another shape, a missing file, and no file at all are user errors.
   EXPECT_THROW(p.selector->make_state(KvShape{3, kKvHeads, kHd}), Error);
-  EXPECT_THROW(make_policy("triattention", std::nullopt, std::nullopt, SelectorParams::parse({"stats=/nonexistent.json"})), Error);
+  EXPECT_THROW(
+      make_policy("triattention", std::nullopt, std::nullopt, SelectorParams::parse({"stats=/nonexistent.json"})),
+      Error);
   EXPECT_THROW(make_policy("triattention"), Error);
   std::filesystem::remove(path);
 }
@@ -642,7 +663,7 @@ TEST(SelectorParams, BadValuesAreErrors) {
   const auto make = [](const std::string& policy, const std::string& kv) {
     return make_policy(policy, std::nullopt, std::nullopt, SelectorParams::parse({kv}));
   };
-  EXPECT_THROW(make("snapkv", "kernel=4"), Error);   // even kernel: no "same" padding
+  EXPECT_THROW(make("snapkv", "kernel=4"), Error);  // even kernel: no "same" padding
   EXPECT_THROW(make("snapkv", "window=0"), Error);
   EXPECT_THROW(make("snapkv", "window=2.5"), Error);
   EXPECT_THROW(make("rkv", "lambda=1.5"), Error);
@@ -729,9 +750,11 @@ TEST(SelectorsEndToEnd, BudgetRecentAndPinsAfterEveryRound) {
           for (int h = 0; h < shape.n_kv_heads; ++h) {
             ASSERT_EQ(seq->kv.length(l), B);  // exactly B after the round
             const std::vector<int32_t> pos(seq->kv.positions(l, h), seq->kv.positions(l, h) + B);
-            ASSERT_TRUE(std::adjacent_find(pos.begin(), pos.end(), std::greater_equal<>()) == pos.end());  // strictly increasing
+            ASSERT_TRUE(std::adjacent_find(pos.begin(), pos.end(), std::greater_equal<>()) ==
+                        pos.end());  // strictly increasing
             for (int64_t i = 0; i < r; ++i) ASSERT_EQ(pos[static_cast<size_t>(k_sel + i)], seen - r + i);  // newest r
-            for (int32_t q = 0; q < must_keep; ++q) ASSERT_EQ(pos[static_cast<size_t>(q)], q) << "pinned position " << q;
+            for (int32_t q = 0; q < must_keep; ++q)
+              ASSERT_EQ(pos[static_cast<size_t>(q)], q) << "pinned position " << q;
             if (name == "triattention") {  // one keep-set per KV head shared by all layers
               ASSERT_TRUE(std::equal(pos.begin(), pos.end(), seq->kv.positions(0, h)));
             }
@@ -762,7 +785,8 @@ TEST(SelectorsEndToEnd, SeededSelectorsAreReproducibleAcrossThreadCounts) {
     std::vector<int32_t> all;
     for (size_t t = 13; t < tokens.size(); ++t) engine.decode(*seq, tokens[t], logits);
     for (int l = 0; l < m->config().n_layers; ++l)
-      for (int h = 0; h < m->config().n_kv_heads; ++h) all.insert(all.end(), seq->kv.positions(l, h), seq->kv.positions(l, h) + seq->kv.length(l));
+      for (int h = 0; h < m->config().n_kv_heads; ++h)
+        all.insert(all.end(), seq->kv.positions(l, h), seq->kv.positions(l, h) + seq->kv.length(l));
     return all;
   };
   for (const std::string pol : {"random", "random-shared", "vase", "random-beacon"}) {

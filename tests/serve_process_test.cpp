@@ -83,18 +83,21 @@ class ServerProcess {
 std::string reasoner_path() { return std::string(KVEVICT_SOURCE_DIR) + "/models/reasoner/reasoner.gguf"; }
 
 void run_openai_client(const std::string& model_path, const std::string& name, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"serve", "-m", model_path, "--port", "0", "-t", "1", "--kv-memory", "64MiB", "--alias", name};
+  std::vector<std::string> args = {"serve", "-m",          model_path, "--port",  "0", "-t",
+                                   "1",     "--kv-memory", "64MiB",    "--alias", name};
   args.insert(args.end(), extra.begin(), extra.end());
   ServerProcess s(args);
   ASSERT_GT(s.port(), 0) << "no ready line: " << s.ready_line();
   EXPECT_NE(s.ready_line().find("admits up to"), std::string::npos) << s.ready_line();
   const std::string script = std::string(KVEVICT_SOURCE_DIR) + "/tests/serve_openai_client.py";
-  const std::string cmd = "python3 '" + script + "' http://127.0.0.1:" + std::to_string(s.port()) + "/v1 '" + name + "'";
+  const std::string cmd =
+      "python3 '" + script + "' http://127.0.0.1:" + std::to_string(s.port()) + "/v1 '" + name + "'";
   const int rc = std::system(cmd.c_str());
   const int code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
   if (code == 3) {
     const char* ci = std::getenv("CI");
-    if (ci && std::string(ci) == "true") FAIL() << "the openai package is missing under CI (scripts/setup.sh installs it)";
+    if (ci && std::string(ci) == "true")
+      FAIL() << "the openai package is missing under CI (scripts/setup.sh installs it)";
     GTEST_SKIP() << "python3 `openai` package not installed (pip install openai)";
   }
   EXPECT_EQ(code, 0) << cmd;
@@ -116,8 +119,8 @@ TEST(ServeProcess, OpenAIClientChatWithTemplateOverride) {
 }
 
 TEST(ServeProcess, SigtermFinishesInFlightRequestsAndExitsZero) {
-  ServerProcess s({"serve", "-m", reasoner_path(), "--port", "0", "-t", "1", "--kv-memory", "64MiB",
-                   "--shutdown-grace", "0.5"});
+  ServerProcess s(
+      {"serve", "-m", reasoner_path(), "--port", "0", "-t", "1", "--kv-memory", "64MiB", "--shutdown-grace", "0.5"});
   ASSERT_GT(s.port(), 0) << s.ready_line();
   // Four long streaming requests in flight; SIGTERM lands while they run. Each must end with an
   // answer: a complete stream, or an error event followed by [DONE] (never a silent cut).
@@ -132,8 +135,9 @@ TEST(ServeProcess, SigtermFinishesInFlightRequestsAndExitsZero) {
       req.method = "POST";
       req.path = "/v1/completions";
       req.set_header("Content-Type", "application/json");
-      req.body = json{{"prompt", "AB\n"}, {"max_tokens", 2000}, {"ignore_eos", true}, {"stream", true}, {"seed", k},
-                      {"kv_policy", "random"}, {"kv_budget", 32}, {"kv_buffer", 8}}.dump();
+      req.body = json{{"prompt", "AB\n"}, {"max_tokens", 2000},    {"ignore_eos", true}, {"stream", true},
+                      {"seed", k},        {"kv_policy", "random"}, {"kv_budget", 32},    {"kv_buffer", 8}}
+                     .dump();
       req.content_receiver = [&, k](const char* d, size_t n, uint64_t, uint64_t) {
         bodies[static_cast<size_t>(k)].append(d, n);
         got[static_cast<size_t>(k)] = true;

@@ -7,8 +7,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <functional>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -222,8 +222,9 @@ std::string reference_text(const LlamaModel& m, const std::string& prompt, const
 TEST(Serve, SameSeedSameTokensAloneAndAmong15ConcurrentRequests) {
   TestServer s(reasoner_path(), small_opts(), {});
   // random with B = 24, r = 8 over 120 tokens: several eviction rounds with seeded draws.
-  const json target = {{"prompt", "AB\nCD\nEF\n"}, {"max_tokens", 120}, {"temperature", 0.9}, {"top_k", 20},
-                       {"seed", 4242}, {"kv_policy", "random"}, {"kv_budget", 24}, {"kv_buffer", 8}, {"ignore_eos", true}};
+  const json target = {
+      {"prompt", "AB\nCD\nEF\n"}, {"max_tokens", 120}, {"temperature", 0.9}, {"top_k", 20},       {"seed", 4242},
+      {"kv_policy", "random"},    {"kv_budget", 24},   {"kv_buffer", 8},     {"ignore_eos", true}};
   int64_t ref_rounds = 0;
   EvictionConfig cfg;
   cfg.budget = 24;
@@ -288,8 +289,8 @@ TEST(Serve, PoolAdmitsExactlyNBoundedSequencesAndTheNextWaits) {
   const LlamaConfig& c = m->config();
   const int64_t per_seq = int64_t{40} * c.n_layers * c.n_kv_heads * (2 * c.head_dim * 4 + 4);
   TestServer s(reasoner_path(), small_opts(3 * per_seq + per_seq / 2), {});
-  const json b = {{"prompt", "AB\n"}, {"max_tokens", 2000}, {"ignore_eos", true}, {"kv_policy", "random"},
-                  {"kv_budget", 32}, {"kv_buffer", 8}};
+  const json b = {{"prompt", "AB\n"},      {"max_tokens", 2000}, {"ignore_eos", true},
+                  {"kv_policy", "random"}, {"kv_budget", 32},    {"kv_buffer", 8}};
   std::vector<Streamed> res(4);
   std::vector<std::thread> th;
   // Four clients at once: three are admitted, one waits. Once that was seen, the clients that
@@ -342,8 +343,15 @@ TEST(Serve, FullReservesPromptPlusMaxTokensSoFewerSequencesFit) {
   EXPECT_EQ(st, 400);
   EXPECT_NE(big["error"]["message"].get<std::string>().find("KV pool"), std::string::npos) << big.dump();
   // n = 2 choices: two sequences, one reservation each, different sampling streams.
-  const json two = post(s, "/v1/completions", {{"prompt", "AB"}, {"max_tokens", 77}, {"kv_policy", "full"}, {"n", 2},
-                                               {"seed", 5}, {"temperature", 1.0}, {"ignore_eos", true}}, &st);
+  const json two = post(s, "/v1/completions",
+                        {{"prompt", "AB"},
+                         {"max_tokens", 77},
+                         {"kv_policy", "full"},
+                         {"n", 2},
+                         {"seed", 5},
+                         {"temperature", 1.0},
+                         {"ignore_eos", true}},
+                        &st);
   ASSERT_EQ(st, 200) << two.dump();
   ASSERT_EQ(two["choices"].size(), 2u);
   EXPECT_EQ(two["usage"]["kv"]["kv_bytes_reserved"], 2 * 80 * slot);
@@ -361,7 +369,8 @@ TEST(Serve, FullReservesPromptPlusMaxTokensSoFewerSequencesFit) {
   for (auto& t : th) t.join();
   EXPECT_EQ(codes, std::vector<int>({200, 200, 200}));
   EXPECT_EQ(s.metric("kvevict:num_sequences_running_peak"), 2);
-  const json many = post(s, "/v1/completions", {{"prompt", "AB"}, {"n", 16}, {"kv_policy", "full"}, {"max_tokens", 5}}, &st);
+  const json many =
+      post(s, "/v1/completions", {{"prompt", "AB"}, {"n", 16}, {"kv_policy", "full"}, {"max_tokens", 5}}, &st);
   EXPECT_EQ(st, 200) << many.dump();  // 16 x 8 slots (3 prompt + 5) fit in 160
   EXPECT_EQ(s.metric("kvevict:num_sequences_running_peak"), 16);
 }
@@ -406,7 +415,8 @@ TEST(Serve, EveryBadRequestGetsItsStatusAndErrorObject) {
   expect_error(c->Post("/v1/completions", R"({"max_tokens": 5})", J), 400, "prompt");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "max_tokens": 0})", J), 400, "max_tokens");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "max_tokens": 513})", J), 400, "max_tokens");
-  expect_error(c->Post("/v1/completions", R"({"prompt": "A", "max_completion_tokens": -1})", J), 400, "max_completion_tokens");
+  expect_error(c->Post("/v1/completions", R"({"prompt": "A", "max_completion_tokens": -1})", J), 400,
+               "max_completion_tokens");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "max_tokens": "ten"})", J), 400, "integer");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "temperature": -1})", J), 400, "temperature");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "top_p": 0})", J), 400, "top_p");
@@ -415,14 +425,18 @@ TEST(Serve, EveryBadRequestGetsItsStatusAndErrorObject) {
   expect_error(c->Post("/v1/completions", R"({"prompt": [1, 99999]})", J), 400, "token ids");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "kv_policy": "bogus"})", J), 400, "bogus");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "kv_policy": "random"})", J), 400, "kv_budget");
-  expect_error(c->Post("/v1/completions", R"({"prompt": "A", "kv_policy": "random", "kv_budget": 8, "kv_buffer": 8})", J),
-               400, "kv_b");
-  expect_error(c->Post("/v1/completions", R"({"prompt": "A", "kv_policy": "random", "kv_budget": 16, "kv_buffer": 4, "kv_sinks": 99})", J),
+  expect_error(
+      c->Post("/v1/completions", R"({"prompt": "A", "kv_policy": "random", "kv_budget": 8, "kv_buffer": 8})", J), 400,
+      "kv_b");
+  expect_error(c->Post("/v1/completions",
+                       R"({"prompt": "A", "kv_policy": "random", "kv_budget": 16, "kv_buffer": 4, "kv_sinks": 99})", J),
                400, "sinks");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "seed": -3})", J), 400, "seed");
-  expect_error(c->Post("/v1/completions", R"({"prompt": "A", "stream_options": {"include_usage": true}})", J), 400, "stream");
+  expect_error(c->Post("/v1/completions", R"({"prompt": "A", "stream_options": {"include_usage": true}})", J), 400,
+               "stream");
   // A model without a chat template: 400 naming the problem.
-  expect_error(c->Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}]})", J), 400, "chat template");
+  expect_error(c->Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}]})", J), 400,
+               "chat template");
   expect_error(c->Post("/v1/chat/completions", R"({"messages": []})", J), 400, "messages");
   expect_error(c->Get("/v1/nothing"), 404, "/v1/nothing");
   expect_error(c->Post("/v1/completions", std::string(5000, ' '), J), 413, "4096");
@@ -453,14 +467,16 @@ TEST(Serve, ApiKeyAndQueueLimit) {
     k.set_read_timeout(120, 0);
     k.Post("/v1/completions", longreq, "application/json");
   });
-  for (int i = 0; i < 1000 && s.sched().gauges().sequences_running != 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  for (int i = 0; i < 1000 && s.sched().gauges().sequences_running != 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   std::thread t2([&] {
     httplib::Client k("127.0.0.1", s.port());
     k.set_bearer_token_auth("sekrit");
     k.set_read_timeout(120, 0);
     k.Post("/v1/completions", longreq, "application/json");
   });
-  for (int i = 0; i < 1000 && s.sched().gauges().requests_waiting != 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  for (int i = 0; i < 1000 && s.sched().gauges().requests_waiting != 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   auto r = c->Post("/v1/completions", R"({"prompt": "A"})", "application/json");
   expect_error(r, 429, "queue is full");
   EXPECT_EQ(r->get_header_value("Retry-After"), "1");
@@ -484,12 +500,13 @@ TEST(Serve, LoadTest64ConcurrentStreamingClients) {
   EXPECT_EQ(r.output_tokens, 320 * 24);
   for (const auto& t : r.texts) EXPECT_FALSE(t.empty());
   EXPECT_GE(r.peak_sequences, 16);
-  std::printf("[load test] %lld requests, 64 clients, %lld errors, %.2f s, %.0f tok/s, latency p50 %.3f s p99 %.3f s, "
-              "TTFT p99 %.3f s, ITL p99 %.1f ms, peak %lld sequences\n",
-              static_cast<long long>(r.ok), static_cast<long long>(r.errors), r.wall_s,
-              static_cast<double>(r.output_tokens) / r.wall_s, serve::quantile(r.latency_s, 0.5),
-              serve::quantile(r.latency_s, 0.99), serve::quantile(r.ttft_s, 0.99), 1000 * serve::quantile(r.itl_s, 0.99),
-              static_cast<long long>(r.peak_sequences));
+  std::printf(
+      "[load test] %lld requests, 64 clients, %lld errors, %.2f s, %.0f tok/s, latency p50 %.3f s p99 %.3f s, "
+      "TTFT p99 %.3f s, ITL p99 %.1f ms, peak %lld sequences\n",
+      static_cast<long long>(r.ok), static_cast<long long>(r.errors), r.wall_s,
+      static_cast<double>(r.output_tokens) / r.wall_s, serve::quantile(r.latency_s, 0.5),
+      serve::quantile(r.latency_s, 0.99), serve::quantile(r.ttft_s, 0.99), 1000 * serve::quantile(r.itl_s, 0.99),
+      static_cast<long long>(r.peak_sequences));
   EXPECT_EQ(s.metric("kvevict:kv_pool_used_bytes"), 0);
 }
 

@@ -197,7 +197,7 @@ TEST(Tasks, OnceCodeIsStatedExactlyOnceAndNotDerivable) {
   for (const Task& t : generate_tasks(TaskFamily::Once, {3, 3}, {2, 2}, 6, 20000)) {
     const auto off = static_cast<size_t>(*once_code_offset(t.problem));
     const std::string rest = t.problem.substr(0, off - 1) + t.problem.substr(off + 2) +
-                             t.trace.substr(0, t.trace.size() - 3) + t.answer.substr(0, 1);
+        t.trace.substr(0, t.trace.size() - 3) + t.answer.substr(0, 1);
     codes[rest].insert(t.answer[1]);
     ++count[t.answer[1]];
   }

@@ -26,11 +26,11 @@ inline bool in_ci() {
 
 /// For a test whose shared model or data is missing: skip it locally, but fail it under CI, where
 /// a skipped test would let the suite pass having checked nothing. `msg` may be a `<<` chain.
-#define KVEVICT_SKIP_UNLESS_CI(msg)                                                             \
-  do {                                                                                           \
-    if (::kvevict::test::in_ci()) {                                                              \
+#define KVEVICT_SKIP_UNLESS_CI(msg)                                                                       \
+  do {                                                                                                    \
+    if (::kvevict::test::in_ci()) {                                                                       \
       GTEST_FAIL() << msg << " (CI is set: the shared models and data are required; set KVEVICT_SHARED)"; \
-    } else {                                                                                     \
-      GTEST_SKIP() << msg;                                                                       \
-    }                                                                                            \
+    } else {                                                                                              \
+      GTEST_SKIP() << msg;                                                                                \
+    }                                                                                                     \
   } while (0)

@@ -65,7 +65,8 @@ Counts check_family(const std::string& family, const std::string& stem) {
     c.checks += 3;
     if (e.contains("expected_from_llama.cpp_.out_file")) {
       // Independent: ids the original HF tokenizer produced (llama.cpp's .out test files).
-      EXPECT_EQ(ids, e.at("expected_from_llama.cpp_.out_file").get<std::vector<int32_t>>()) << stem << " .out: " << text;
+      EXPECT_EQ(ids, e.at("expected_from_llama.cpp_.out_file").get<std::vector<int32_t>>())
+          << stem << " .out: " << text;
       ++c.checks;
     }
     // Round trip: BPE decodes to the exact bytes; SentencePiece adds its prefix space in front
@@ -91,7 +92,8 @@ TEST(TokenizerBpeParity, Qwen2DeepSeekR1) { EXPECT_EQ(check_family("qwen2", "tin
 TEST(TokenizerBpeParity, Qwen3) { EXPECT_EQ(check_family("qwen3", "tiny-random-qwen3-f16").strings, 58); }
 TEST(TokenizerBpeParity, Llama3) { EXPECT_EQ(check_family("llama3", "tiny-random-llama3-f16").strings, 58); }
 TEST(TokenizerBpeParity, Phi3Spm) {
-  for (const char* stem : {"tiny-random-phi3-f16", "tiny-random-phi3-q8_0"}) EXPECT_EQ(check_family("phi3", stem).strings, 58);
+  for (const char* stem : {"tiny-random-phi3-f16", "tiny-random-phi3-q8_0"})
+    EXPECT_EQ(check_family("phi3", stem).strings, 58);
 }
 // The Q4_K_M copy holds Q5_0/Q4_K/Q6_K tensors; until the GGUF reader accepts those types the
 // file does not open at all, and this test says so instead of passing.
@@ -127,7 +129,7 @@ TEST(TokenizerBpeMetadata, AddBosFromMetadata) {
 // Expected ids: README-families.md (per-family EOS / end-of-generation tokens and their ids).
 TEST(TokenizerBpeMetadata, EndOfGeneration) {
   const Tokenizer& q2 = tokenizer_for("tiny-random-qwen2-f16");
-  EXPECT_TRUE(q2.is_eog(151643));  // <｜end▁of▁sentence｜> (EOS)
+  EXPECT_TRUE(q2.is_eog(151643));   // <｜end▁of▁sentence｜> (EOS)
   EXPECT_FALSE(q2.is_eog(151648));  // <think>
   const Tokenizer& q3 = tokenizer_for("tiny-random-qwen3-f16");
   EXPECT_TRUE(q3.is_eog(151645));  // <|im_end|> (EOS)
@@ -136,13 +138,13 @@ TEST(TokenizerBpeMetadata, EndOfGeneration) {
   EXPECT_EQ(q3.token_id("</think>"), 151668);
   EXPECT_FALSE(q3.is_eog(q3.token_id("<|im_start|>")));
   const Tokenizer& l3 = tokenizer_for("tiny-random-llama3-f16");
-  EXPECT_TRUE(l3.is_eog(128009));  // <|eot_id|> (EOS)
-  EXPECT_TRUE(l3.is_eog(128001));  // <|end_of_text|>
-  EXPECT_TRUE(l3.is_eog(128008));  // <|eom_id|>
+  EXPECT_TRUE(l3.is_eog(128009));   // <|eot_id|> (EOS)
+  EXPECT_TRUE(l3.is_eog(128001));   // <|end_of_text|>
+  EXPECT_TRUE(l3.is_eog(128008));   // <|eom_id|>
   EXPECT_FALSE(l3.is_eog(128000));  // <|begin_of_text|>
   const Tokenizer& p3 = tokenizer_for("tiny-random-phi3-f16");
-  EXPECT_TRUE(p3.is_eog(32000));  // <|endoftext|> (EOS)
-  EXPECT_TRUE(p3.is_eog(32007));  // <|end|>
+  EXPECT_TRUE(p3.is_eog(32000));   // <|endoftext|> (EOS)
+  EXPECT_TRUE(p3.is_eog(32007));   // <|end|>
   EXPECT_FALSE(p3.is_eog(32010));  // <|user|>
 }
 
@@ -187,7 +189,8 @@ TEST(TokenizerBpeRobustness, InvalidUtf8AndLongRuns) {
 TEST(TokenizerBpeSpeed, HundredKilobytesWellUnderASecond) {
   std::ifstream in(test::shared_path("data/wikitext-2-raw/wiki.test.raw"), std::ios::binary);
   ASSERT_TRUE(in);
-  const std::string text = std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()).substr(0, 100 * 1024);
+  const std::string text =
+      std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()).substr(0, 100 * 1024);
   for (const char* stem : {"tiny-random-qwen3-f16", "tiny-random-llama3-f16"}) {
     const Tokenizer& t = tokenizer_for(stem);
     const auto start = std::chrono::steady_clock::now();

@@ -39,7 +39,8 @@ bool regex_available() { return std::system("python3 -c 'import regex' >/dev/nul
 void check(tok::BpePre pre, const std::string& name) {
   if (!regex_available()) {
     const char* ci = std::getenv("CI");
-    if (ci && std::string(ci) == "true") FAIL() << "python3 regex missing under CI=true (scripts/setup.sh installs python3-regex)";
+    if (ci && std::string(ci) == "true")
+      FAIL() << "python3 regex missing under CI=true (scripts/setup.sh installs python3-regex)";
     GTEST_SKIP() << "python3 regex not installed (apt-get install python3-regex)";
   }
   const std::vector<std::string> ts = texts();
@@ -47,7 +48,7 @@ void check(tok::BpePre pre, const std::string& name) {
   fs::create_directories(dir);
   std::ofstream(dir / "in.json") << json{{"pre", name}, {"texts", ts}}.dump();
   const std::string cmd = "python3 '" + std::string(KVEVICT_SOURCE_DIR) + "/tests/bpe_regex_reference.py' '" +
-                          (dir / "in.json").string() + "' '" + (dir / "out.json").string() + "'";
+      (dir / "in.json").string() + "' '" + (dir / "out.json").string() + "'";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream out(dir / "out.json");
   const auto want = json::parse(out).get<std::vector<std::vector<std::string>>>();

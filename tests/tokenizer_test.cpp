@@ -28,8 +28,8 @@ constexpr const char* kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 // Builds a vocabulary laid out like llama's: 0 <unk>, 1 <s>, 2 </s>, then (optionally) the 256
 // byte pieces <0x00>..<0xFF>, then `extra` (piece, score). Types are left empty so the
 // constructor infers them.
-Tokenizer make_tokenizer(const std::vector<std::pair<std::string, float>>& extra,
-                         bool add_space_prefix = true, bool with_bytes = true, int32_t unk = 0) {
+Tokenizer make_tokenizer(const std::vector<std::pair<std::string, float>>& extra, bool add_space_prefix = true,
+                         bool with_bytes = true, int32_t unk = 0) {
   std::vector<std::string> pieces = {"<unk>", "<s>", "</s>"};
   if (with_bytes) {
     for (int b = 0; b < 256; ++b) {
@@ -104,8 +104,16 @@ TEST(TokenizerSynthetic, ByteFallbackForMultiByteUtf8) {
 // the piece "a". A truncated sequence at the end is clamped to the bytes that remain.
 TEST(TokenizerSynthetic, InvalidUtf8FollowsLlamaCppSegmentation) {
   Tokenizer t = make_tokenizer({{"a", -1}}, false);
-  EXPECT_EQ(pieces_of(t, t.encode("a\x80" "a", false)), (Pieces{"a", "<0x80>", "a"}));
-  EXPECT_EQ(pieces_of(t, t.encode("\xC3" "aa", false)), (Pieces{"<0xC3>", "<0x61>", "a"}));
+  EXPECT_EQ(pieces_of(t,
+                      t.encode("a\x80"
+                               "a",
+                               false)),
+            (Pieces{"a", "<0x80>", "a"}));
+  EXPECT_EQ(pieces_of(t,
+                      t.encode("\xC3"
+                               "aa",
+                               false)),
+            (Pieces{"<0xC3>", "<0x61>", "a"}));
   EXPECT_EQ(pieces_of(t, t.encode("a\xE2\x98", false)), (Pieces{"a", "<0xE2>", "<0x98>"}));
 }
 
@@ -113,12 +121,10 @@ TEST(TokenizerSynthetic, InvalidUtf8FollowsLlamaCppSegmentation) {
 // without the flag nothing is prepended.
 TEST(TokenizerSynthetic, SpacePrefixAndSpaceEscaping) {
   const std::string sp = kSpace;
-  Tokenizer t = make_tokenizer({{sp, -5}, {"h", -5}, {"i", -5}, {sp + "h", -1}, {"hi", -2},
-                                {sp + "hi", -3}});
+  Tokenizer t = make_tokenizer({{sp, -5}, {"h", -5}, {"i", -5}, {sp + "h", -1}, {"hi", -2}, {sp + "hi", -3}});
   EXPECT_EQ(pieces_of(t, t.encode("hi", false)), (Pieces{sp + "hi"}));
   EXPECT_EQ(pieces_of(t, t.encode("hi hi", true)), (Pieces{"<s>", sp + "hi", sp + "hi"}));
-  Tokenizer u = make_tokenizer({{sp, -5}, {"h", -5}, {"i", -5}, {sp + "h", -1}, {"hi", -2},
-                                {sp + "hi", -3}}, false);
+  Tokenizer u = make_tokenizer({{sp, -5}, {"h", -5}, {"i", -5}, {sp + "h", -1}, {"hi", -2}, {sp + "hi", -3}}, false);
   EXPECT_EQ(pieces_of(u, u.encode("hi", false)), (Pieces{"hi"}));
   EXPECT_EQ(pieces_of(u, u.encode(" hi", false)), (Pieces{sp + "hi"}));
 }
@@ -145,9 +151,9 @@ TEST(TokenizerSynthetic, EmptyString) {
 TEST(TokenizerSynthetic, PieceAndDecodeRoundTrip) {
   const std::string sp = kSpace;
   Tokenizer t = make_tokenizer({{sp, -5}, {"h", -5}, {"i", -5}, {sp + "h", -1}, {sp + "hi", -3}});
-  EXPECT_EQ(t.piece(0), "");   // <unk>
-  EXPECT_EQ(t.piece(1), "");   // <s>
-  EXPECT_EQ(t.piece(2), "");   // </s>
+  EXPECT_EQ(t.piece(0), "");  // <unk>
+  EXPECT_EQ(t.piece(1), "");  // <s>
+  EXPECT_EQ(t.piece(2), "");  // </s>
   EXPECT_EQ(t.piece(3 + 0x0A), "\n");
   EXPECT_EQ(t.piece(3 + 0xC3), std::string(1, '\xC3'));
   EXPECT_EQ(t.raw_piece(3 + 0x0A), "<0x0A>");
@@ -264,7 +270,9 @@ class MiniGguf {
     s.append(b, sizeof(T));
   }
   template <typename T>
-  void put(T v) { append(body_, v); }
+  void put(T v) {
+    append(body_, v);
+  }
   void put_str(const std::string& v) {
     put(static_cast<uint64_t>(v.size()));
     body_ += v;
@@ -454,8 +462,7 @@ TEST(TokenizerStories260K, MatchesLlamaCppIds) {
   ASSERT_EQ(ref.at("tokenize").size(), 6u);
   for (const auto& c : ref.at("tokenize")) {
     const std::string text = c.at("text").get<std::string>();
-    EXPECT_EQ(t.encode(text, c.at("add_bos").get<bool>()), c.at("ids").get<std::vector<int32_t>>())
-        << "text: " << text;
+    EXPECT_EQ(t.encode(text, c.at("add_bos").get<bool>()), c.at("ids").get<std::vector<int32_t>>()) << "text: " << text;
   }
 }
 
@@ -471,8 +478,7 @@ TEST(TokenizerStories260K, DecodesGreedyReference) {
 // exactly one extra leading space from add_space_prefix; BOS decodes to nothing.
 TEST(TokenizerStories260K, WikitextRoundTrip200KB) {
   const Tokenizer& t = stories_tokenizer();
-  const std::string text =
-      read_file(test::shared_path("data/wikitext-2-raw/wiki.test.raw")).substr(0, 200 * 1024);
+  const std::string text = read_file(test::shared_path("data/wikitext-2-raw/wiki.test.raw")).substr(0, 200 * 1024);
   ASSERT_EQ(text.size(), 200u * 1024u);
   const std::vector<int32_t> ids = t.encode(text, true);
   ASSERT_FALSE(ids.empty());
@@ -489,8 +495,7 @@ TEST(TokenizerStories260K, WikitextFullTokenCount) {
   const auto start = std::chrono::steady_clock::now();
   const std::vector<int32_t> ids = t.encode(text, true);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("wiki.test.raw: %zu bytes -> %zu tokens (with BOS), encoded in %.3f s\n", text.size(),
-              ids.size(), secs);
+  std::printf("wiki.test.raw: %zu bytes -> %zu tokens (with BOS), encoded in %.3f s\n", text.size(), ids.size(), secs);
   EXPECT_LT(secs, 10.0);
 }
 

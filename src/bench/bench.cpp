@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <thread>
 #include <memory>
 #include <sstream>
+#include <thread>
 
 #include "engine/engine.h"
 #include "eviction/registry.h"
@@ -35,7 +35,7 @@ int64_t weight_bytes_per_step(const LlamaModel& m) {
   int64_t b = 0;
   for (const LlamaLayer& L : m.layers())
     b += mat(L.wq) + mat(L.wk) + mat(L.wv) + mat(L.wo) + mat(L.w_gate) + mat(L.w_up) + mat(L.w_down) +
-         static_cast<int64_t>((L.attn_norm.size() + L.ffn_norm.size()) * sizeof(float));
+        static_cast<int64_t>((L.attn_norm.size() + L.ffn_norm.size()) * sizeof(float));
   b += mat(m.output()) + m.token_embedding().row_bytes;
   return b;
 }
@@ -237,8 +237,8 @@ Summary time_decode_steps(Engine& engine, Sequence& seq, int steps, int reps, st
 
 // Decode row measurements that do not depend on the roofline (filled in later).
 struct DecodeRow {
-  Summary step_s;      ///< seconds per step
-  double bytes = 0;    ///< weights + live keys/values read per step
+  Summary step_s;    ///< seconds per step
+  double bytes = 0;  ///< weights + live keys/values read per step
   int64_t context = 0;
 };
 
@@ -246,7 +246,8 @@ struct DecodeRow {
 DecodeRow short_decode(Engine& engine, const DecodeBenchConfig& cfg) {
   const LlamaModel& m = engine.model();
   std::vector<float> logits;
-  const auto seq = engine.new_sequence(0, make_policy("full"), {}, kPromptLen, 2 + int64_t{cfg.common.reps} * cfg.steps);
+  const auto seq =
+      engine.new_sequence(0, make_policy("full"), {}, kPromptLen, 2 + int64_t{cfg.common.reps} * cfg.steps);
   engine.prefill(*seq, random_tokens(kPromptLen, m.config().n_vocab, cfg.common.seed), logits);
   DecodeRow r;
   r.step_s = time_decode_steps(engine, *seq, cfg.steps, cfg.common.reps, logits);
@@ -302,7 +303,8 @@ std::string type_mix(const LlamaModel& m) {
   std::sort(order.begin(), order.end());
   std::string out;
   for (const auto& [nb, name] : order)
-    out += fmt::format("{}{} {:.0f}%", out.empty() ? "" : ", ", name, 100.0 * static_cast<double>(-nb) / static_cast<double>(total));
+    out += fmt::format("{}{} {:.0f}%", out.empty() ? "" : ", ", name,
+                       100.0 * static_cast<double>(-nb) / static_cast<double>(total));
   return out;
 }
 
@@ -311,9 +313,9 @@ void print_prefill_table(const nlohmann::json& rows) {
   fmt::print("| model | --type | prompt tokens | prefill ms (min-max) | tok/s |\n|---|---|---|---|---|\n");
   for (const nlohmann::json& r : rows) {
     const nlohmann::json& ms = r["prefill_ms"];
-    fmt::print("| {} | {} | {} | {:.1f} ({:.1f}-{:.1f}) | {:.1f} |\n", r["model"].get<std::string>(), r["type"].get<std::string>(),
-               r["prompt_tokens"].get<int64_t>(), ms["median"].get<double>(), ms["min"].get<double>(), ms["max"].get<double>(),
-               r["tok_per_s"].get<double>());
+    fmt::print("| {} | {} | {} | {:.1f} ({:.1f}-{:.1f}) | {:.1f} |\n", r["model"].get<std::string>(),
+               r["type"].get<std::string>(), r["prompt_tokens"].get<int64_t>(), ms["median"].get<double>(),
+               ms["min"].get<double>(), ms["max"].get<double>(), r["tok_per_s"].get<double>());
   }
 }
 
@@ -325,18 +327,19 @@ nlohmann::json bench_decode_types(const DecodeBenchConfig& cfg) {
   std::vector<SynthTypes> types;
   for (const std::string& t : cfg.types) types.push_back(parse_synth_types(t));  // all names checked first
   std::filesystem::create_directories(cfg.synth_dir);
-  nlohmann::json out = {{"shape", cfg.shape}, {"types", cfg.types}, {"kv_type", kv_type_name(cfg.common.kv_type)},
+  nlohmann::json out = {{"shape", cfg.shape},      {"types", cfg.types}, {"kv_type", kv_type_name(cfg.common.kv_type)},
                         {"reps", cfg.common.reps}, {"steps", cfg.steps}, {"load_before", load_average()}};
   print_load("before");
   Summary bw_before, rbw_before;
   {
-    ThreadPool pool(cfg.common.threads > 0 ? cfg.common.threads : static_cast<int>(std::thread::hardware_concurrency()));
+    ThreadPool pool(cfg.common.threads > 0 ? cfg.common.threads
+                                           : static_cast<int>(std::thread::hardware_concurrency()));
     bw_before = copy_bandwidth_gbps(pool, int64_t{256} << 20, cfg.common.reps);
     rbw_before = read_bandwidth_gbps(pool, int64_t{256} << 20, cfg.common.reps);
     out["threads"] = pool.size();
   }
-  fmt::print("# copy bandwidth before: best {:.2f} GB/s (median {:.2f}, min {:.2f}); read-only: best {:.2f}\n", bw_before.max,
-             bw_before.median, bw_before.min, rbw_before.max);
+  fmt::print("# copy bandwidth before: best {:.2f} GB/s (median {:.2f}, min {:.2f}); read-only: best {:.2f}\n",
+             bw_before.max, bw_before.median, bw_before.min, rbw_before.max);
   std::vector<DecodeRow> rows;
   nlohmann::json prefill = nlohmann::json::array(), models = nlohmann::json::array();
   for (const SynthTypes& t : types) {
@@ -352,9 +355,12 @@ nlohmann::json bench_decode_types(const DecodeBenchConfig& cfg) {
     c.model = path;
     Loaded L = load(c);
     rows.push_back(short_decode(*L.engine, cfg));
-    models.push_back({{"type", t.name}, {"path", path}, {"mix", type_mix(*L.model)},
+    models.push_back({{"type", t.name},
+                      {"path", path},
+                      {"mix", type_mix(*L.model)},
                       {"weight_mib", static_cast<double>(weight_bytes_per_step(*L.model)) / (1 << 20)}});
-    fmt::print("# {}: {:.2f} tok/s ({})\n", t.name, 1.0 / rows.back().step_s.median, models.back()["mix"].get<std::string>());
+    fmt::print("# {}: {:.2f} tok/s ({})\n", t.name, 1.0 / rows.back().step_s.median,
+               models.back()["mix"].get<std::string>());
     std::fflush(stdout);
     for (int64_t P : cfg.prefill_lengths) {
       nlohmann::json p = prefill_json(*L.engine, P, c);
@@ -365,19 +371,24 @@ nlohmann::json bench_decode_types(const DecodeBenchConfig& cfg) {
   }
   Summary bw_after, rbw_after;
   {
-    ThreadPool pool(cfg.common.threads > 0 ? cfg.common.threads : static_cast<int>(std::thread::hardware_concurrency()));
+    ThreadPool pool(cfg.common.threads > 0 ? cfg.common.threads
+                                           : static_cast<int>(std::thread::hardware_concurrency()));
     bw_after = copy_bandwidth_gbps(pool, int64_t{256} << 20, cfg.common.reps);
     rbw_after = read_bandwidth_gbps(pool, int64_t{256} << 20, cfg.common.reps);
   }
-  fmt::print("# copy bandwidth after: best {:.2f} GB/s (median {:.2f}, min {:.2f}); read-only: best {:.2f}\n", bw_after.max,
-             bw_after.median, bw_after.min, rbw_after.max);
+  fmt::print("# copy bandwidth after: best {:.2f} GB/s (median {:.2f}, min {:.2f}); read-only: best {:.2f}\n",
+             bw_after.max, bw_after.median, bw_after.min, rbw_after.max);
   const double copy = std::max(bw_before.max, bw_after.max), read = std::max(rbw_before.max, rbw_after.max);
   out["copy_bandwidth_gbps"] = {{"before", bw_before.to_json()}, {"after", bw_after.to_json()}, {"roofline", copy}};
   out["read_bandwidth_gbps"] = {{"before", rbw_before.to_json()}, {"after", rbw_after.to_json()}, {"roofline", read}};
-  fmt::print("\n## decode, full cache, short context ({} tokens), {} shape; roofline = best copy bandwidth of the run, {:.2f} GB/s\n",
-             kPromptLen, cfg.shape, copy);
-  fmt::print("| model | --type | matrix types (bytes) | MiB/token | tok/s | step ms (min-max) | GB/s | % of copy roofline | % of read roofline |\n"
-             "|---|---|---|---|---|---|---|---|---|\n");
+  fmt::print(
+      "\n## decode, full cache, short context ({} tokens), {} shape; roofline = best copy bandwidth of the run, {:.2f} "
+      "GB/s\n",
+      kPromptLen, cfg.shape, copy);
+  fmt::print(
+      "| model | --type | matrix types (bytes) | MiB/token | tok/s | step ms (min-max) | GB/s | % of copy roofline | % "
+      "of read roofline |\n"
+      "|---|---|---|---|---|---|---|---|---|\n");
   nlohmann::json decode = nlohmann::json::array();
   for (size_t i = 0; i < rows.size(); ++i) {
     nlohmann::json j = decode_row_json(rows[i], copy, read);
@@ -385,10 +396,10 @@ nlohmann::json bench_decode_types(const DecodeBenchConfig& cfg) {
     j["mix"] = models[i]["mix"];
     decode.push_back(j);
     const DecodeRow& r = rows[i];
-    fmt::print("| {} | {} | {} | {:.1f} | {:.2f} | {:.2f} ({:.2f}-{:.2f}) | {:.2f} | {:.1f}% | {:.1f}% |\n", cfg.shape, types[i].name,
-               models[i]["mix"].get<std::string>(), r.bytes / (1 << 20), 1.0 / r.step_s.median, r.step_s.median * 1e3,
-               r.step_s.min * 1e3, r.step_s.max * 1e3, j["achieved_gbps"].get<double>(), j["roofline_pct"].get<double>(),
-               j["read_roofline_pct"].get<double>());
+    fmt::print("| {} | {} | {} | {:.1f} | {:.2f} | {:.2f} ({:.2f}-{:.2f}) | {:.2f} | {:.1f}% | {:.1f}% |\n", cfg.shape,
+               types[i].name, models[i]["mix"].get<std::string>(), r.bytes / (1 << 20), 1.0 / r.step_s.median,
+               r.step_s.median * 1e3, r.step_s.min * 1e3, r.step_s.max * 1e3, j["achieved_gbps"].get<double>(),
+               j["roofline_pct"].get<double>(), j["read_roofline_pct"].get<double>());
   }
   out["decode"] = decode;
   out["models"] = models;
@@ -411,8 +422,10 @@ nlohmann::json bench_decode(const DecodeBenchConfig& cfg) {
   print_load("before");
   const Summary bw = copy_bandwidth_gbps(engine.pool(), int64_t{256} << 20, cfg.common.reps);
   out["copy_bandwidth_gbps"] = bw.to_json();
-  fmt::print("# STREAM-style copy bandwidth: best {:.2f} GB/s (median {:.2f}, min {:.2f}); the roofline uses the best, as STREAM does\n",
-             bw.max, bw.median, bw.min);
+  fmt::print(
+      "# STREAM-style copy bandwidth: best {:.2f} GB/s (median {:.2f}, min {:.2f}); the roofline uses the best, as "
+      "STREAM does\n",
+      bw.max, bw.median, bw.min);
   const Summary rbw = read_bandwidth_gbps(engine.pool(), int64_t{256} << 20, cfg.common.reps);
   out["read_bandwidth_gbps"] = rbw.to_json();
   fmt::print("# read-only bandwidth: best {:.2f} GB/s (median {:.2f}, min {:.2f})\n", rbw.max, rbw.median, rbw.min);
@@ -424,9 +437,12 @@ nlohmann::json bench_decode(const DecodeBenchConfig& cfg) {
   const std::string mix = type_mix(m);
   out["mix"] = mix;
 
-  const auto time_steps = [&](Sequence& seq, int steps) { return time_decode_steps(engine, seq, steps, cfg.common.reps, logits); };
+  const auto time_steps = [&](Sequence& seq, int steps) {
+    return time_decode_steps(engine, seq, steps, cfg.common.reps, logits);
+  };
   const auto roofline_row = [&](const Summary& step_s, int64_t slots) {
-    return decode_row_json(DecodeRow{step_s, static_cast<double>(wbytes + kv_bytes_per_step(shape, slots)), slots}, bw.max, rbw.max);
+    return decode_row_json(DecodeRow{step_s, static_cast<double>(wbytes + kv_bytes_per_step(shape, slots)), slots},
+                           bw.max, rbw.max);
   };
 
   // 1. Short context, full cache.
@@ -437,10 +453,13 @@ nlohmann::json bench_decode(const DecodeBenchConfig& cfg) {
     out["short_context"] = row;
     fmt::print("\n## decode, full cache, short context ({} tokens), {} weights {:.1f} MiB\n", kPromptLen, mix,
                static_cast<double>(wbytes) / (1 << 20));
-    fmt::print("| tok/s | step ms (min-max) | MB/token | GB/s | copy-roofline tok/s | % of copy roofline | % of read roofline |\n|---|---|---|---|---|---|---|\n");
-    fmt::print("| {:.2f} | {:.2f} ({:.2f}-{:.2f}) | {:.1f} | {:.2f} | {:.2f} | {:.1f}% | {:.1f}% |\n", row["tok_per_s"].get<double>(),
-               s.median * 1e3, s.min * 1e3, s.max * 1e3, row["bytes_per_token"].get<double>() / 1e6,
-               row["achieved_gbps"].get<double>(), row["roofline_tok_per_s"].get<double>(), row["roofline_pct"].get<double>(),
+    fmt::print(
+        "| tok/s | step ms (min-max) | MB/token | GB/s | copy-roofline tok/s | % of copy roofline | % of read roofline "
+        "|\n|---|---|---|---|---|---|---|\n");
+    fmt::print("| {:.2f} | {:.2f} ({:.2f}-{:.2f}) | {:.1f} | {:.2f} | {:.2f} | {:.1f}% | {:.1f}% |\n",
+               row["tok_per_s"].get<double>(), s.median * 1e3, s.min * 1e3, s.max * 1e3,
+               row["bytes_per_token"].get<double>() / 1e6, row["achieved_gbps"].get<double>(),
+               row["roofline_tok_per_s"].get<double>(), row["roofline_pct"].get<double>(),
                row["read_roofline_pct"].get<double>());
   }
   if (!cfg.prefill_lengths.empty()) {
@@ -461,8 +480,11 @@ nlohmann::json bench_decode(const DecodeBenchConfig& cfg) {
   }
 
   // 2. Step time vs generated length, full vs bounded.
-  fmt::print("\n## decode step time vs generated length (full vs {} B = {}, r = {})\n", cfg.policy, cfg.budget, cfg.common.recent);
-  fmt::print("| generated | mode | live slots | step ms (min-max) | tok/s | % of roofline | vs first length |\n|---|---|---|---|---|---|---|\n");
+  fmt::print("\n## decode step time vs generated length (full vs {} B = {}, r = {})\n", cfg.policy, cfg.budget,
+             cfg.common.recent);
+  fmt::print(
+      "| generated | mode | live slots | step ms (min-max) | tok/s | % of roofline | vs first length "
+      "|\n|---|---|---|---|---|---|---|\n");
   nlohmann::json sweep = nlohmann::json::array();
   double first_full = 0, first_bounded = 0;
   for (int64_t len : cfg.lengths) {
@@ -491,9 +513,9 @@ nlohmann::json bench_decode(const DecodeBenchConfig& cfg) {
       row["rounds"] = seq->stats.rounds;
       row["ratio_to_first"] = s.median / first;
       sweep.push_back(row);
-      fmt::print("| {} | {} | {} | {:.2f} ({:.2f}-{:.2f}) | {:.2f} | {:.1f}% | {:.3f}x |\n", len, bounded ? "bounded" : "full",
-                 slots0, s.median * 1e3, s.min * 1e3, s.max * 1e3, 1.0 / s.median, row["roofline_pct"].get<double>(),
-                 s.median / first);
+      fmt::print("| {} | {} | {} | {:.2f} ({:.2f}-{:.2f}) | {:.2f} | {:.1f}% | {:.3f}x |\n", len,
+                 bounded ? "bounded" : "full", slots0, s.median * 1e3, s.min * 1e3, s.max * 1e3, 1.0 / s.median,
+                 row["roofline_pct"].get<double>(), s.median / first);
       std::fflush(stdout);
       if (cfg.common.on_cell) cfg.common.on_cell(fmt::format("{} {}", len, bounded ? "bounded" : "full"));
     }
@@ -517,8 +539,11 @@ nlohmann::json bench_evict_round(const EvictBenchConfig& cfg) {
   const auto prompt = random_tokens(kPromptLen, V, cfg.common.seed);
   std::vector<float> logits;
   nlohmann::json rows = nlohmann::json::array(), skipped = nlohmann::json::array();
-  fmt::print("\n## eviction round cost per layer (ms; median over {} rounds, min-max), r = {}\n", cfg.common.reps, cfg.common.recent);
-  fmt::print("| policy | B | score ms/layer | compact ms/layer | total ms/layer | total (min-max) |\n|---|---|---|---|---|---|\n");
+  fmt::print("\n## eviction round cost per layer (ms; median over {} rounds, min-max), r = {}\n", cfg.common.reps,
+             cfg.common.recent);
+  fmt::print(
+      "| policy | B | score ms/layer | compact ms/layer | total ms/layer | total (min-max) "
+      "|\n|---|---|---|---|---|---|\n");
   for (const std::string& name : policy_list(cfg.policies, true)) {
     for (int64_t B : cfg.budgets) {
       try {
@@ -544,11 +569,17 @@ nlohmann::json bench_evict_round(const EvictBenchConfig& cfg) {
           total.push_back(score.back() + compact.back());
         }
         const Summary ss = summarize(score), cs = summarize(compact), ts = summarize(total);
-        rows.push_back({{"policy", pol.name}, {"budget", B}, {"rounds_timed", score.size()}, {"score_ms_per_layer", ss.to_json()},
-                        {"compact_ms_per_layer", cs.to_json()}, {"total_ms_per_layer", ts.to_json()}});
-        fmt::print("| {} | {} | {:.4f} | {:.4f} | {:.4f} | {:.4f}-{:.4f}{} |\n", pol.name, B, ss.median, cs.median, ts.median,
-                   ts.min, ts.max,
-                   static_cast<int>(score.size()) < cfg.common.reps ? fmt::format(" ({} rounds: time cap)", score.size()) : "");
+        rows.push_back({{"policy", pol.name},
+                        {"budget", B},
+                        {"rounds_timed", score.size()},
+                        {"score_ms_per_layer", ss.to_json()},
+                        {"compact_ms_per_layer", cs.to_json()},
+                        {"total_ms_per_layer", ts.to_json()}});
+        fmt::print("| {} | {} | {:.4f} | {:.4f} | {:.4f} | {:.4f}-{:.4f}{} |\n", pol.name, B, ss.median, cs.median,
+                   ts.median, ts.min, ts.max,
+                   static_cast<int>(score.size()) < cfg.common.reps
+                       ? fmt::format(" ({} rounds: time cap)", score.size())
+                       : "");
         if (cfg.common.on_cell) cfg.common.on_cell(fmt::format("{} B={}", pol.name, B));
         std::fflush(stdout);
       } catch (const Error& e) {
@@ -644,27 +675,35 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
   out["recent"] = cfg.common.recent;
   out["start_length"] = cfg.start_length;
   out["pool_bytes"] = cfg.pool_bytes;
-  nlohmann::json iso_batch = nlohmann::json::array(), iso_mem = nlohmann::json::array(), skipped = nlohmann::json::array();
+  nlohmann::json iso_batch = nlohmann::json::array(), iso_mem = nlohmann::json::array(),
+                 skipped = nlohmann::json::array();
 
   if (cfg.iso_batch) {
-    fmt::print("\n## iso-batch: batch {}, B = {}, r = {}, timed from {} generated tokens ({} steps x {} reps)\n", cfg.batch,
-               cfg.budget, cfg.common.recent, cfg.start_length, cfg.steps, cfg.common.reps);
-    fmt::print("| policy | tok/s | step ms (min-max) | of which rounds ms | of which observing ms | KV MiB/seq |\n|---|---|---|---|---|---|\n");
+    fmt::print("\n## iso-batch: batch {}, B = {}, r = {}, timed from {} generated tokens ({} steps x {} reps)\n",
+               cfg.batch, cfg.budget, cfg.common.recent, cfg.start_length, cfg.steps, cfg.common.reps);
+    fmt::print(
+        "| policy | tok/s | step ms (min-max) | of which rounds ms | of which observing ms | KV MiB/seq "
+        "|\n|---|---|---|---|---|---|\n");
   }
   for (const std::string& name : cfg.iso_batch ? policy_list(cfg.policies, false) : std::vector<std::string>{}) {
     try {
       const Policy pol = policy_with_params(name, cfg.params);
       const ThroughputRun r = run_batch(engine, pol, cfg, cfg.batch);
-      iso_batch.push_back({{"policy", pol.name}, {"batch", cfg.batch}, {"tok_per_s", r.tok_per_s},
-                           {"round_ms_per_step", r.round_ms_per_step}, {"observe_ms_per_step", r.observe_ms_per_step},
-                           {"step_ms", r.step_ms.to_json()}, {"kv_bytes_per_seq", r.kv_bytes_per_seq},
+      iso_batch.push_back({{"policy", pol.name},
+                           {"batch", cfg.batch},
+                           {"tok_per_s", r.tok_per_s},
+                           {"round_ms_per_step", r.round_ms_per_step},
+                           {"observe_ms_per_step", r.observe_ms_per_step},
+                           {"step_ms", r.step_ms.to_json()},
+                           {"kv_bytes_per_seq", r.kv_bytes_per_seq},
                            {"rounds_timed", r.rounds_timed}});
       if (pol.evicts && r.rounds_timed == 0)
-        fmt::print(stderr, "kvevict: warning: bench throughput: no eviction round fell inside the {} timed steps of '{}' "
-                           "(a round comes every r = {} steps per sequence): its rounds cost is not measured\n",
+        fmt::print(stderr,
+                   "kvevict: warning: bench throughput: no eviction round fell inside the {} timed steps of '{}' "
+                   "(a round comes every r = {} steps per sequence): its rounds cost is not measured\n",
                    int64_t{cfg.common.reps} * cfg.steps, pol.name, cfg.common.recent);
-      fmt::print("| {} | {:.2f} | {:.2f} ({:.2f}-{:.2f}) | {:.2f} | {:.2f} | {:.1f} |\n", pol.name, r.tok_per_s, r.step_ms.median,
-                 r.step_ms.min, r.step_ms.max, r.round_ms_per_step, r.observe_ms_per_step,
+      fmt::print("| {} | {:.2f} | {:.2f} ({:.2f}-{:.2f}) | {:.2f} | {:.2f} | {:.1f} |\n", pol.name, r.tok_per_s,
+                 r.step_ms.median, r.step_ms.min, r.step_ms.max, r.round_ms_per_step, r.observe_ms_per_step,
                  static_cast<double>(r.kv_bytes_per_seq) / (1 << 20));
       std::fflush(stdout);
       if (cfg.common.on_cell) cfg.common.on_cell("iso-batch " + pol.name);
@@ -677,7 +716,9 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
   if (cfg.iso_memory) {
     fmt::print("\n## iso-memory: KV pool {:.0f} MiB, bytes per slot across layers and heads {}\n",
                static_cast<double>(cfg.pool_bytes) / (1 << 20), slot_bytes);
-    fmt::print("| policy | slots/seq | max batch = pool / (slots x bytes) | run batch | allocated = predicted | tok/s | rounds ms/step |\n|---|---|---|---|---|---|---|\n");
+    fmt::print(
+        "| policy | slots/seq | max batch = pool / (slots x bytes) | run batch | allocated = predicted | tok/s | "
+        "rounds ms/step |\n|---|---|---|---|---|---|---|\n");
   }
   for (const std::string& name : cfg.iso_memory ? policy_list(cfg.policies, false) : std::vector<std::string>{}) {
     try {
@@ -693,10 +734,16 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
       const int run = static_cast<int>(std::min<int64_t>(max_batch, cfg.max_batch));
       const ThroughputRun r = run_batch(engine, pol, cfg, run);
       const bool exact = r.kv_bytes_per_seq == slots * slot_bytes;
-      iso_mem.push_back({{"policy", pol.name}, {"slots_per_seq", slots}, {"max_batch", max_batch}, {"run_batch", run},
-                         {"capped", run < max_batch}, {"allocated_bytes_per_seq", r.kv_bytes_per_seq},
-                         {"predicted_bytes_per_seq", slots * slot_bytes}, {"tok_per_s", r.tok_per_s},
-                         {"round_ms_per_step", r.round_ms_per_step}, {"observe_ms_per_step", r.observe_ms_per_step},
+      iso_mem.push_back({{"policy", pol.name},
+                         {"slots_per_seq", slots},
+                         {"max_batch", max_batch},
+                         {"run_batch", run},
+                         {"capped", run < max_batch},
+                         {"allocated_bytes_per_seq", r.kv_bytes_per_seq},
+                         {"predicted_bytes_per_seq", slots * slot_bytes},
+                         {"tok_per_s", r.tok_per_s},
+                         {"round_ms_per_step", r.round_ms_per_step},
+                         {"observe_ms_per_step", r.observe_ms_per_step},
                          {"step_ms", r.step_ms.to_json()}});
       fmt::print("| {} | {} | {} | {}{} | {} | {:.2f} | {:.2f} |\n", pol.name, slots, max_batch, run,
                  run < max_batch ? " (capped)" : "", exact ? "yes" : "NO", r.tok_per_s, r.round_ms_per_step);

@@ -55,12 +55,12 @@ Summary read_bandwidth_gbps(ThreadPool& pool, int64_t bytes, int reps);
 
 /// Options shared by the bench modes.
 struct BenchCommon {
-  std::string model;       ///< GGUF path
-  int threads = 0;         ///< 0 = all cores
+  std::string model;  ///< GGUF path
+  int threads = 0;    ///< 0 = all cores
   KvType kv_type = KvType::F32;
-  int reps = 5;            ///< repetitions per figure
+  int reps = 5;  ///< repetitions per figure
   uint64_t seed = 0;
-  int64_t recent = 64;     ///< r
+  int64_t recent = 64;  ///< r
   /// Called after each measured cell (a sweep length, a (policy, B) pair, a policy of a table)
   /// with a short label; the CLI drives its progress display from it. May be empty.
   std::function<void(const std::string& label)> on_cell;
@@ -73,38 +73,38 @@ struct DecodeBenchConfig {
   BenchCommon common;
   std::string shape;                             ///< synth shape name; empty: use common.model
   std::vector<std::string> types = {"q8_0"};     ///< synth weight types / mixes (SynthTypes)
-  std::string synth_dir = "out/bench-models";   ///< synthesised files, reused when present (same shape, type, seed)
+  std::string synth_dir = "out/bench-models";    ///< synthesised files, reused when present (same shape, type, seed)
   std::vector<int64_t> prefill_lengths = {128};  ///< prompt tokens of the prefill table (empty: no table)
   bool sweep = true;                             ///< run the length sweep (only with a single model)
-  int steps = 32;                          ///< decode steps timed per repetition
+  int steps = 32;                                ///< decode steps timed per repetition
   std::vector<int64_t> lengths = {1024, 2048, 4096, 8192, 16384, 32768};  ///< generated tokens
-  int64_t max_length = 32768;              ///< lengths above this are skipped
-  int64_t budget = 1024;                   ///< B of the bounded runs
-  std::string policy = "random";           ///< policy of the bounded runs
+  int64_t max_length = 32768;                                             ///< lengths above this are skipped
+  int64_t budget = 1024;                                                  ///< B of the bounded runs
+  std::string policy = "random";                                          ///< policy of the bounded runs
 };
 
 /// `bench evict-round`.
 struct EvictBenchConfig {
   BenchCommon common;
   std::vector<int64_t> budgets = {256, 1024, 4096};
-  std::vector<std::string> policies;       ///< empty: every evicting policy of the registry
-  std::vector<std::string> params;         ///< "policy:key=value" (that policy) or "key=value"
-  int warmup_steps = 64;                   ///< real decode steps before the first timed round
-  double max_cell_seconds = 60;            ///< stop repeating a (policy, B) cell after this (>= 1 round; noted)
+  std::vector<std::string> policies;  ///< empty: every evicting policy of the registry
+  std::vector<std::string> params;    ///< "policy:key=value" (that policy) or "key=value"
+  int warmup_steps = 64;              ///< real decode steps before the first timed round
+  double max_cell_seconds = 60;       ///< stop repeating a (policy, B) cell after this (>= 1 round; noted)
 };
 
 /// `bench throughput`.
 struct ThroughputBenchConfig {
   BenchCommon common;
-  int batch = 16;                          ///< iso-batch size
+  int batch = 16;  ///< iso-batch size
   int64_t budget = 1024;
-  int64_t start_length = 4096;             ///< tokens already generated when timing starts
-  int steps = 128;                         ///< timed decode steps per repetition (2 rounds at r = 64)
-  int64_t pool_bytes = int64_t{2} << 30;   ///< iso-memory KV pool
-  int max_batch = 64;                      ///< iso-memory runs at most this batch (noted when capped)
-  std::vector<std::string> policies;       ///< empty: every policy of the registry
+  int64_t start_length = 4096;            ///< tokens already generated when timing starts
+  int steps = 128;                        ///< timed decode steps per repetition (2 rounds at r = 64)
+  int64_t pool_bytes = int64_t{2} << 30;  ///< iso-memory KV pool
+  int max_batch = 64;                     ///< iso-memory runs at most this batch (noted when capped)
+  std::vector<std::string> policies;      ///< empty: every policy of the registry
   std::vector<std::string> params;
-  bool iso_batch = true, iso_memory = true; ///< which tables to run
+  bool iso_batch = true, iso_memory = true;  ///< which tables to run
 };
 
 /// Each runner prints its table to stdout as it goes and returns everything as JSON (config,

@@ -1,7 +1,7 @@
 // `kvevict bench decode|evict-round|throughput`: speed measurements (bench/bench.h), printed as
 // Markdown tables and written as JSON with --json.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <fstream>
@@ -21,23 +21,33 @@ struct CommonArgs {
   int threads = 0, reps = 5;
   uint64_t seed = 0;
   int64_t recent = 64;
-  double max_load = -1;      ///< wait until the 1-minute load is below this (negative: don't wait)
+  double max_load = -1;  ///< wait until the 1-minute load is below this (negative: don't wait)
   int max_wait_s = 600;
 };
 
 void add_common(CLI::App* cmd, CommonArgs& a, bool model_required = true) {
-  auto* model = cmd->add_option("-m,--model", a.model, "GGUF model (e.g. from `kvevict tools synth-gguf`)")->check(CLI::ExistingFile);
+  auto* model = cmd->add_option("-m,--model", a.model, "GGUF model (e.g. from `kvevict tools synth-gguf`)")
+                    ->check(CLI::ExistingFile);
   if (model_required) model->required();
   add_threads_option(*cmd, a.threads);
-  cmd->add_option("--kv-type", a.kv_type, "KV cache element type: f32 or f16")->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
+  cmd->add_option("--kv-type", a.kv_type, "KV cache element type: f32 or f16")
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
   cmd->add_option("--reps", a.reps, "Repetitions per figure (median, min, max reported)")
-      ->check(int_range(1, limits::kReps))->capture_default_str();
-  cmd->add_option("--seed", a.seed, "Seed of prompts and synthetic cache contents")->check(seed_value())->capture_default_str();
-  cmd->add_option("--buffer,-r", a.recent, "Recent buffer r")->check(int_range(1, limits::kTokens))->capture_default_str();
+      ->check(int_range(1, limits::kReps))
+      ->capture_default_str();
+  cmd->add_option("--seed", a.seed, "Seed of prompts and synthetic cache contents")
+      ->check(seed_value())
+      ->capture_default_str();
+  cmd->add_option("--buffer,-r", a.recent, "Recent buffer r")
+      ->check(int_range(1, limits::kTokens))
+      ->capture_default_str();
   cmd->add_option("--json", a.json, "Write all results (with samples and load averages) to this JSON file");
   cmd->add_option("--max-load", a.max_load, "Wait until the 1-minute load average is below this before measuring");
-  cmd->add_option("--max-wait", a.max_wait_s, "Give up waiting for --max-load after this many seconds (then measure anyway, noted)")
-      ->check(int_range(0, 86400))->capture_default_str();
+  cmd->add_option("--max-wait", a.max_wait_s,
+                  "Give up waiting for --max-load after this many seconds (then measure anyway, noted)")
+      ->check(int_range(0, 86400))
+      ->capture_default_str();
 }
 
 BenchCommon common(const CommonArgs& a) {
@@ -74,9 +84,10 @@ void warn_if_loaded(const char* when) {
   const double l = load_average_1m();
   const double cores = std::max(1u, std::thread::hardware_concurrency());
   if (l > 0.5 * cores)
-    warn(fmt::format("1-minute load average {:.2f} on {} cores {} measuring: other work shares the machine, so times "
-                     "and %-of-roofline figures are unreliable (wait with --max-load, or compare within one run)",
-                     l, cores, when));
+    warn(
+        fmt::format("1-minute load average {:.2f} on {} cores {} measuring: other work shares the machine, so times "
+                    "and %-of-roofline figures are unreliable (wait with --max-load, or compare within one run)",
+                    l, cores, when));
 }
 
 int finish(const CommonArgs& a, nlohmann::json j, const std::string& wait_note) {
@@ -117,27 +128,35 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
   auto da = std::make_shared<CommonArgs>();
   auto dc = std::make_shared<DecodeBenchConfig>();
   auto dl = std::make_shared<std::string>("1024,2048,4096,8192,16384,32768");
-  auto* dec = bench->add_subcommand("decode", "Decode tok/s vs the copy-bandwidth roofline; step time vs generated length, full vs bounded");
+  auto* dec = bench->add_subcommand(
+      "decode", "Decode tok/s vs the copy-bandwidth roofline; step time vs generated length, full vs bounded");
   add_common(dec, *da, false);
   auto dtypes = std::make_shared<std::string>("q8_0");
   auto no_sweep = std::make_shared<bool>(false);
   bool& dc_no_sweep = *no_sweep;
   auto dprefill = std::make_shared<std::string>("128");
-  auto* dshape = dec->add_option("--shape", dc->shape,
-                                 "Instead of --model: synthesise this shape (tools synth-gguf) in each --type and compare them in one run");
-  dec->add_option("--type", *dtypes, "With --shape: weight types / mixes, comma-separated (e.g. q4_0,q4_k_m,q5_k_m,q6_k,q8_0)")
+  auto* dshape = dec->add_option(
+      "--shape", dc->shape,
+      "Instead of --model: synthesise this shape (tools synth-gguf) in each --type and compare them in one run");
+  dec->add_option("--type", *dtypes,
+                  "With --shape: weight types / mixes, comma-separated (e.g. q4_0,q4_k_m,q5_k_m,q6_k,q8_0)")
       ->capture_default_str();
-  dec->add_option("--synth-dir", dc->synth_dir, "With --shape: where the synthesised models are written (reused when present)")
+  dec->add_option("--synth-dir", dc->synth_dir,
+                  "With --shape: where the synthesised models are written (reused when present)")
       ->capture_default_str();
   dec->add_option("--prefill", *dprefill, "Prompt lengths of the prefill table, comma-separated ('none': no table)")
       ->capture_default_str();
   dec->add_flag("--no-sweep", dc_no_sweep, "Skip the step-time-vs-length sweep (always skipped with --shape)");
   dec->add_option("--steps", dc->steps, "Decode steps per repetition (bounded runs: 2 r)")
-      ->check(int_range(1, limits::kTokens))->capture_default_str();
+      ->check(int_range(1, limits::kTokens))
+      ->capture_default_str();
   dec->add_option("--lengths", *dl, "Generated lengths of the sweep (comma-separated)")->capture_default_str();
   dec->add_option("--max-length", dc->max_length, "Skip sweep lengths above this")
-      ->check(int_range(1, limits::kTokens))->capture_default_str();
-  dec->add_option("--budget,-B", dc->budget, "Budget B of the bounded runs")->check(int_range(1, limits::kTokens))->capture_default_str();
+      ->check(int_range(1, limits::kTokens))
+      ->capture_default_str();
+  dec->add_option("--budget,-B", dc->budget, "Budget B of the bounded runs")
+      ->check(int_range(1, limits::kTokens))
+      ->capture_default_str();
   dec->add_option("--policy", dc->policy, "Policy of the bounded runs")->capture_default_str();
 
   // evict-round
@@ -145,14 +164,18 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
   auto ec = std::make_shared<EvictBenchConfig>();
   auto eb = std::make_shared<std::string>("256,1024,4096");
   auto ep = std::make_shared<std::string>();
-  auto* ev = bench->add_subcommand("evict-round", "Per-layer eviction round cost (scoring, compaction) per policy and budget");
+  auto* ev =
+      bench->add_subcommand("evict-round", "Per-layer eviction round cost (scoring, compaction) per policy and budget");
   add_common(ev, *ea);
   ev->add_option("--budgets", *eb, "Budgets B (comma-separated)")->capture_default_str();
   ev->add_option("--policies", *ep, "Policies (comma-separated; default: every evicting policy)");
-  ev->add_option("--param", ec->params, "Selector parameter [POLICY:]NAME=VALUE (repeatable; with POLICY: only that policy)");
+  ev->add_option("--param", ec->params,
+                 "Selector parameter [POLICY:]NAME=VALUE (repeatable; with POLICY: only that policy)");
   ev->add_option("--warmup", ec->warmup_steps, "Real decode steps before the first timed round")
-      ->check(int_range(0, limits::kTokens))->capture_default_str();
-  ev->add_option("--max-cell-seconds", ec->max_cell_seconds, "Stop repeating a (policy, B) cell after this many seconds")
+      ->check(int_range(0, limits::kTokens))
+      ->capture_default_str();
+  ev->add_option("--max-cell-seconds", ec->max_cell_seconds,
+                 "Stop repeating a (policy, B) cell after this many seconds")
       ->capture_default_str();
 
   // throughput
@@ -163,19 +186,30 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
   auto* tp_cmd = bench->add_subcommand("throughput", "Batched decode tok/s: iso-batch and iso-memory, per policy");
   add_common(tp_cmd, *ta);
   ta->reps = 3;
-  tp_cmd->add_option("--batch", tc->batch, "Iso-batch size")->check(int_range(1, limits::kBatch))->capture_default_str();
-  tp_cmd->add_option("--budget,-B", tc->budget, "Budget B")->check(int_range(1, limits::kTokens))->capture_default_str();
+  tp_cmd->add_option("--batch", tc->batch, "Iso-batch size")
+      ->check(int_range(1, limits::kBatch))
+      ->capture_default_str();
+  tp_cmd->add_option("--budget,-B", tc->budget, "Budget B")
+      ->check(int_range(1, limits::kTokens))
+      ->capture_default_str();
   tp_cmd->add_option("--start-length", tc->start_length, "Generated tokens before timing starts")
-      ->check(int_range(0, limits::kTokens))->capture_default_str();
+      ->check(int_range(0, limits::kTokens))
+      ->capture_default_str();
   tp_cmd->add_option("--steps", tc->steps, "Timed batched steps per repetition (r or more, so rounds fall inside)")
-      ->check(int_range(1, limits::kTokens))->capture_default_str();
-  tp_cmd->add_option("--pool-mib", *pool_mib, "Iso-memory KV pool (MiB)")->check(int_range(1, 1 << 20))->capture_default_str();
+      ->check(int_range(1, limits::kTokens))
+      ->capture_default_str();
+  tp_cmd->add_option("--pool-mib", *pool_mib, "Iso-memory KV pool (MiB)")
+      ->check(int_range(1, 1 << 20))
+      ->capture_default_str();
   tp_cmd->add_option("--max-batch", tc->max_batch, "Largest batch actually run in iso-memory")
-      ->check(int_range(1, limits::kBatch))->capture_default_str();
+      ->check(int_range(1, limits::kBatch))
+      ->capture_default_str();
   tp_cmd->add_option("--policies", *tp, "Policies (comma-separated; default: all)");
-  tp_cmd->add_option("--param", tc->params, "Selector parameter [POLICY:]NAME=VALUE (repeatable; with POLICY: only that policy)");
+  tp_cmd->add_option("--param", tc->params,
+                     "Selector parameter [POLICY:]NAME=VALUE (repeatable; with POLICY: only that policy)");
   auto tables = std::make_shared<std::string>("iso-batch,iso-memory");
-  tp_cmd->add_option("--tables", *tables, "Tables to run: iso-batch, iso-memory (comma-separated)")->capture_default_str();
+  tp_cmd->add_option("--tables", *tables, "Tables to run: iso-batch, iso-memory (comma-separated)")
+      ->capture_default_str();
 
   out.push_back({bench, [=] {
                    if (dec->parsed()) {
@@ -186,9 +220,11 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
                      dc->common = common(*da);
                      dc->lengths = parse_ints(*dl, "--lengths");
                      dc->types = split_list(*dtypes, "--type");
-                     dc->prefill_lengths = *dprefill == "none" ? std::vector<int64_t>{} : parse_ints(*dprefill, "--prefill");
+                     dc->prefill_lengths =
+                         *dprefill == "none" ? std::vector<int64_t>{} : parse_ints(*dprefill, "--prefill");
                      dc->sweep = !*no_sweep;
-                     auto progress = std::make_shared<Progress>("bench decode", 2 * static_cast<int64_t>(dc->lengths.size()), "cells", 0, false);
+                     auto progress = std::make_shared<Progress>(
+                         "bench decode", 2 * static_cast<int64_t>(dc->lengths.size()), "cells", 0, false);
                      dc->common.on_cell = [progress](const std::string& label) { progress->add(1, label); };
                      const std::string note = wait_for_load(*da);
                      warn_if_loaded("before");
@@ -200,7 +236,8 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
                      if (!ep->empty()) ec->policies = split_list(*ep, "--policies");
                      const int64_t n_pol = ec->policies.empty() ? static_cast<int64_t>(all_policies().size()) - 1
                                                                 : static_cast<int64_t>(ec->policies.size());
-                     auto progress = std::make_shared<Progress>("bench evict-round", n_pol * static_cast<int64_t>(ec->budgets.size()), "cells", 0, false);
+                     auto progress = std::make_shared<Progress>(
+                         "bench evict-round", n_pol * static_cast<int64_t>(ec->budgets.size()), "cells", 0, false);
                      ec->common.on_cell = [progress](const std::string& label) { progress->add(1, label); };
                      const std::string note = wait_for_load(*ea);
                      warn_if_loaded("before");
@@ -212,13 +249,17 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
                      if (!tp->empty()) tc->policies = split_list(*tp, "--policies");
                      tc->iso_batch = tc->iso_memory = false;
                      for (const std::string& t : split_list(*tables, "--tables")) {
-                       if (t == "iso-batch") tc->iso_batch = true;
-                       else if (t == "iso-memory") tc->iso_memory = true;
-                       else throw Error(fmt::format("--tables: unknown table '{}' (iso-batch, iso-memory)", t));
+                       if (t == "iso-batch")
+                         tc->iso_batch = true;
+                       else if (t == "iso-memory")
+                         tc->iso_memory = true;
+                       else
+                         throw Error(fmt::format("--tables: unknown table '{}' (iso-batch, iso-memory)", t));
                      }
                      const int64_t n_pol = tc->policies.empty() ? static_cast<int64_t>(all_policies().size())
                                                                 : static_cast<int64_t>(tc->policies.size());
-                     auto progress = std::make_shared<Progress>("bench throughput", n_pol * (tc->iso_batch + tc->iso_memory), "cells", 0, false);
+                     auto progress = std::make_shared<Progress>(
+                         "bench throughput", n_pol * (tc->iso_batch + tc->iso_memory), "cells", 0, false);
                      tc->common.on_cell = [progress](const std::string& label) { progress->add(1, label); };
                      const std::string note = wait_for_load(*ta);
                      warn_if_loaded("before");

@@ -14,12 +14,15 @@ namespace kvevict::cli {
 
 void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy) {
   if (with_policy)
-    cmd.add_option("--policy", a.policy,
-                   "Eviction policy: " + policy_names() + " (any may take +prompt); default: random with --budget, else full");
-  cmd.add_option("--budget,-B", a.budget, "Budget B: slots per (layer, KV head) after a round, prompt and recent buffer included")
+    cmd.add_option(
+        "--policy", a.policy,
+        "Eviction policy: " + policy_names() + " (any may take +prompt); default: random with --budget, else full");
+  cmd.add_option("--budget,-B", a.budget,
+                 "Budget B: slots per (layer, KV head) after a round, prompt and recent buffer included")
       ->check(int_range(1, limits::kTokens));
   cmd.add_option("--buffer,-r", a.recent, "Recent buffer r: newest slots never evicted (must be < B)")
-      ->check(int_range(1, limits::kTokens))->capture_default_str();
+      ->check(int_range(1, limits::kTokens))
+      ->capture_default_str();
   cmd.add_option("--sinks", a.sinks, "Pin the first S positions (default: the policy's; streaming = 4)")
       ->check(int_range(0, limits::kTokens));
   cmd.add_flag("--protect-prompt", a.protect_prompt, "Pin the prompt inside K_sel (default: the policy's)");
@@ -27,10 +30,12 @@ void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy) {
   cmd.add_option("--long-prompt", a.long_prompt,
                  "Prompt longer than K_sel-1: pin-head (pin its first K_sel-1 tokens, budget holds) or "
                  "skip (never evict that sequence)")
-      ->check(CLI::IsMember({"pin-head", "skip"}))->capture_default_str();
+      ->check(CLI::IsMember({"pin-head", "skip"}))
+      ->capture_default_str();
   cmd.add_option("--position-mode", a.position_mode,
                  "RoPE positions: logical (tokens seen) or cache (slot index, keys re-rotated; StreamingLLM)")
-      ->check(CLI::IsMember({"logical", "cache"}))->capture_default_str();
+      ->check(CLI::IsMember({"logical", "cache"}))
+      ->capture_default_str();
   cmd.add_option("--seed", a.seed, "Base seed of every random choice")->check(seed_value())->capture_default_str();
   cmd.add_option("--param", a.params,
                  "Selector parameter [POLICY:]NAME=VALUE (repeatable; with POLICY: only that policy, e.g. "
@@ -76,11 +81,12 @@ int max_threads() {
 
 void add_threads_option(CLI::App& cmd, int& threads, const std::string& help) {
   auto force = std::make_shared<bool>(false);
-  const std::string range = fmt::format("[0, {}] ({} x {} cores; up to {} with --force-threads)", max_threads(),
-                                        limits::kThreadsPerCore, max_threads() / limits::kThreadsPerCore,
-                                        limits::kThreadsForced);
-  cmd.add_option("-t,--threads", threads, fmt::format("{}; at most {} = {} x cores without --force-threads", help,
-                                                      max_threads(), limits::kThreadsPerCore))
+  const std::string range =
+      fmt::format("[0, {}] ({} x {} cores; up to {} with --force-threads)", max_threads(), limits::kThreadsPerCore,
+                  max_threads() / limits::kThreadsPerCore, limits::kThreadsForced);
+  cmd.add_option("-t,--threads", threads,
+                 fmt::format("{}; at most {} = {} x cores without --force-threads", help, max_threads(),
+                             limits::kThreadsPerCore))
       ->check(CLI::Validator(
           [range](std::string& in) -> std::string {
             long long v = -1;
@@ -99,9 +105,10 @@ void add_threads_option(CLI::App& cmd, int& threads, const std::string& help) {
   cmd.add_flag("--force-threads", *force, "Allow -t above 4 x cores (oversubscribed; results do not depend on it)");
   cmd.parse_complete_callback([&threads, force] {
     if (!*force && threads > max_threads())
-      throw CLI::ValidationError("-t,--threads", fmt::format("{} is more than {} x {} cores = {} (pass --force-threads to run anyway)",
-                                                             threads, limits::kThreadsPerCore,
-                                                             max_threads() / limits::kThreadsPerCore, max_threads()));
+      throw CLI::ValidationError(
+          "-t,--threads",
+          fmt::format("{} is more than {} x {} cores = {} (pass --force-threads to run anyway)", threads,
+                      limits::kThreadsPerCore, max_threads() / limits::kThreadsPerCore, max_threads()));
   });
 }
 

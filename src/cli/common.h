@@ -16,8 +16,8 @@ namespace kvevict::cli {
 
 /// Policy and schedule options as typed on the command line.
 struct PolicyArgs {
-  std::string policy;      ///< empty: `random` when --budget is given, else `full`
-  int64_t budget = 0;      ///< 0 = not given
+  std::string policy;  ///< empty: `random` when --budget is given, else `full`
+  int64_t budget = 0;  ///< 0 = not given
   int64_t recent = 64;
   std::optional<int> sinks;
   bool protect_prompt = false, no_protect_prompt = false;
@@ -39,17 +39,18 @@ std::string default_policy(const PolicyArgs& a);
 /// or never finish: a value past one is a typo (e.g. `--rollouts 100000000`), not a workload.
 /// README ("Limits") lists them; the flag table in CONTRIBUTING.md names the options.
 namespace limits {
-inline constexpr long long kTokens = 1 << 20;       ///< -n, -c, --max-length, --budget(s), --buffer, --sinks, lengths (tokens)
+inline constexpr long long kTokens =
+    1 << 20;  ///< -n, -c, --max-length, --budget(s), --buffer, --sinks, lengths (tokens)
 inline constexpr long long kCorpusTokens = 100'000'000;  ///< --tokens of perplexity/calibrate
-inline constexpr long long kRollouts = 1024;        ///< eval --rollouts (decoded as parallel sequences)
-inline constexpr long long kBootstrap = 1'000'000;  ///< eval --bootstrap resamples
-inline constexpr long long kProblems = 10'000'000;  ///< --limit, tasks --count, --chunks
-inline constexpr long long kShards = 100'000;       ///< eval --shard i/N: N
-inline constexpr long long kTrials = 100'000;       ///< probe --trials, --restate
-inline constexpr long long kReps = 1000;            ///< bench --reps
-inline constexpr long long kBatch = 4096;           ///< bench --batch, --max-batch (sequences)
-inline constexpr int kThreadsPerCore = 4;           ///< -t <= 4 x cores unless --force-threads
-inline constexpr long long kThreadsForced = 4096;   ///< -t with --force-threads
+inline constexpr long long kRollouts = 1024;             ///< eval --rollouts (decoded as parallel sequences)
+inline constexpr long long kBootstrap = 1'000'000;       ///< eval --bootstrap resamples
+inline constexpr long long kProblems = 10'000'000;       ///< --limit, tasks --count, --chunks
+inline constexpr long long kShards = 100'000;            ///< eval --shard i/N: N
+inline constexpr long long kTrials = 100'000;            ///< probe --trials, --restate
+inline constexpr long long kReps = 1000;                 ///< bench --reps
+inline constexpr long long kBatch = 4096;                ///< bench --batch, --max-batch (sequences)
+inline constexpr int kThreadsPerCore = 4;                ///< -t <= 4 x cores unless --force-threads
+inline constexpr long long kThreadsForced = 4096;        ///< -t with --force-threads
 }  // namespace limits
 
 /// CLI11 check for an integer option: the value must be >= lo. The error reads
@@ -120,6 +121,5 @@ void add_merge(CLI::App& root, std::vector<Command>& out);
 void add_probe(CLI::App& root, std::vector<Command>& out);
 /// `serve` (OpenAI-compatible HTTP server) and `bench serve` — cli/serve.cpp, cli/bench_serve.cpp.
 void add_serve(CLI::App& root, std::vector<Command>& out);
-
 
 }  // namespace kvevict::cli

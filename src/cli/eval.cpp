@@ -1,8 +1,8 @@
 // `kvevict eval`: accuracy of policies x budgets on a task file, with the paper's statistics,
 // resumable output, shards; and `kvevict merge`: one report from several shard directories.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -17,11 +17,11 @@
 #include "engine/sampler.h"
 #include "eval/plots.h"
 #include "eval/prompt.h"
-#include "model/chat_template.h"
 #include "eval/results.h"
 #include "eval/runner.h"
 #include "eval/summary.h"
 #include "eval/tasks.h"
+#include "model/chat_template.h"
 #include "model/llama.h"
 #include "util/error.h"
 
@@ -36,8 +36,8 @@ using json = nlohmann::json;
 constexpr const char* kDefaultBudgets = "256";
 
 struct EvalArgs {
-  std::string model, tasks, format = "auto", bad_lines = "stop", policies = "full,random", budgets,
-      reference = "full", out = "kvevict-eval", shard = "0/1", tmpl = "auto";
+  std::string model, tasks, format = "auto", bad_lines = "stop", policies = "full,random", budgets, reference = "full",
+                            out = "kvevict-eval", shard = "0/1", tmpl = "auto";
   int64_t limit = 0;
   int rollouts = 2;
   float temp = 0.6f, top_p = 0.95f;
@@ -64,7 +64,10 @@ std::pair<int, int> parse_shard(const std::string& s) {
 json eviction_json(const PolicyArgs& a) {
   return json{{"recent", a.recent},
               {"sinks", a.sinks ? json(*a.sinks) : json(nullptr)},
-              {"protect_prompt", a.protect_prompt ? json(true) : a.no_protect_prompt ? json(false) : json(nullptr)},
+              {"protect_prompt",
+               a.protect_prompt          ? json(true)
+                   : a.no_protect_prompt ? json(false)
+                                         : json(nullptr)},
               {"long_prompt", a.long_prompt},
               {"positions", a.position_mode},
               {"params", a.params}};
@@ -190,15 +193,16 @@ int run_eval(const EvalArgs& a) {
   std::vector<RolloutRecord> records = dir.existing();
   Progress bar("eval", total, "rollouts", static_cast<int64_t>(done.size()));
   int64_t seen = static_cast<int64_t>(done.size()), correct = done_correct;
-  run_grid(engine, tasks, prompt_ids, cells, opts, [&](const std::string& key) { return done.count(key) != 0; },
-           [&](RolloutRecord&& rec) {
-             dir.append(rec);
-             ++seen, correct += rec.correct ? 1 : 0;
-             bar.add(1, fmt::format("acc {:.3f}", static_cast<double>(correct) / static_cast<double>(seen)));
-             rec.text = std::string();  // on disk; the summary does not need it
-             records.push_back(std::move(rec));
-             if (a.debug_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.debug_delay_ms));
-           });
+  run_grid(
+      engine, tasks, prompt_ids, cells, opts, [&](const std::string& key) { return done.count(key) != 0; },
+      [&](RolloutRecord&& rec) {
+        dir.append(rec);
+        ++seen, correct += rec.correct ? 1 : 0;
+        bar.add(1, fmt::format("acc {:.3f}", static_cast<double>(correct) / static_cast<double>(seen)));
+        rec.text = std::string();  // on disk; the summary does not need it
+        records.push_back(std::move(rec));
+        if (a.debug_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.debug_delay_ms));
+      });
   bar.finish();
 
   // 7. Report.
@@ -230,10 +234,12 @@ int run_merge(const MergeArgs& a) {
       throw Error(fmt::format("{} is shard {}/{} but {} is shard {}/{}", a.dirs[i], settings[i].shard_index,
                               settings[i].shard_count, a.dirs[0], settings[0].shard_index, settings[0].shard_count));
     if (!shards.insert(settings[i].shard_index).second)
-      throw Error(fmt::format("shard {}/{} given twice ({})", settings[i].shard_index, settings[i].shard_count, a.dirs[i]));
+      throw Error(
+          fmt::format("shard {}/{} given twice ({})", settings[i].shard_index, settings[i].shard_count, a.dirs[i]));
   }
   for (int s = 0; s < settings[0].shard_count; ++s)
-    if (!shards.count(s)) warn(fmt::format("shard {}/{} is missing: its problems count as not run", s, settings[0].shard_count));
+    if (!shards.count(s))
+      warn(fmt::format("shard {}/{} is missing: its problems count as not run", s, settings[0].shard_count));
 
   std::vector<RolloutRecord> records;
   std::set<std::string> keys;
@@ -244,9 +250,11 @@ int run_merge(const MergeArgs& a) {
       continue;
     }
     auto recs = read_rollouts(path, /*keep_text=*/true, warn).records;
-    const int64_t expected = settings[i].problems_in_shard() * static_cast<int64_t>(settings[i].cells.size()) * settings[i].rollouts;
+    const int64_t expected =
+        settings[i].problems_in_shard() * static_cast<int64_t>(settings[i].cells.size()) * settings[i].rollouts;
     if (static_cast<int64_t>(recs.size()) < expected)
-      warn(fmt::format("{} holds {} of its {} rollouts (resume that shard to finish it)", a.dirs[i], recs.size(), expected));
+      warn(fmt::format("{} holds {} of its {} rollouts (resume that shard to finish it)", a.dirs[i], recs.size(),
+                       expected));
     for (RolloutRecord& r : recs) {
       if (!settings[i].in_shard(r.problem_index))
         throw Error(fmt::format("{}: problem {} does not belong to shard {}/{}", path, r.problem_index,
@@ -290,54 +298,73 @@ int run_merge(const MergeArgs& a) {
 
 void add_eval(CLI::App& root, std::vector<Command>& out) {
   auto e = std::make_shared<EvalArgs>();
-  auto* cmd = root.add_subcommand("eval", "Accuracy of policies x budgets on a task file (resumable; paired CIs and sign tests)");
+  auto* cmd = root.add_subcommand(
+      "eval", "Accuracy of policies x budgets on a task file (resumable; paired CIs and sign tests)");
   cmd->add_option("-m,--model", e->model, "GGUF model (llama architecture)")->required()->check(CLI::ExistingFile);
   cmd->add_option("-f,--file", e->tasks, "Task file, JSON lines (MATH-500, GSM8K or kvevict format)")
-      ->required()->check(CLI::ExistingFile);
+      ->required()
+      ->check(CLI::ExistingFile);
   cmd->add_option("--format", e->format, "Task format: auto, math500, gsm8k, kvevict")
-      ->check(CLI::IsMember({"auto", "math500", "gsm8k", "kvevict"}))->capture_default_str();
+      ->check(CLI::IsMember({"auto", "math500", "gsm8k", "kvevict"}))
+      ->capture_default_str();
   cmd->add_option("--limit", e->limit, "Use only the first N problems (0 = all)")
-      ->check(int_range(0, limits::kProblems))->capture_default_str();
+      ->check(int_range(0, limits::kProblems))
+      ->capture_default_str();
   cmd->add_option("--bad-lines", e->bad_lines, "A malformed task line: stop (error) or skip (warn with FILE:LINE)")
-      ->check(CLI::IsMember({"stop", "skip"}))->capture_default_str();
+      ->check(CLI::IsMember({"stop", "skip"}))
+      ->capture_default_str();
   cmd->add_option("--policies", e->policies, "Comma-separated policies (" + policy_names() + "; any may take +prompt)")
       ->capture_default_str();
   cmd->add_option("--budgets", e->budgets,
                   fmt::format("Comma-separated budgets B for the evicting policies (each 1..{}; default {} unless "
-                              "--budget is given)", limits::kTokens, kDefaultBudgets));
-  cmd->add_option("--reference", e->reference, "Policy every other one is compared with (same budget unless it is full)")
+                              "--budget is given)",
+                              limits::kTokens, kDefaultBudgets));
+  cmd->add_option("--reference", e->reference,
+                  "Policy every other one is compared with (same budget unless it is full)")
       ->capture_default_str();
   cmd->add_option("--rollouts", e->rollouts, "Rollouts per problem, decoded as parallel sequences")
-      ->check(int_range(1, limits::kRollouts))->capture_default_str();
+      ->check(int_range(1, limits::kRollouts))
+      ->capture_default_str();
   cmd->add_option("--temp", e->temp, "Temperature (0 = greedy)")->capture_default_str();
   cmd->add_option("--top-p", e->top_p, "Nucleus sampling threshold (1 = off)")->capture_default_str();
   cmd->add_option("--top-k", e->top_k, "Top-k (0 = off, the paper's setting)")
-      ->check(int_range(0, limits::kTokens))->capture_default_str();
+      ->check(int_range(0, limits::kTokens))
+      ->capture_default_str();
   cmd->add_option("--max-length", e->max_length, "Cap on prompt + generated tokens (the paper counts the prompt)")
-      ->check(int_range(2, limits::kTokens))->capture_default_str();
+      ->check(int_range(2, limits::kTokens))
+      ->capture_default_str();
   cmd->add_option("-n,--n-predict", e->max_new_tokens, "Also cap generated tokens (0 = only --max-length)")
-      ->check(int_range(0, limits::kTokens))->capture_default_str();
+      ->check(int_range(0, limits::kTokens))
+      ->capture_default_str();
   cmd->add_option("--template", e->tmpl, "Prompt template: auto (the GGUF's chat template if supported), plain, chat")
       ->capture_default_str();
-  cmd->add_flag("--chat", e->chat, "Same as --template chat: the model's chat template, one user turn, no system prompt");
-  cmd->add_flag("--no-think", e->no_think, "Chat templates of Qwen3 / DeepSeek-R1: thinking off (enable_thinking=false)");
+  cmd->add_flag("--chat", e->chat,
+                "Same as --template chat: the model's chat template, one user turn, no system prompt");
+  cmd->add_flag("--no-think", e->no_think,
+                "Chat templates of Qwen3 / DeepSeek-R1: thinking off (enable_thinking=false)");
   cmd->add_option("--chat-template", e->chat_template,
                   "Chat template to use instead of the GGUF's (" + ChatTemplate::names() + ")");
   // A flag function, not a flag bound to the optional: CLI11 then leaves the optional empty
   // when neither form is given, so the per-format default below applies.
-  cmd->add_flag_function("--math-suffix", [e](std::int64_t) { e->math_suffix = true; },
-                "Append the paper's \"Please reason step by step, and put your final answer within \\boxed{}.\" "
-                "(default: on for MATH-500/GSM8K, off for kvevict tasks)");
-  cmd->add_flag_function("--no-math-suffix", [e](std::int64_t) { e->math_suffix = false; }, "Do not append it");
-  cmd->add_option("-o,--output", e->out, "Output directory (rollouts.jsonl, summary.md/csv/json, PNGs)")->capture_default_str();
-  cmd->add_flag_function("--resume", [e](std::int64_t) { e->resume = true; },
-                         "Continue a run in --output without recomputing finished rollouts (the default)");
-  cmd->add_flag_function("--no-resume", [e](std::int64_t) { e->resume = false; },
-                         "Refuse an --output directory that already holds results");
+  cmd->add_flag_function(
+      "--math-suffix", [e](std::int64_t) { e->math_suffix = true; },
+      "Append the paper's \"Please reason step by step, and put your final answer within \\boxed{}.\" "
+      "(default: on for MATH-500/GSM8K, off for kvevict tasks)");
+  cmd->add_flag_function(
+      "--no-math-suffix", [e](std::int64_t) { e->math_suffix = false; }, "Do not append it");
+  cmd->add_option("-o,--output", e->out, "Output directory (rollouts.jsonl, summary.md/csv/json, PNGs)")
+      ->capture_default_str();
+  cmd->add_flag_function(
+      "--resume", [e](std::int64_t) { e->resume = true; },
+      "Continue a run in --output without recomputing finished rollouts (the default)");
+  cmd->add_flag_function(
+      "--no-resume", [e](std::int64_t) { e->resume = false; },
+      "Refuse an --output directory that already holds results");
   cmd->add_option("--shard", e->shard, "Run only problems with index mod N == i (i/N); combine with `kvevict merge`")
       ->capture_default_str();
   cmd->add_option("--bootstrap", e->bootstrap, "Bootstrap resamples for the CIs")
-      ->check(int_range(100, limits::kBootstrap))->capture_default_str();
+      ->check(int_range(100, limits::kBootstrap))
+      ->capture_default_str();
   cmd->add_flag("--no-plots", e->no_plots, "Do not draw the PNG plots");
   add_threads_option(*cmd, e->threads);
   cmd->add_option("--debug-delay-ms", e->debug_delay_ms, "Sleep after each rollout (tests of kill-and-resume)")

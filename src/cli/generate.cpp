@@ -1,6 +1,6 @@
 // `kvevict generate`: text generation under a KV budget, one summary line at the end.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -29,11 +29,11 @@ struct GenerateArgs {
   int threads = 0;
   std::string kv_type = "f32";  ///< --kv-type: element type of the KV cache
   bool ignore_eos = false;
-  std::string keep_log;          ///< --keep-log FILE: one JSON line per round and layer
+  std::string keep_log;  ///< --keep-log FILE: one JSON line per round and layer
   bool keep_log_positions = false;
-  bool chat = false;           ///< --chat: wrap the prompt in the model's chat template
-  bool no_think = false;       ///< --no-think: enable_thinking=false (Qwen3, DeepSeek-R1 templates)
-  std::string chat_template;   ///< --chat-template NAME: template family instead of the GGUF's
+  bool chat = false;          ///< --chat: wrap the prompt in the model's chat template
+  bool no_think = false;      ///< --no-think: enable_thinking=false (Qwen3, DeepSeek-R1 templates)
+  std::string chat_template;  ///< --chat-template NAME: template family instead of the GGUF's
   PolicyArgs policy;
 };
 
@@ -98,7 +98,8 @@ int run_generate(const GenerateArgs& a) {
   fmt::print("{}\n", stream.finish());
   std::fflush(stdout);
   // The summary goes to stderr: stdout is the text alone (pipe it, diff it).
-  fmt::print(stderr,
+  fmt::print(
+      stderr,
       "[kvevict] policy {} | prompt {} tok | generated {} tok | {:.1f} tok/s | eviction rounds {} | "
       "peak slots/KV head {} (B+r = {}) | KV bytes {} | score {:.3f} ms/round | compact {:.3f} ms/round{}{}\n",
       policy.name, prompt.size(), generated, secs > 0 ? static_cast<double>(generated) / secs : 0.0, s.rounds,
@@ -107,14 +108,13 @@ int run_generate(const GenerateArgs& a) {
       s.rounds ? s.compact_ms / static_cast<double>(s.rounds) : 0.0,
       // Per-token selector work (query windows, H2O's accumulation) happens outside the rounds.
       policy.selector && policy.selector->needs().any()
-          ? fmt::format(" | observe {:.4f} ms/token", s.observe_ms / static_cast<double>(prompt.size() + static_cast<size_t>(s.decode_steps)))
+          ? fmt::format(" | observe {:.4f} ms/token",
+                        s.observe_ms / static_cast<double>(prompt.size() + static_cast<size_t>(s.decode_steps)))
           : std::string(),
       // Reasoning models: tokens up to and including the first </think>, and the answer after it.
-      thinking > 0 ? fmt::format(" | thinking {} tok | answer {} tok", thinking, generated - thinking)
-          : std::string());
+      thinking > 0 ? fmt::format(" | thinking {} tok | answer {} tok", thinking, generated - thinking) : std::string());
   return 0;
 }
-
 
 }  // namespace
 
@@ -123,17 +123,21 @@ void add_generate(CLI::App& root, std::vector<Command>& out) {
   auto* gen = root.add_subcommand("generate", "Generate text with eviction active and print a summary line");
   gen->add_option("-m,--model", g->model, "GGUF model (llama architecture)")->required()->check(CLI::ExistingFile);
   gen->add_option("-p,--prompt", g->prompt, "Prompt text")->required();
-  gen->add_option("-n,--n-predict", g->n, "Tokens to generate")->check(int_range(1, limits::kTokens))->capture_default_str();
+  gen->add_option("-n,--n-predict", g->n, "Tokens to generate")
+      ->check(int_range(1, limits::kTokens))
+      ->capture_default_str();
   gen->add_option("--temp", g->temp, "Temperature (0 = greedy)")->capture_default_str();
   gen->add_option("--top-p", g->top_p, "Nucleus sampling threshold (1 = off)")->capture_default_str();
   gen->add_option("--top-k", g->top_k, "Top-k (0 = off)")->check(int_range(0, limits::kTokens))->capture_default_str();
   add_threads_option(*gen, g->threads);
   gen->add_option("--kv-type", g->kv_type, "KV cache element type: f32 or f16 (half the memory)")
-      ->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
   gen->add_flag("--ignore-eos", g->ignore_eos, "Keep generating after the end-of-sequence token");
-  auto* keep_log = gen->add_option("--keep-log", g->keep_log,
-                  "Write one JSON line per eviction round and layer: prompt survival per KV head, cross-head union "
-                  "survival, pairwise Jaccard, slot coverage, survival by position band (see kvevict keeplog)");
+  auto* keep_log =
+      gen->add_option("--keep-log", g->keep_log,
+                      "Write one JSON line per eviction round and layer: prompt survival per KV head, cross-head union "
+                      "survival, pairwise Jaccard, slot coverage, survival by position band (see kvevict keeplog)");
   gen->add_flag("--keep-log-positions", g->keep_log_positions, "With --keep-log: also write the kept positions")
       ->needs(keep_log);
   auto* chat = gen->add_flag("--chat", g->chat,

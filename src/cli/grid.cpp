@@ -34,7 +34,8 @@ std::vector<int64_t> budget_grid(const std::string& list, int64_t single) {
   if (!list.empty()) {
     std::vector<int64_t> out = parse_int_list(list, "--budgets", 1);
     for (const int64_t b : out)
-      if (b > limits::kTokens) throw Error(fmt::format("--budgets '{}': {} is above the limit {}", list, b, limits::kTokens));
+      if (b > limits::kTokens)
+        throw Error(fmt::format("--budgets '{}': {} is above the limit {}", list, b, limits::kTokens));
     return out;
   }
   if (single != 0) return {single};

@@ -24,9 +24,9 @@ std::vector<int64_t> budget_grid(const std::string& list, int64_t single);
 
 /// One validated (policy, budget) entry of a grid.
 struct GridEntry {
-  std::string name;          ///< the policy as typed, e.g. "snapkv+prompt"
+  std::string name;  ///< the policy as typed, e.g. "snapkv+prompt"
   Policy policy;
-  EvictionConfig eviction;   ///< eviction.budget = 0 for a policy that does not evict
+  EvictionConfig eviction;  ///< eviction.budget = 0 for a policy that does not evict
 };
 
 /// names x budgets with the shared schedule options `a`: a policy that does not evict appears

@@ -1,7 +1,7 @@
 // `kvevict keeplog summarize FILE...`: a table of averages over keep logs written by
 // `kvevict generate --keep-log FILE`.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "cli/common.h"
 #include "eval/keeplog.h"
@@ -21,9 +21,10 @@ int run_summarize(const KeepLogArgs& a) {
     rows.insert(rows.end(), r.begin(), r.end());
   }
   fmt::print("{}", format_keep_log_table(rows));
-  fmt::print("prompt: per-KV-head prompt survival; prompt_U: prompt kept by >= 1 KV head; union: positions seen kept by "
-             ">= 1 KV head; jaccard: mean pairwise Jaccard of the heads' selected slots; coverage: distinct selected "
-             "positions / (KV heads x K_sel); bands: per-head survival by position band\n");
+  fmt::print(
+      "prompt: per-KV-head prompt survival; prompt_U: prompt kept by >= 1 KV head; union: positions seen kept by "
+      ">= 1 KV head; jaccard: mean pairwise Jaccard of the heads' selected slots; coverage: distinct selected "
+      "positions / (KV heads x K_sel); bands: per-head survival by position band\n");
   return 0;
 }
 

@@ -1,8 +1,8 @@
 // kvevict command-line interface. Each subcommand lives in its own file and registers itself
 // through one add_* line below. Every user error (bad option, missing file, B <= r, unknown
 // policy) prints one line and exits with code 2.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <new>
 #include <string>
@@ -70,8 +70,8 @@ int main(int argc, char** argv) {
         if (c->parsed()) sub = c, deeper = true;
     }
     const std::string hint = suggest_options(*sub, sub->remaining());
-    fmt::print(stderr, "kvevict: error: {}{} (see `kvevict {}--help`)\n", e.what(), hint.empty() ? "" : " (" + hint + ")",
-               sub == &app ? "" : sub->get_name() + " ");
+    fmt::print(stderr, "kvevict: error: {}{} (see `kvevict {}--help`)\n", e.what(),
+               hint.empty() ? "" : " (" + hint + ")", sub == &app ? "" : sub->get_name() + " ");
     return 2;
   } catch (const CLI::RequiredError& e) {
     fmt::print(stderr, "kvevict: error: {} (see `--help`)\n", e.what());

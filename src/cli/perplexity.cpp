@@ -1,14 +1,14 @@
 // `kvevict perplexity`: token-by-token perplexity under policies x budgets (with a PNG of
 // perplexity and smoothed per-position NLL vs position, the StreamingLLM figure), and
 // llama.cpp's chunked mode.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
-#include <numeric>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 
 #include "cli/common.h"
 #include "cli/grid.h"
@@ -47,13 +47,17 @@ std::vector<GridEntry> build_runs(const PerplexityArgs& a) {
   return policy_grid(a.policy, names, budgets);
 }
 
-std::string budget_text(const GridEntry& r) { return r.policy.evicts ? std::to_string(r.eviction.budget) : std::string("-"); }
+std::string budget_text(const GridEntry& r) {
+  return r.policy.evicts ? std::to_string(r.eviction.budget) : std::string("-");
+}
 
 int run_perplexity(const PerplexityArgs& a) {
   const std::vector<GridEntry> runs = build_runs(a);
   if (!a.plot.empty() && a.ctx > 0) throw Error("--plot draws the token-by-token mode; it cannot be used with -c");
-  if (!a.csv.empty() && a.ctx > 0) throw Error("--csv writes the token-by-token mode's per-token NLL; it cannot be used with -c");
-  if (std::filesystem::is_directory(a.file)) throw Error(fmt::format("-f {}: is a directory, expected a text file", a.file));
+  if (!a.csv.empty() && a.ctx > 0)
+    throw Error("--csv writes the token-by-token mode's per-token NLL; it cannot be used with -c");
+  if (std::filesystem::is_directory(a.file))
+    throw Error(fmt::format("-f {}: is a directory, expected a text file", a.file));
   if (a.smooth < 0) throw Error(fmt::format("--smooth {}: must be >= 0", a.smooth));
   const auto model = LlamaModel::load(a.model);
   std::string text = read_file(a.file);
@@ -61,7 +65,8 @@ int run_perplexity(const PerplexityArgs& a) {
     const size_t before = text.size();
     text = gutenberg_body(text);
     if (text.size() == before)
-      warn(fmt::format("{}: no Project Gutenberg START/END markers found; --gutenberg-body scores the whole file", a.file));
+      warn(fmt::format("{}: no Project Gutenberg START/END markers found; --gutenberg-body scores the whole file",
+                       a.file));
   }
   std::vector<int32_t> tokens = model->tokenizer().encode(text, true);
   if (a.tokens > 0 && static_cast<int64_t>(tokens.size()) > a.tokens) tokens.resize(static_cast<size_t>(a.tokens));
@@ -70,7 +75,8 @@ int run_perplexity(const PerplexityArgs& a) {
   Engine engine(*model, a.threads);
   // Per-token NLL goes to --csv, and to <plot>.nll.csv for the figure.
   std::string nll_path = a.csv;
-  if (nll_path.empty() && !a.plot.empty()) nll_path = std::filesystem::path(a.plot).replace_extension(".nll.csv").string();
+  if (nll_path.empty() && !a.plot.empty())
+    nll_path = std::filesystem::path(a.plot).replace_extension(".nll.csv").string();
   if (!a.plot.empty()) {
     std::error_code ec;
     const auto parent = std::filesystem::path(a.plot).parent_path();
@@ -91,8 +97,11 @@ int run_perplexity(const PerplexityArgs& a) {
                  a.chunks > 0 ? std::min<int64_t>(a.chunks, static_cast<int64_t>(tokens.size()) / a.ctx)
                               : static_cast<int64_t>(tokens.size()) / a.ctx,
                  a.ctx, run.policy.name, run.policy.evicts ? fmt::format(" at B = {}", run.eviction.budget) : "");
-      const auto r = perplexity_chunked(engine, run.policy, run.eviction, tokens, a.ctx, a.chunks,
-                                        [](int64_t i, double ppl) { fmt::print("[{}]{:.4f},", i, ppl); std::fflush(stdout); });
+      const auto r =
+          perplexity_chunked(engine, run.policy, run.eviction, tokens, a.ctx, a.chunks, [](int64_t i, double ppl) {
+            fmt::print("[{}]{:.4f},", i, ppl);
+            std::fflush(stdout);
+          });
       fmt::print("\nFinal estimate: PPL = {:.4f} +/- {:.5f}\n", r.ppl, r.ppl_stderr);
     }
     return 0;
@@ -102,8 +111,8 @@ int run_perplexity(const PerplexityArgs& a) {
       if (!run.policy.evicts)
         warn(fmt::format("{} tokens exceed the model's stated context of {}: '{}' will run past it", tokens.size(),
                          model->config().context_length, run.policy.name));
-  fmt::print("{:<22} {:>7} {:>8} {:>12} {:>8} {:>10} {:>9}\n", "policy", "budget", "tokens", "perplexity",
-             "rounds", "peak slots", "tok/s");
+  fmt::print("{:<22} {:>7} {:>8} {:>12} {:>8} {:>10} {:>9}\n", "policy", "budget", "tokens", "perplexity", "rounds",
+             "peak slots", "tok/s");
   std::fflush(stdout);
   // Progress counts scored tokens over the whole grid; it is told every kStep tokens.
   const int64_t kStep = a.report_every > 0 ? std::gcd(int64_t{64}, a.report_every) : 64;
@@ -128,7 +137,8 @@ int run_perplexity(const PerplexityArgs& a) {
     if (csv) {
       const std::string budget = p.evicts ? std::to_string(run.eviction.budget) : std::string();
       for (size_t i = 0; i < r.nll.size(); ++i)
-        csv << p.name << ',' << budget << ',' << i + 1 << ',' << tokens[i + 1] << ',' << fmt::format("{:.6f}", r.nll[i]) << '\n';
+        csv << p.name << ',' << budget << ',' << i + 1 << ',' << tokens[i + 1] << ',' << fmt::format("{:.6f}", r.nll[i])
+            << '\n';
     }
   }
   if (csv && !csv.flush()) throw Error(fmt::format("{}: write failed", nll_path));
@@ -136,8 +146,9 @@ int run_perplexity(const PerplexityArgs& a) {
     csv.close();
     const std::string title = fmt::format("{} on {} ({} tokens)", std::filesystem::path(a.model).filename().string(),
                                           std::filesystem::path(a.file).filename().string(), tokens.size());
-    const std::string why = run_plot_script({"perplexity", nll_path, a.plot, "--title", title, "--smooth", std::to_string(a.smooth),
-                                             "--context", std::to_string(model->config().context_length)});
+    const std::string why =
+        run_plot_script({"perplexity", nll_path, a.plot, "--title", title, "--smooth", std::to_string(a.smooth),
+                         "--context", std::to_string(model->config().context_length)});
     if (!why.empty()) warn("plot skipped: " + why);
   }
   return 0;
@@ -151,21 +162,28 @@ void add_perplexity(CLI::App& root, std::vector<Command>& out) {
   ppl->add_option("-m,--model", pp->model, "GGUF model (llama architecture)")->required()->check(CLI::ExistingFile);
   ppl->add_option("-f,--file", pp->file, "Text file")->required()->check(CLI::ExistingFile);
   ppl->add_option("--tokens", pp->tokens, "Use only the first N tokens (BOS included; 0 = all)")
-      ->check(int_range(0, limits::kCorpusTokens))->capture_default_str();
+      ->check(int_range(0, limits::kCorpusTokens))
+      ->capture_default_str();
   ppl->add_option("--policies", pp->policies, "Comma-separated policies to run in turn (overrides --policy)");
-  ppl->add_option("--budgets", pp->budgets, "Comma-separated budgets: every evicting policy runs at each (instead of --budget)");
+  ppl->add_option("--budgets", pp->budgets,
+                  "Comma-separated budgets: every evicting policy runs at each (instead of --budget)");
   ppl->add_option("--csv", pp->csv, "Write policy,budget,position,token,nll per scored token");
   ppl->add_option("--plot", pp->plot,
                   "Draw perplexity and smoothed per-position NLL vs position per policy into this PNG "
                   "(the per-token NLL also goes to <plot>.nll.csv unless --csv is given)");
   ppl->add_option("--smooth", pp->smooth, "Moving-average window of the NLL curve in tokens (0 = tokens/50)")
-      ->check(int_range(0, limits::kTokens))->capture_default_str();
-  ppl->add_option("-c,--ctx-size", pp->ctx, "Chunked mode (llama-perplexity): chunk size in tokens (0 = token-by-token mode)")
-      ->check(int_range(0, limits::kTokens))->capture_default_str();
+      ->check(int_range(0, limits::kTokens))
+      ->capture_default_str();
+  ppl->add_option("-c,--ctx-size", pp->ctx,
+                  "Chunked mode (llama-perplexity): chunk size in tokens (0 = token-by-token mode)")
+      ->check(int_range(0, limits::kTokens))
+      ->capture_default_str();
   ppl->add_option("--chunks", pp->chunks, "Chunked mode: at most this many chunks (0 = all)")
-      ->check(int_range(0, limits::kProblems))->capture_default_str();
+      ->check(int_range(0, limits::kProblems))
+      ->capture_default_str();
   ppl->add_option("--report-every", pp->report_every, "Print running perplexity every N tokens to stderr (0 = never)")
-      ->check(int_range(0, limits::kCorpusTokens))->capture_default_str();
+      ->check(int_range(0, limits::kCorpusTokens))
+      ->capture_default_str();
   ppl->add_flag("--gutenberg-body", pp->gutenberg, "Score only the text between Project Gutenberg's START/END markers");
   add_threads_option(*ppl, pp->threads);
   add_policy_options(*ppl, pp->policy);

@@ -1,7 +1,7 @@
 // `kvevict policies`: the registry as a table, or with --json as machine-readable records
 // (name, protection defaults, parameters with type, default and range) for scripts.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -44,18 +44,20 @@ int run_policies(bool json) {
   }
   fmt::print("{:<20} {:>7} {:>6}  {}\n", "policy", "prompt", "sinks", "what it keeps");
   for (const PolicyInfo* p : all_policies())
-    fmt::print("{:<20} {:>7} {:>6}  {}\n", p->name, p->evicts ? (p->protect_prompt ? "pinned" : "-") : "all",
-               p->sinks, p->summary);
+    fmt::print("{:<20} {:>7} {:>6}  {}\n", p->name, p->evicts ? (p->protect_prompt ? "pinned" : "-") : "all", p->sinks,
+               p->summary);
   return 0;
 }
 
 }  // namespace
 
 void add_policies(CLI::App& root, std::vector<Command>& out) {
-  auto* pol = root.add_subcommand("policies", "List the eviction policies with their default protection and parameters");
+  auto* pol =
+      root.add_subcommand("policies", "List the eviction policies with their default protection and parameters");
   auto json = std::make_shared<bool>(false);
-  pol->add_flag("--json", *json, "Print a JSON array: name, summary, source, evicts, protect_prompt, sinks, params "
-                                 "(name, type, default, min/max or choices)");
+  pol->add_flag("--json", *json,
+                "Print a JSON array: name, summary, source, evicts, protect_prompt, sinks, params "
+                "(name, type, default, min/max or choices)");
   out.push_back({pol, [json] { return run_policies(*json); }});
 }
 

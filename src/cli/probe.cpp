@@ -1,7 +1,7 @@
 // `kvevict probe`: the paper's synthetic retrieval probes (docs/eviction-spec.md §4) on any model:
 // a fact planted in chosen (layer, KV head) sites only, a restated fact, a passcode stated once.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -25,7 +25,7 @@ constexpr uint64_t kMaskTag = 0x4D41534Bull, kSeqTag = 0x53455120ull;
 
 struct ProbeArgs {
   std::string model, kinds = "planted,restated,passcode", policies = "full,random", budgets, distances = "256,1024",
-      keep_heads, sites, planted_base = "random-unprotected", filler, csv;
+                     keep_heads, sites, planted_base = "random-unprotected", filler, csv;
   bool gutenberg = false;
   int trials = 10, restate = 4, digits = 4, threads = 0;
   int64_t lead = 32;
@@ -35,10 +35,10 @@ struct ProbeArgs {
 /// One configuration of the grid.
 struct Config {
   ProbeKind kind;
-  GridEntry run;           // for Planted: the base policy (wrapped per trial)
+  GridEntry run;  // for Planted: the base policy (wrapped per trial)
   int64_t distance = 0;
-  int keep_heads = -1;     // Planted: k heads per layer (-1: explicit sites)
-  std::string sites_label; // Planted: "k=2/4" or "sites 0:1,1:0"
+  int keep_heads = -1;      // Planted: k heads per layer (-1: explicit sites)
+  std::string sites_label;  // Planted: "k=2/4" or "sites 0:1,1:0"
 };
 
 struct Aggregate {
@@ -59,7 +59,8 @@ int run_probe(const ProbeArgs& a) {
   Engine engine(*model, a.threads);
   const KvShape shape = engine.kv_shape();
   std::vector<int64_t> keep_heads;
-  if (!a.keep_heads.empty()) keep_heads = parse_int_list(a.keep_heads, "--keep-heads", 0);
+  if (!a.keep_heads.empty())
+    keep_heads = parse_int_list(a.keep_heads, "--keep-heads", 0);
   else if (a.sites.empty())
     for (int k = 0; k <= shape.n_kv_heads; ++k) keep_heads.push_back(k);
   for (const int64_t k : keep_heads)
@@ -125,12 +126,13 @@ int run_probe(const ProbeArgs& a) {
       const ProbeLayout layout = build_probe_layout(model->tokenizer(), c.kind, c.distance, text, a.policy.seed, t);
       Policy p = c.run.policy;
       if (c.kind == ProbeKind::Planted) {
-        const std::vector<uint8_t> mask =
-            c.keep_heads >= 0 ? random_head_mask(shape, c.keep_heads, stream_id({a.policy.seed, static_cast<uint64_t>(t), kMaskTag}))
-                              : site_mask(shape, sites);
+        const std::vector<uint8_t> mask = c.keep_heads >= 0
+            ? random_head_mask(shape, c.keep_heads, stream_id({a.policy.seed, static_cast<uint64_t>(t), kMaskTag}))
+            : site_mask(shape, sites);
         p = force_sites(c.run.policy, layout.fact_positions, mask);
       }
-      const ProbeTrial r = run_probe_trial(engine, p, c.run.eviction, layout, stream_id({static_cast<uint64_t>(t), kSeqTag}));
+      const ProbeTrial r =
+          run_probe_trial(engine, p, c.run.eviction, layout, stream_id({static_cast<uint64_t>(t), kSeqTag}));
       g.n += 1;
       g.lp += r.answer_logprob;
       g.lp2 += r.answer_logprob * r.answer_logprob;
@@ -143,18 +145,19 @@ int run_probe(const ProbeArgs& a) {
     const double var = n > 1 ? std::max(0.0, (g.lp2 - n * mean * mean) / (n - 1)) : 0.0;
     const double se = std::sqrt(var / n);
     const int64_t b = c.run.eviction.budget;
-    const double rounds_back = b > 0 ? static_cast<double>(c.distance) / static_cast<double>(c.run.eviction.recent) : 0.0;
+    const double rounds_back =
+        b > 0 ? static_cast<double>(c.distance) / static_cast<double>(c.run.eviction.recent) : 0.0;
     const std::string budget = b > 0 ? std::to_string(b) : "-";
     const std::string policy = c.kind == ProbeKind::Planted ? c.run.name + "+sites" : c.run.name;
     progress.clear();
-    fmt::print("{:<9} {:<26} {:>6} {:>8} {:>7} {:<12} {:>6} {:>20} {:>9.3f} {:>9.3f} {:>9.3f}\n", probe_kind_name(c.kind),
-               policy, budget, c.distance, b > 0 ? fmt::format("{:.1f}", rounds_back) : "-", c.sites_label, g.n,
-               fmt::format("{:.3f} ± {:.3f}", mean, se), g.per_token / n, g.exact / n, g.kept / n);
+    fmt::print("{:<9} {:<26} {:>6} {:>8} {:>7} {:<12} {:>6} {:>20} {:>9.3f} {:>9.3f} {:>9.3f}\n",
+               probe_kind_name(c.kind), policy, budget, c.distance, b > 0 ? fmt::format("{:.1f}", rounds_back) : "-",
+               c.sites_label, g.n, fmt::format("{:.3f} ± {:.3f}", mean, se), g.per_token / n, g.exact / n, g.kept / n);
     std::fflush(stdout);
     if (csv)
       csv << fmt::format("{},{},{},{},{},\"{}\",{},{},{},{},{},{},{}\n", probe_kind_name(c.kind), policy,
-                         b > 0 ? std::to_string(b) : "", c.distance, rounds_back, c.sites_label, g.n, mean,
-                         se, g.per_token / n, g.exact / n, g.kept / n, g.rounds / n);
+                         b > 0 ? std::to_string(b) : "", c.distance, rounds_back, c.sites_label, g.n, mean, se,
+                         g.per_token / n, g.exact / n, g.kept / n, g.rounds / n);
   }
   if (csv && !csv.flush()) throw Error(fmt::format("{}: write failed", a.csv));
   return 0;
@@ -164,27 +167,34 @@ int run_probe(const ProbeArgs& a) {
 
 void add_probe(CLI::App& root, std::vector<Command>& out) {
   auto p = std::make_shared<ProbeArgs>();
-  auto* cmd = root.add_subcommand("probe", "Synthetic retrieval probes: planted fact in chosen KV heads, restated fact, passcode");
+  auto* cmd = root.add_subcommand(
+      "probe", "Synthetic retrieval probes: planted fact in chosen KV heads, restated fact, passcode");
   cmd->add_option("-m,--model", p->model, "GGUF model (llama architecture)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--kinds", p->kinds, "Probes: planted, restated, passcode")->capture_default_str();
   cmd->add_option("--policies", p->policies, "Policies for the restated and passcode probes")->capture_default_str();
   cmd->add_option("--budgets", p->budgets, "Comma-separated budgets B");
   cmd->add_option("--distances", p->distances, "Tokens between the (first) statement of the fact and the question")
       ->capture_default_str();
-  cmd->add_option("--keep-heads", p->keep_heads,
-                  "Planted: keep the fact in k random KV heads of every layer, for each k listed (default 0..n_kv_heads)");
+  cmd->add_option(
+      "--keep-heads", p->keep_heads,
+      "Planted: keep the fact in k random KV heads of every layer, for each k listed (default 0..n_kv_heads)");
   cmd->add_option("--sites", p->sites, "Planted: keep the fact exactly in these LAYER:KV_HEAD sites (e.g. 0:1,3:0)");
-  cmd->add_option("--planted-base", p->planted_base, "Planted: policy that evicts everything else")->capture_default_str();
+  cmd->add_option("--planted-base", p->planted_base, "Planted: policy that evicts everything else")
+      ->capture_default_str();
   cmd->add_option("--trials", p->trials, "Trials per configuration (each a different code and filler)")
-      ->check(int_range(1, limits::kTrials))->capture_default_str();
+      ->check(int_range(1, limits::kTrials))
+      ->capture_default_str();
   cmd->add_option("--restate", p->restate, "Restated: statements of the fact")
-      ->check(int_range(1, limits::kTrials))->capture_default_str();
+      ->check(int_range(1, limits::kTrials))
+      ->capture_default_str();
   cmd->add_option("--digits", p->digits, "Digits of the secret number")->check(int_range(1, 18))->capture_default_str();
   cmd->add_option("--lead", p->lead, "Filler tokens between the prompt and the first statement")
-      ->check(int_range(0, limits::kTokens))->capture_default_str();
+      ->check(int_range(0, limits::kTokens))
+      ->capture_default_str();
   cmd->add_option("--filler", p->filler, "Text file to draw filler from (default: built-in simple sentences)")
       ->check(CLI::ExistingFile);
-  cmd->add_flag("--gutenberg-body", p->gutenberg, "Filler: only the text between Project Gutenberg's START/END markers");
+  cmd->add_flag("--gutenberg-body", p->gutenberg,
+                "Filler: only the text between Project Gutenberg's START/END markers");
   cmd->add_option("--csv", p->csv, "Write one CSV row per configuration");
   add_threads_option(*cmd, p->threads);
   add_policy_options(*cmd, p->policy, /*with_policy=*/false);

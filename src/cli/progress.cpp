@@ -12,14 +12,23 @@ namespace kvevict::cli {
 using Clock = std::chrono::steady_clock;
 
 Progress::Progress(std::string what, int64_t total, std::string unit, int64_t done, bool allow_bar)
-    : what_(std::move(what)), unit_(std::move(unit)), total_(total), done_(done), start_done_(done), interval_s_(30.0),
-      t0_(Clock::now()), last_(t0_) {
+    : what_(std::move(what)),
+      unit_(std::move(unit)),
+      total_(total),
+      done_(done),
+      start_done_(done),
+      interval_s_(30.0),
+      t0_(Clock::now()),
+      last_(t0_) {
   mode_ = allow_bar && isatty(fileno(stderr)) != 0 ? Mode::Bar : Mode::Lines;
   if (const char* m = std::getenv("KVEVICT_PROGRESS")) {
     const std::string_view v(m);
-    if (v == "0") mode_ = Mode::Off;
-    else if (v == "1") mode_ = Mode::Lines;
-    else if (v == "bar") mode_ = Mode::Bar;
+    if (v == "0")
+      mode_ = Mode::Off;
+    else if (v == "1")
+      mode_ = Mode::Lines;
+    else if (v == "bar")
+      mode_ = Mode::Bar;
   }
   if (const char* s = std::getenv("KVEVICT_PROGRESS_SECONDS")) {
     char* end = nullptr;

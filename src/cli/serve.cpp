@@ -1,9 +1,9 @@
 // `kvevict serve`: an OpenAI-compatible HTTP server with continuous batching over a KV memory
 // pool (serve/scheduler.h, serve/http_server.h). Prints one line when ready; SIGINT/SIGTERM stop
 // it cleanly (exit 0).
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <csignal>
@@ -30,7 +30,7 @@ struct ServeArgs {
   std::string model, host = "127.0.0.1", alias, api_key, kv_memory, kv_type = "f32", chat_template;
   int port = 8080;
   int max_seqs = 64, max_queue = 256, threads = 0;
-  int64_t max_tokens = 0;  ///< 0 = the model's context length
+  int64_t max_tokens = 0;      ///< 0 = the model's context length
   int64_t prefill_chunk = 64;  // SchedulerOptions::prefill_chunk says why
   double shutdown_grace_s = 5;
   PolicyArgs policy;
@@ -54,10 +54,14 @@ int64_t parse_bytes(const std::string& s) {
   std::string unit = s.substr(used);
   for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   double mult = 0;
-  if (unit.empty() || unit == "b") mult = 1;
-  else if (unit == "k" || unit == "kib" || unit == "kb") mult = 1024.0;
-  else if (unit == "m" || unit == "mib" || unit == "mb") mult = 1024.0 * 1024;
-  else if (unit == "g" || unit == "gib" || unit == "gb") mult = 1024.0 * 1024 * 1024;
+  if (unit.empty() || unit == "b")
+    mult = 1;
+  else if (unit == "k" || unit == "kib" || unit == "kb")
+    mult = 1024.0;
+  else if (unit == "m" || unit == "mib" || unit == "mb")
+    mult = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gib" || unit == "gb")
+    mult = 1024.0 * 1024 * 1024;
   if (used == 0 || mult == 0 || !(v > 0) || v * mult > 1e15)
     throw Error(fmt::format("--kv-memory '{}': expected a positive size such as 268435456, 256MiB or 2GiB", s));
   return static_cast<int64_t>(v * mult);
@@ -130,7 +134,8 @@ int run_serve(const ServeArgs& a) {
     chat_name = chat.name();
   } catch (const Error& e) {
     // The reason names the file and the --chat-template option (model/chat_template.h).
-    ao.chat_unavailable = fmt::format("{} has no usable chat template: {}; or use /v1/completions", ao.model_name, e.what());
+    ao.chat_unavailable =
+        fmt::format("{} has no usable chat template: {}; or use /v1/completions", ao.model_name, e.what());
   }
   ao.retry_after_s = 1;
 
@@ -143,12 +148,14 @@ int run_serve(const ServeArgs& a) {
   const int64_t slots = policy.evicts ? cfg.budget + cfg.recent : ao.max_tokens_limit;
   const int64_t per_seq = kv_bytes_for_capacity(shape, slots);
   const int64_t fit = std::min<int64_t>(pool_bytes / per_seq, a.max_seqs);
-  fmt::print("kvevict serve: listening on http://{}:{} | model {} ({} layers, {} KV heads) | policy {}{} | KV pool {} bytes "
-             "({:.1f} MiB{}) | admits up to {} concurrent sequences ({} slots x {} bytes/slot each; --max-seqs {}) | chat template {}\n",
-             a.host, port, ao.model_name, mc.n_layers, mc.n_kv_heads, policy.name,
-             policy.evicts ? fmt::format(" B={} r={}", cfg.budget, cfg.recent) : std::string(), pool_bytes,
-             static_cast<double>(pool_bytes) / (1024.0 * 1024.0), a.kv_memory.empty() ? ", half of MemAvailable" : "", fit,
-             slots, shape.bytes_per_token(), a.max_seqs, chat_name);
+  fmt::print(
+      "kvevict serve: listening on http://{}:{} | model {} ({} layers, {} KV heads) | policy {}{} | KV pool {} bytes "
+      "({:.1f} MiB{}) | admits up to {} concurrent sequences ({} slots x {} bytes/slot each; --max-seqs {}) | chat "
+      "template {}\n",
+      a.host, port, ao.model_name, mc.n_layers, mc.n_kv_heads, policy.name,
+      policy.evicts ? fmt::format(" B={} r={}", cfg.budget, cfg.recent) : std::string(), pool_bytes,
+      static_cast<double>(pool_bytes) / (1024.0 * 1024.0), a.kv_memory.empty() ? ", half of MemAvailable" : "", fit,
+      slots, shape.bytes_per_token(), a.max_seqs, chat_name);
   std::fflush(stdout);
 
   std::thread stopper([&] {
@@ -176,29 +183,39 @@ int run_serve(const ServeArgs& a) {
 
 void add_serve(CLI::App& root, std::vector<Command>& out) {
   auto s = std::make_shared<ServeArgs>();
-  auto* cmd = root.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching over a KV memory pool");
+  auto* cmd =
+      root.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching over a KV memory pool");
   cmd->add_option("-m,--model", s->model, "GGUF model (llama architecture)")->required();
   cmd->add_option("--host", s->host, "Address to bind (loopback by default)")->capture_default_str();
   cmd->add_option("--port", s->port, "TCP port (0 = any free port; the ready line names it)")
-      ->check(CLI::Range(0, 65535))->capture_default_str();
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
   cmd->add_option("--kv-memory", s->kv_memory,
                   "KV memory pool: bytes, or with a K/M/G (KiB/MiB/GiB) suffix; default half of MemAvailable at start");
   cmd->add_option("--max-seqs", s->max_seqs, "Sequences running at once")->check(at_least(1))->capture_default_str();
   cmd->add_option("--max-queue", s->max_queue, "Requests waiting at once; more get 429 with Retry-After")
-      ->check(at_least(1))->capture_default_str();
-  cmd->add_option("--max-tokens", s->max_tokens, "Largest max_tokens a request may ask (default: the model's context length)")
+      ->check(at_least(1))
+      ->capture_default_str();
+  cmd->add_option("--max-tokens", s->max_tokens,
+                  "Largest max_tokens a request may ask (default: the model's context length)")
       ->check(at_least(1));
-  cmd->add_option("--prefill-chunk", s->prefill_chunk, "Prompt tokens prefilled per scheduler step, at most 4096 (a long "
+  cmd->add_option("--prefill-chunk", s->prefill_chunk,
+                  "Prompt tokens prefilled per scheduler step, at most 4096 (a long "
                   "prompt delays running sequences by at most one chunk; outputs do not depend on it)")
-      ->check(CLI::Range(int64_t{1}, serve::kMaxPrefillChunk))->capture_default_str();
+      ->check(CLI::Range(int64_t{1}, serve::kMaxPrefillChunk))
+      ->capture_default_str();
   cmd->add_option("--api-key", s->api_key, "Require Authorization: Bearer KEY on every endpoint but /health");
   cmd->add_option("--alias", s->alias, "Model name in responses and /v1/models (default: the file name)");
-  cmd->add_option("-t,--threads", s->threads, "Engine threads (0 = all cores)")->check(at_least(0))->capture_default_str();
+  cmd->add_option("-t,--threads", s->threads, "Engine threads (0 = all cores)")
+      ->check(at_least(0))
+      ->capture_default_str();
   cmd->add_option("--kv-type", s->kv_type, "KV cache element type: f32 or f16")
-      ->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
   cmd->add_option("--shutdown-grace", s->shutdown_grace_s,
                   "Seconds running requests may finish after SIGINT/SIGTERM before they are cancelled")
-      ->check(CLI::Range(0.0, 3600.0))->capture_default_str();
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
   cmd->add_option("--chat-template", s->chat_template,
                   "Chat template for /v1/chat/completions instead of the GGUF's (" + ChatTemplate::names() + ")");
   add_policy_options(*cmd, s->policy);

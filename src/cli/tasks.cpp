@@ -1,8 +1,8 @@
 // `kvevict tasks gen`: writes generated tasks as JSON lines (tasks/generator.h).
 // `kvevict tasks eval`: greedy full-cache accuracy of a model on generated tasks — a small check
 // for the shipped model's card, not the evaluation harness (that is `kvevict eval`).
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <atomic>
 #include <cstdio>
@@ -15,8 +15,8 @@
 #include "cli/common.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
-#include "model/llama.h"
 #include "eval/grader.h"
+#include "model/llama.h"
 #include "tasks/generator.h"
 #include "tasks/solve.h"
 #include "util/error.h"
@@ -135,7 +135,8 @@ int run_eval(const EvalArgs& a) {
       tmin = std::min(tmin, tl);
       tmax = std::max(tmax, tl);
       if (!ok && a.show_failures)
-        fmt::print(stderr, "FAIL {} gold {} got {}\n{}{}\n", t.id, t.answer, got ? *got : "(none)", t.problem, outputs[i]);
+        fmt::print(stderr, "FAIL {} gold {} got {}\n{}{}\n", t.id, t.answer, got ? *got : "(none)", t.problem,
+                   outputs[i]);
     }
     if (n == 0) continue;
     fmt::print("{:<8} {:>6} {:>6} {:>8.4f} {:>12} {:>12}\n", task_family_name(f), n, right,

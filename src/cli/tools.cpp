@@ -1,7 +1,7 @@
 // `kvevict tools ...`: utilities. `tools synth-gguf` writes a synthetic-weight llama GGUF of a
 // real model's shape (model/synth.h) for speed work.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <chrono>
 
@@ -29,8 +29,8 @@ int run_synth(const SynthArgs& a) {
   // Read it back through the real loader so a broken file never leaves this command.
   const auto model = LlamaModel::load(a.out);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  fmt::print("wrote {}: {} shape ({}), {} weights, seed {}, {:.1f}M parameters, {:.1f} MiB of tensors ({:.1f} s)\n", a.out,
-             shape.name, shape.arch, a.type, a.seed, static_cast<double>(shape.n_params()) / 1e6,
+  fmt::print("wrote {}: {} shape ({}), {} weights, seed {}, {:.1f}M parameters, {:.1f} MiB of tensors ({:.1f} s)\n",
+             a.out, shape.name, shape.arch, a.type, a.seed, static_cast<double>(shape.n_params()) / 1e6,
              static_cast<double>(model->weight_bytes()) / (1 << 20), s);
   return 0;
 }
@@ -41,12 +41,16 @@ void add_tools(CLI::App& root, std::vector<Command>& out) {
   auto* tools = root.add_subcommand("tools", "Utilities (synth-gguf: synthetic-weight models of real shapes)");
   tools->require_subcommand(1);
   auto a = std::make_shared<SynthArgs>();
-  auto* synth = tools->add_subcommand("synth-gguf", "Write a llama GGUF of a real model's shape with seeded random weights");
+  auto* synth =
+      tools->add_subcommand("synth-gguf", "Write a llama GGUF of a real model's shape with seeded random weights");
   std::string shapes;
   for (const std::string& s : synth_shape_names()) shapes += (shapes.empty() ? "" : ", ") + s;
   synth->add_option("--shape", a->shape, "Model shape: " + shapes + " (default with --arch: that family's shape)");
   synth->add_option("--arch", a->arch, "Architecture: llama, qwen2, qwen3, phi3 (default: the shape's)");
-  synth->add_option("--type", a->type, "Weight type: " + ggml_supported_type_names() + ", or the llama.cpp mixes q4_k_m, q5_k_m")->capture_default_str();
+  synth
+      ->add_option("--type", a->type,
+                   "Weight type: " + ggml_supported_type_names() + ", or the llama.cpp mixes q4_k_m, q5_k_m")
+      ->capture_default_str();
   synth->add_option("--seed", a->seed, "Seed of the random weights")->check(seed_value())->capture_default_str();
   synth->add_option("-o,--output", a->out, "Output GGUF path")->required();
   out.push_back({tools, [a, synth] {

@@ -9,9 +9,7 @@
 namespace kvevict {
 namespace {
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 // The policy state observes the forward pass only when its selector asked for it.
 SelectorState* observer(Sequence& seq) {
   return (seq.policy.selector && seq.policy.selector->needs().any()) ? seq.state.get() : nullptr;
@@ -72,7 +70,12 @@ void Engine::run_prefill(Sequence& seq, std::span<const int32_t> tokens, std::ve
                          bool allow_blas) {
   const auto t0 = Clock::now();
   TimedObserver timed(seq);
-  const ForwardSegment seg{&seq.kv, tokens, seq.n_seen, seq.eviction.positions, timed.get(), wants_probs(seq),
+  const ForwardSegment seg{&seq.kv,
+                           tokens,
+                           seq.n_seen,
+                           seq.eviction.positions,
+                           timed.get(),
+                           wants_probs(seq),
                            /*is_prefill=*/true};
   llama_forward_segments(model_, rope_, std::span<const ForwardSegment>(&seg, 1),
                          all_logits ? LogitsWanted::All : LogitsWanted::Last, logits, pool_, buf_, allow_blas);
@@ -86,8 +89,8 @@ void Engine::decode(Sequence& seq, int32_t token, std::vector<float>& logits) {
   const auto t0 = Clock::now();
   const int32_t tok[1] = {token};
   TimedObserver timed(seq);
-  llama_forward(model_, rope_, seq.kv, tok, seq.n_seen, seq.eviction.positions, LogitsWanted::Last,
-                logits, timed.get(), wants_probs(seq), /*is_prefill=*/false, pool_, buf_);
+  llama_forward(model_, rope_, seq.kv, tok, seq.n_seen, seq.eviction.positions, LogitsWanted::Last, logits, timed.get(),
+                wants_probs(seq), /*is_prefill=*/false, pool_, buf_);
   seq.n_seen += 1;
   seq.stats.decode_steps += 1;
   seq.stats.decode_ms += ms_since(t0);
@@ -102,7 +105,8 @@ void Engine::decode_batch(std::span<Sequence* const> seqs, std::span<const int32
 }
 
 void Engine::decode_batch_with_chunk(std::span<Sequence* const> seqs, std::span<const int32_t> tokens,
-                                     Sequence& prefill_seq, std::span<const int32_t> chunk, std::vector<float>& logits) {
+                                     Sequence& prefill_seq, std::span<const int32_t> chunk,
+                                     std::vector<float>& logits) {
   if (chunk.empty()) throw Error("decode_batch_with_chunk: empty prompt chunk");
   for (const Sequence* s : seqs)
     if (s == &prefill_seq)
@@ -124,7 +128,7 @@ void Engine::forward_step(std::span<Sequence* const> seqs, std::span<const int32
     for (size_t j = 0; j < i; ++j)
       if (seqs[j] == seqs[i]) throw Error(fmt::format("decode_batch: sequence {} appears twice in the batch", s.id));
     timed.push_back(std::make_unique<TimedObserver>(s));
-    segs[i] = ForwardSegment{&s.kv, tokens.subspan(i, 1), s.n_seen, s.eviction.positions, timed.back()->get(),
+    segs[i] = ForwardSegment{&s.kv,          tokens.subspan(i, 1), s.n_seen, s.eviction.positions, timed.back()->get(),
                              wants_probs(s), /*is_prefill=*/false};
   }
   if (prefill_seq) {
@@ -154,9 +158,9 @@ void Engine::forward_step(std::span<Sequence* const> seqs, std::span<const int32
 
 void Engine::after_step(Sequence& seq) {
   if (seq.eviction_off() || !round_due(seq.kv.length(0), seq.eviction)) return;
-  const RoundTiming t = run_round(seq.kv, seq.policy, seq.state.get(), seq.eviction, seq.prompt_len,
-                                  seq.n_seen, seq.id, seq.stats.rounds, rope_, &pool_,
-                                  seq.record_keep_sets ? &seq.last_keep_sets : nullptr);
+  const RoundTiming t =
+      run_round(seq.kv, seq.policy, seq.state.get(), seq.eviction, seq.prompt_len, seq.n_seen, seq.id, seq.stats.rounds,
+                rope_, &pool_, seq.record_keep_sets ? &seq.last_keep_sets : nullptr);
   seq.stats.rounds += 1;
   seq.stats.score_ms += t.score_ms;
   seq.stats.compact_ms += t.compact_ms;

@@ -23,12 +23,12 @@ namespace kvevict {
 
 /// Counters of one sequence, for summaries and benchmarks.
 struct SequenceStats {
-  int64_t rounds = 0;         ///< eviction rounds run
-  int64_t peak_slots = 0;     ///< max live slots per (layer, KV head) ever held
-  double score_ms = 0;        ///< total time in selector scoring, ms
-  double compact_ms = 0;      ///< total time in keep-set choice + compaction, ms
-  double prefill_ms = 0;      ///< time in prefill forward passes, ms
-  double decode_ms = 0;       ///< time in decode forward passes (rounds excluded), ms
+  int64_t rounds = 0;      ///< eviction rounds run
+  int64_t peak_slots = 0;  ///< max live slots per (layer, KV head) ever held
+  double score_ms = 0;     ///< total time in selector scoring, ms
+  double compact_ms = 0;   ///< total time in keep-set choice + compaction, ms
+  double prefill_ms = 0;   ///< time in prefill forward passes, ms
+  double decode_ms = 0;    ///< time in decode forward passes (rounds excluded), ms
   int64_t decode_steps = 0;
   /// Time in SelectorState::observe (per-token selector work such as H2O's accumulation or a
   /// query window), ms; part of prefill_ms and decode_ms. 0 for selectors that observe nothing.
@@ -41,8 +41,8 @@ class Sequence {
   uint64_t id = 0;
   Policy policy;
   EvictionConfig eviction;
-  int64_t prompt_len = 0;     ///< set by prefill
-  int64_t n_seen = 0;         ///< tokens processed = logical position of the next token
+  int64_t prompt_len = 0;  ///< set by prefill
+  int64_t n_seen = 0;      ///< tokens processed = logical position of the next token
   SequenceKv kv;
   std::unique_ptr<SelectorState> state;
   SequenceStats stats;
@@ -79,8 +79,7 @@ class Engine {
   /// Runs the prompt in one pass (no eviction). logits: [n_vocab] of the last token, or
   /// [T, n_vocab] with all_logits. Throws kvevict::Error on an empty prompt or one longer than
   /// the capacity.
-  void prefill(Sequence& seq, std::span<const int32_t> prompt, std::vector<float>& logits,
-               bool all_logits = false);
+  void prefill(Sequence& seq, std::span<const int32_t> prompt, std::vector<float>& logits, bool all_logits = false);
 
   /// Runs the next `tokens` of the prompt, continuing the sequence from its current cache
   /// (positions seq.n_seen ...; no eviction, eviction-spec.md §2.2, so a prompt longer than the

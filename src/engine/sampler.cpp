@@ -29,7 +29,7 @@ int32_t sample_token(std::span<const float> logits, const SamplerConfig& cfg, Rn
   // Stable order: probability desc, then id asc, so the draw is reproducible.
   std::sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) {
     return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
-           (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+        (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
   });
   int32_t keep = n;
   if (cfg.top_k > 0) keep = std::min(keep, cfg.top_k);
@@ -37,7 +37,8 @@ int32_t sample_token(std::span<const float> logits, const SamplerConfig& cfg, Rn
   std::vector<double> p(static_cast<size_t>(keep));
   double sum = 0;
   for (int32_t i = 0; i < keep; ++i) {
-    p[static_cast<size_t>(i)] = std::exp((logits[static_cast<size_t>(idx[static_cast<size_t>(i)])] - maxl) / cfg.temperature);
+    p[static_cast<size_t>(i)] =
+        std::exp((logits[static_cast<size_t>(idx[static_cast<size_t>(i)])] - maxl) / cfg.temperature);
     sum += p[static_cast<size_t>(i)];
   }
   if (cfg.top_p < 1.0f) {

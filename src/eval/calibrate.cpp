@@ -50,10 +50,13 @@ class QuerySums final : public SelectorState {
   }
 
  private:
-  size_t size() const { return static_cast<size_t>(c_.n_layers) * static_cast<size_t>(c_.n_heads) * static_cast<size_t>(c_.head_dim / 2); }
+  size_t size() const {
+    return static_cast<size_t>(c_.n_layers) * static_cast<size_t>(c_.n_heads) * static_cast<size_t>(c_.head_dim / 2);
+  }
   size_t index(int layer, int head, int band) const {
     return (static_cast<size_t>(layer) * static_cast<size_t>(c_.n_heads) + static_cast<size_t>(head)) *
-               static_cast<size_t>(c_.head_dim / 2) + static_cast<size_t>(band);
+        static_cast<size_t>(c_.head_dim / 2) +
+        static_cast<size_t>(band);
   }
   const LlamaConfig& c_;
   const Rope& rope_;

@@ -26,7 +26,6 @@ class ThreadPool;
 /// Throws kvevict::Error when fewer than 2 tokens are given or ctx is 1 or negative.
 /// `on_chunk(tokens_done, tokens_total)`, when set, is called after each chunk (progress).
 QueryStats calibrate_query_stats(const LlamaModel& model, std::span<const int32_t> tokens, int64_t ctx,
-                                 ThreadPool& pool,
-                                 const std::function<void(int64_t, int64_t)>& on_chunk = nullptr);
+                                 ThreadPool& pool, const std::function<void(int64_t, int64_t)>& on_chunk = nullptr);
 
 }  // namespace kvevict

@@ -37,7 +37,8 @@ std::vector<size_t> brace_matches(std::string_view s) {
       ++k;
       continue;
     }
-    if (s[k] == '{') open.push_back(k);
+    if (s[k] == '{')
+      open.push_back(k);
     else if (s[k] == '}' && !open.empty()) {
       match[open.back()] = k;
       open.pop_back();
@@ -91,7 +92,7 @@ std::string brace_macro_args(const std::string& s) {
   const size_t n = s.size();
   const std::vector<size_t> match = brace_matches(s);
   std::vector<uint8_t> open_at(n + 1, 0), close_at(n + 1, 0);  // braces to add before index
-  std::vector<size_t> skip_to(n + 1, npos);                      // brace-less argument [i, skip_to[i])
+  std::vector<size_t> skip_to(n + 1, npos);                    // brace-less argument [i, skip_to[i])
   // End of the argument that starts at s[j], or npos when there is none.
   const auto arg_end = [&](size_t j, bool& braced) -> size_t {
     braced = false;
@@ -114,8 +115,10 @@ std::string brace_macro_args(const std::string& s) {
       continue;
     }
     int n_args = 0;
-    if (s[i] == '\\' && command_at(s, i, "\\frac")) n_args = 2;
-    else if (s[i] == '\\' && command_at(s, i, "\\sqrt") && !(i + 5 < n && s[i + 5] == '[')) n_args = 1;
+    if (s[i] == '\\' && command_at(s, i, "\\frac"))
+      n_args = 2;
+    else if (s[i] == '\\' && command_at(s, i, "\\sqrt") && !(i + 5 < n && s[i + 5] == '['))
+      n_args = 1;
     if (n_args == 0) {
       ++i;
       continue;
@@ -152,7 +155,7 @@ std::string brace_macro_args(const std::string& s) {
 
 // Removes the wrapper of `\text{X}`-like commands, keeping X (nested wrappers too).
 std::string unwrap_text_commands(const std::string& s) {
-  static constexpr std::array<std::string_view, 6> kWrappers = {"\\text", "\\textbf", "\\textrm",
+  static constexpr std::array<std::string_view, 6> kWrappers = {"\\text",   "\\textbf", "\\textrm",
                                                                 "\\mathrm", "\\mathbf", "\\mbox"};
   const std::vector<size_t> match = brace_matches(s);
   std::vector<uint8_t> drop(s.size(), 0);
@@ -162,7 +165,8 @@ std::string unwrap_text_commands(const std::string& s) {
       const size_t len = w.size();
       if (s.compare(i, len, w) == 0 && i + len < s.size() && s[i + len] == '{') {
         if (match[i + len] == npos) break;
-        std::fill(drop.begin() + static_cast<std::ptrdiff_t>(i), drop.begin() + static_cast<std::ptrdiff_t>(i + len + 1), 1);
+        std::fill(drop.begin() + static_cast<std::ptrdiff_t>(i),
+                  drop.begin() + static_cast<std::ptrdiff_t>(i + len + 1), 1);
         drop[match[i + len]] = 1;
         i += len;  // continue inside the group
         break;
@@ -226,11 +230,11 @@ std::string strip_trailing_text_unit(const std::string& s) {
 // Drops a unit word after a plain number ("5 cm", "12 inches^2", "3 square feet", "7 sq ft.").
 std::string strip_trailing_unit_word(const std::string& s) {
   static constexpr std::array<std::string_view, 45> kWords = {
-      "unit",   "units",  "cm",     "mm",      "km",      "m",      "meter",   "meters", "metre",
-      "metres", "inch",   "inches", "in",      "feet",    "foot",   "ft",      "yard",   "yards",
-      "yd",     "mile",   "miles",  "mi",      "degree",  "degrees", "cent",   "cents",  "dollar",
-      "dollars", "hour",  "hours",  "minute",  "minutes", "second", "seconds", "day",    "days",
-      "week",   "weeks",  "year",   "years",   "pound",   "pounds", "ounce",   "ounces", "kg"};
+      "unit",    "units", "cm",     "mm",     "km",      "m",       "meter",   "meters", "metre",
+      "metres",  "inch",  "inches", "in",     "feet",    "foot",    "ft",      "yard",   "yards",
+      "yd",      "mile",  "miles",  "mi",     "degree",  "degrees", "cent",    "cents",  "dollar",
+      "dollars", "hour",  "hours",  "minute", "minutes", "second",  "seconds", "day",    "days",
+      "week",    "weeks", "year",   "years",  "pound",   "pounds",  "ounce",   "ounces", "kg"};
   static constexpr std::array<std::string_view, 3> kMoreWords = {"gram", "grams", "g"};
   size_t i = 0;
   if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
@@ -249,11 +253,9 @@ std::string strip_trailing_unit_word(const std::string& s) {
   if (e > i && s[e - 1] == '.') --e;
   if (const size_t p = power_suffix_start(s, e); p != npos && p > i) e = p;
   const std::string_view word(s.data() + i, e - i);
-  const auto all_word_chars = [](std::string_view w) {
-    return !w.empty() && std::all_of(w.begin(), w.end(), is_word);
-  };
+  const auto all_word_chars = [](std::string_view w) { return !w.empty() && std::all_of(w.begin(), w.end(), is_word); };
   bool unit = std::find(kWords.begin(), kWords.end(), word) != kWords.end() ||
-              std::find(kMoreWords.begin(), kMoreWords.end(), word) != kMoreWords.end();
+      std::find(kMoreWords.begin(), kMoreWords.end(), word) != kMoreWords.end();
   if (!unit && word.starts_with("square")) {  // "square feet"
     size_t k = 6;
     while (k < word.size() && is_space(word[k])) ++k;
@@ -288,9 +290,12 @@ std::string strip_leading_assignment(const std::string& s) {
     i = k;
   }
   while (i < s.size() && is_space(s[i])) ++i;
-  if (i < s.size() && s[i] == '=') ++i;
-  else if (s.compare(i, 3, "\\in") == 0 && !(i + 3 < s.size() && is_alpha(s[i + 3]))) i += 3;
-  else return s;
+  if (i < s.size() && s[i] == '=')
+    ++i;
+  else if (s.compare(i, 3, "\\in") == 0 && !(i + 3 < s.size() && is_alpha(s[i + 3])))
+    i += 3;
+  else
+    return s;
   const std::string rest = trim(std::string_view(s).substr(i));
   if (rest.empty() || rest.find('=') != std::string::npos) return s;
   return rest;
@@ -448,7 +453,8 @@ std::optional<Number> parse_number(std::string_view s) {
       sum.value = nw.value + q.value;
       sum.exact = false;
       __int128 wd = 0;
-      if (nw.exact && q.exact && checked_mul(nw.r.num, q.r.den, wd) && !__builtin_add_overflow(wd, q.r.num, &sum.r.num)) {
+      if (nw.exact && q.exact && checked_mul(nw.r.num, q.r.den, wd) &&
+          !__builtin_add_overflow(wd, q.r.num, &sum.r.num)) {
         sum.r.den = q.r.den;
         reduce(sum.r);
         sum.exact = true;
@@ -632,20 +638,28 @@ Grade grade_response(std::string_view response, std::string_view gold, Grading g
 
 const char* grade_outcome_name(GradeOutcome o) {
   switch (o) {
-    case GradeOutcome::Graded: return "graded";
-    case GradeOutcome::NoAnswer: return "no_answer";
-    case GradeOutcome::AnswerTooLong: return "answer_too_long";
-    case GradeOutcome::GoldTooLong: return "gold_too_long";
-    case GradeOutcome::GraderError: return "grader_error";
+    case GradeOutcome::Graded:
+      return "graded";
+    case GradeOutcome::NoAnswer:
+      return "no_answer";
+    case GradeOutcome::AnswerTooLong:
+      return "answer_too_long";
+    case GradeOutcome::GoldTooLong:
+      return "gold_too_long";
+    case GradeOutcome::GraderError:
+      return "grader_error";
   }
   return "?";
 }
 
 const char* grading_name(Grading g) {
   switch (g) {
-    case Grading::Math: return "math";
-    case Grading::Gsm8k: return "gsm8k";
-    case Grading::Exact: return "exact";
+    case Grading::Math:
+      return "math";
+    case Grading::Gsm8k:
+      return "gsm8k";
+    case Grading::Exact:
+      return "exact";
   }
   return "?";
 }

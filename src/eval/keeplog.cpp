@@ -35,12 +35,14 @@ std::vector<std::pair<int64_t, int64_t>> keep_log_bands(int64_t n_seen) {
   return bands;
 }
 
-LayerKeepStats layer_keep_stats(const SequenceKv& kv, int layer, int64_t recent, int64_t prompt_len,
-                                int64_t n_seen, int64_t round, bool with_positions) {
+LayerKeepStats layer_keep_stats(const SequenceKv& kv, int layer, int64_t recent, int64_t prompt_len, int64_t n_seen,
+                                int64_t round, bool with_positions) {
   const KvShape& shape = kv.shape();
-  if (layer < 0 || layer >= shape.n_layers) throw Error(fmt::format("keep log: layer {} outside [0, {})", layer, shape.n_layers));
+  if (layer < 0 || layer >= shape.n_layers)
+    throw Error(fmt::format("keep log: layer {} outside [0, {})", layer, shape.n_layers));
   const int64_t len = kv.length(layer);
-  if (recent < 0 || recent > len) throw Error(fmt::format("keep log: recent buffer {} exceeds the {} live slots", recent, len));
+  if (recent < 0 || recent > len)
+    throw Error(fmt::format("keep log: recent buffer {} exceeds the {} live slots", recent, len));
   LayerKeepStats s;
   s.round = round;
   s.layer = layer;
@@ -56,7 +58,9 @@ LayerKeepStats layer_keep_stats(const SequenceKv& kv, int layer, int64_t recent,
     kept[static_cast<size_t>(h)].assign(p, p + len);  // strictly increasing (chronological compaction)
     selected[static_cast<size_t>(h)].assign(p, p + s.k_sel);
   }
-  const auto frac = [](int64_t num, int64_t den) { return den > 0 ? static_cast<double>(num) / static_cast<double>(den) : 0.0; };
+  const auto frac = [](int64_t num, int64_t den) {
+    return den > 0 ? static_cast<double>(num) / static_cast<double>(den) : 0.0;
+  };
   for (const auto& k : kept) {
     s.prompt_survival.push_back(frac(count_in(k, 0, prompt_len), prompt_len));
     std::vector<double> bands;
@@ -185,7 +189,8 @@ std::vector<KeepLogAverages> summarize_keep_log(const std::string& path, bool by
     r.union_survival = a.union_s / n;
     r.jaccard = a.jaccard / n;
     r.coverage = a.coverage / n;
-    for (size_t b = 0; b < a.band_sum.size(); ++b) r.band_survival.push_back(a.band_sum[b] / static_cast<double>(a.band_n[b]));
+    for (size_t b = 0; b < a.band_sum.size(); ++b)
+      r.band_survival.push_back(a.band_sum[b] / static_cast<double>(a.band_n[b]));
     rows.push_back(std::move(r));
   }
   return rows;  // std::map order: -1 (all) first, then layers ascending
@@ -193,7 +198,8 @@ std::vector<KeepLogAverages> summarize_keep_log(const std::string& path, bool by
 
 std::string format_keep_log_table(const std::vector<KeepLogAverages>& rows) {
   size_t n_bands = 0, label_w = 6;
-  for (const auto& r : rows) n_bands = std::max(n_bands, r.band_survival.size()), label_w = std::max(label_w, r.label.size());
+  for (const auto& r : rows)
+    n_bands = std::max(n_bands, r.band_survival.size()), label_w = std::max(label_w, r.label.size());
   std::string out = fmt::format("{:<{}} {:>5} {:>6} {:>7} {:>8} {:>7} {:>7} {:>8}", "log", label_w, "layer", "rounds",
                                 "prompt", "prompt_U", "union", "jaccard", "coverage");
   for (size_t b = 0; b < n_bands; ++b) {

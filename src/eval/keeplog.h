@@ -36,18 +36,18 @@ std::vector<std::pair<int64_t, int64_t>> keep_log_bands(int64_t n_seen);
 /// Keep-set metrics of one layer after one round (see the file comment).
 struct LayerKeepStats {
   int64_t round = 0, layer = 0, n_seen = 0, prompt_len = 0, slots = 0, k_sel = 0;
-  std::vector<double> prompt_survival;                  ///< [n_kv_heads]
+  std::vector<double> prompt_survival;  ///< [n_kv_heads]
   double prompt_union_survival = 0, union_survival = 0, jaccard = 0, coverage = 0;
-  std::vector<std::pair<int64_t, int64_t>> bands;       ///< [n_bands]
-  std::vector<std::vector<double>> band_survival;       ///< [n_kv_heads][n_bands]
-  std::vector<std::vector<int32_t>> positions;          ///< [n_kv_heads][slots], only if asked
+  std::vector<std::pair<int64_t, int64_t>> bands;  ///< [n_bands]
+  std::vector<std::vector<double>> band_survival;  ///< [n_kv_heads][n_bands]
+  std::vector<std::vector<int32_t>> positions;     ///< [n_kv_heads][slots], only if asked
 };
 
 /// Computes the metrics of `layer` from the live slots of `kv`: the first length - recent slots
 /// of each head are the selected ones, the rest the recent buffer. prompt_len >= 1 and
 /// n_seen >= length. Throws kvevict::Error on a layer out of range or recent > length.
-LayerKeepStats layer_keep_stats(const SequenceKv& kv, int layer, int64_t recent, int64_t prompt_len,
-                                int64_t n_seen, int64_t round, bool with_positions);
+LayerKeepStats layer_keep_stats(const SequenceKv& kv, int layer, int64_t recent, int64_t prompt_len, int64_t n_seen,
+                                int64_t round, bool with_positions);
 
 /// One JSON object (one line of the log) for `s`, tagged with the policy name.
 std::string keep_log_line(const LayerKeepStats& s, const std::string& policy);
@@ -69,11 +69,11 @@ class KeepLogWriter {
 
 /// Averages of a keep log (or of one layer of it).
 struct KeepLogAverages {
-  std::string label;            ///< file, and policy when the lines name one
-  int layer = -1;               ///< -1: every layer
-  int64_t lines = 0;            ///< (round, layer) lines averaged
-  int64_t rounds = 0;           ///< distinct rounds
-  double prompt_survival = 0;   ///< mean over lines and KV heads
+  std::string label;           ///< file, and policy when the lines name one
+  int layer = -1;              ///< -1: every layer
+  int64_t lines = 0;           ///< (round, layer) lines averaged
+  int64_t rounds = 0;          ///< distinct rounds
+  double prompt_survival = 0;  ///< mean over lines and KV heads
   double prompt_union_survival = 0, union_survival = 0, jaccard = 0, coverage = 0;
   std::vector<double> band_survival;  ///< per band: mean over the lines reaching it and KV heads
 };

@@ -21,10 +21,10 @@ double token_nll(std::span<const float> logits, int32_t token);
 
 /// Result of a token-by-token run.
 struct DecodePerplexity {
-  std::vector<double> nll;   ///< nll[i] = -log p(tokens[i+1] | tokens[0..i]) ; size N - 1
-  double ppl = 0;            ///< exp(mean nll)
+  std::vector<double> nll;  ///< nll[i] = -log p(tokens[i+1] | tokens[0..i]) ; size N - 1
+  double ppl = 0;           ///< exp(mean nll)
   SequenceStats stats;
-  int64_t kv_bytes = 0;      ///< bytes allocated for the cache
+  int64_t kv_bytes = 0;  ///< bytes allocated for the cache
 };
 
 /// Feeds tokens[0] as the prompt, then decodes tokens[1..N-1] one at a time with `policy`
@@ -39,7 +39,7 @@ struct ChunkedPerplexity {
   std::vector<double> running_ppl;  ///< after each chunk, as llama.cpp prints [1]x,[2]y,...
   double ppl = 0;
   double ppl_stderr = 0;
-  int64_t count = 0;                ///< scored tokens
+  int64_t count = 0;  ///< scored tokens
 };
 
 /// llama.cpp chunked perplexity: n_chunks = min(chunks, N / n_ctx) (chunks <= 0: all);

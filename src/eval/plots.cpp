@@ -14,8 +14,10 @@ namespace fs = std::filesystem;
 std::string shell_quote(const std::string& s) {
   std::string q = "'";
   for (const char c : s) {
-    if (c == '\'') q.append("'\\''");
-    else q.push_back(c);
+    if (c == '\'')
+      q.append("'\\''");
+    else
+      q.push_back(c);
   }
   q.push_back('\'');
   return q;

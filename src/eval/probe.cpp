@@ -63,9 +63,12 @@ ProbeKind parse_probe_kind(const std::string& name) {
 
 const char* probe_kind_name(ProbeKind k) {
   switch (k) {
-    case ProbeKind::Planted: return "planted";
-    case ProbeKind::Restated: return "restated";
-    case ProbeKind::Passcode: return "passcode";
+    case ProbeKind::Planted:
+      return "planted";
+    case ProbeKind::Restated:
+      return "restated";
+    case ProbeKind::Passcode:
+      return "passcode";
   }
   return "?";
 }
@@ -155,8 +158,10 @@ ProbeLayout build_probe_layout(const Tokenizer& tok, ProbeKind kind, int64_t dis
   Rng rng(stream_id({seed, static_cast<uint64_t>(trial), kTrialTag}));
   ProbeLayout L;
   L.code += static_cast<char>('1' + std::min(8, static_cast<int>(rng.uniform() * 9)));
-  for (int i = 1; i < opts.digits; ++i) L.code += static_cast<char>('0' + std::min(9, static_cast<int>(rng.uniform() * 10)));
-  int64_t cursor = opts.filler.empty() ? 0 : static_cast<int64_t>(rng.uniform() * static_cast<double>(opts.filler.size()));
+  for (int i = 1; i < opts.digits; ++i)
+    L.code += static_cast<char>('0' + std::min(9, static_cast<int>(rng.uniform() * 10)));
+  int64_t cursor =
+      opts.filler.empty() ? 0 : static_cast<int64_t>(rng.uniform() * static_cast<double>(opts.filler.size()));
 
   L.prompt = tok.encode(kInstruction, tok.bos_id() >= 0);
   const auto P = static_cast<int32_t>(L.prompt.size());
@@ -172,9 +177,11 @@ ProbeLayout build_probe_layout(const Tokenizer& tok, ProbeKind kind, int64_t dis
       throw Error(fmt::format("--distances {} is too short for {} statements of a {}-token fact", distance, n, F));
   append_filler(L.trace, opts.lead, tok, opts, rng, cursor);
   for (int k = 0; k < n; ++k) {
-    for (int64_t i = 0; i < F; ++i) L.fact_positions.push_back(P + static_cast<int32_t>(L.trace.size() + static_cast<size_t>(i)));
+    for (int64_t i = 0; i < F; ++i)
+      L.fact_positions.push_back(P + static_cast<int32_t>(L.trace.size() + static_cast<size_t>(i)));
     L.trace.insert(L.trace.end(), fact.begin(), fact.end());
-    const int64_t gap = k + 1 < n ? dist[static_cast<size_t>(k)] - dist[static_cast<size_t>(k + 1)] - F : dist[static_cast<size_t>(k)];
+    const int64_t gap =
+        k + 1 < n ? dist[static_cast<size_t>(k)] - dist[static_cast<size_t>(k + 1)] - F : dist[static_cast<size_t>(k)];
     append_filler(L.trace, gap, tok, opts, rng, cursor);
   }
   const std::vector<int32_t> q = tok.encode(kQuestion, false);

@@ -86,9 +86,9 @@ struct ProbeLayout {
 
 /// Options shared by every trial.
 struct ProbeTextOptions {
-  int digits = 4;             ///< length of the code (digits, first one non-zero)
-  int64_t lead = 32;          ///< filler tokens between the prompt and the first fact statement
-  int restatements = 4;       ///< statements of a Restated fact
+  int digits = 4;               ///< length of the code (digits, first one non-zero)
+  int64_t lead = 32;            ///< filler tokens between the prompt and the first fact statement
+  int restatements = 4;         ///< statements of a Restated fact
   std::vector<int32_t> filler;  ///< filler token source (cycled from a seeded offset); empty = built-in sentences
 };
 
@@ -102,8 +102,8 @@ ProbeLayout build_probe_layout(const Tokenizer& tok, ProbeKind kind, int64_t dis
 struct ProbeTrial {
   double answer_logprob = 0;  ///< sum over answer tokens of log p(token | everything before), nats
   int answer_tokens = 0;
-  bool exact = false;         ///< every answer token was the argmax (= greedy decoding retrieves the code)
-  int64_t rounds = 0;         ///< eviction rounds run
+  bool exact = false;  ///< every answer token was the argmax (= greedy decoding retrieves the code)
+  int64_t rounds = 0;  ///< eviction rounds run
   /// Fact tokens still cached when the question was read, summed over (layer, KV head) sites,
   /// divided by (fact tokens x sites): 1 = kept everywhere, 0 = gone.
   double fact_kept = 0;

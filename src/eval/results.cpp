@@ -55,13 +55,16 @@ std::string first_difference(const json& a, const json& b, const std::string& pa
       return fmt::format("{}: {} (there) vs {} (here)", path.empty() ? "/" : path, short_dump(a), short_dump(b));
     return "";
   }
-  if (a != b) return fmt::format("{}: {} (there) vs {} (here)", path.empty() ? "/" : path, short_dump(a), short_dump(b));
+  if (a != b)
+    return fmt::format("{}: {} (there) vs {} (here)", path.empty() ? "/" : path, short_dump(a), short_dump(b));
   return "";
 }
 
 std::string torn_line_message(const std::string& path, int64_t bytes) {
-  return fmt::format("{}: dropping an incomplete last line ({} bytes; the previous run was interrupted while writing "
-                     "it, so that rollout runs again)", path, bytes);
+  return fmt::format(
+      "{}: dropping an incomplete last line ({} bytes; the previous run was interrupted while writing "
+      "it, so that rollout runs again)",
+      path, bytes);
 }
 
 }  // namespace
@@ -102,7 +105,8 @@ EvalSettings EvalSettings::from_json(const json& j, const std::string& where) {
   s.n_tasks = field<int64_t>(tasks, "count", where + " tasks");
   s.tasks_digest = field<std::string>(tasks, "digest", where + " tasks");
   for (const json& c : field<json>(j, "cells", where))
-    s.cells.push_back({field<std::string>(c, "policy", where + " cells"), field<int64_t>(c, "budget", where + " cells")});
+    s.cells.push_back(
+        {field<std::string>(c, "policy", where + " cells"), field<int64_t>(c, "budget", where + " cells")});
   s.reference = field<std::string>(j, "reference", where);
   s.rollouts = field<int>(j, "rollouts", where);
   const json sampler = field<json>(j, "sampler", where);
@@ -138,26 +142,26 @@ std::string RolloutRecord::key() const { return rollout_key(policy, budget, prob
 
 json RolloutRecord::to_json() const {
   json j{{"policy", policy},
-              {"budget", budget > 0 ? json(budget) : json(nullptr)},
-              {"problem_id", problem_id},
-              {"problem_index", problem_index},
-              {"rollout", rollout},
-              {"prompt_tokens", prompt_tokens},
-              {"generated_tokens", generated_tokens},
-              {"finish", finish},
-              {"extracted", extracted ? json(*extracted) : json(nullptr)},
-              {"gold", gold},
-              {"correct", correct},
-              {"grade", grade},
-              {"rounds", rounds},
-              {"peak_slots", peak_slots},
-              {"peak_kv_bytes", peak_kv_bytes},
-              {"kv_bytes", kv_bytes},
-              {"prefill_ms", prefill_ms},
-              {"decode_ms", decode_ms},
-              {"score_ms", score_ms},
-              {"compact_ms", compact_ms},
-              {"text", text}};
+         {"budget", budget > 0 ? json(budget) : json(nullptr)},
+         {"problem_id", problem_id},
+         {"problem_index", problem_index},
+         {"rollout", rollout},
+         {"prompt_tokens", prompt_tokens},
+         {"generated_tokens", generated_tokens},
+         {"finish", finish},
+         {"extracted", extracted ? json(*extracted) : json(nullptr)},
+         {"gold", gold},
+         {"correct", correct},
+         {"grade", grade},
+         {"rounds", rounds},
+         {"peak_slots", peak_slots},
+         {"peak_kv_bytes", peak_kv_bytes},
+         {"kv_bytes", kv_bytes},
+         {"prefill_ms", prefill_ms},
+         {"decode_ms", decode_ms},
+         {"score_ms", score_ms},
+         {"compact_ms", compact_ms},
+         {"text", text}};
   if (fact_kept) j["fact_kept"] = *fact_kept;
   return j;
 }
@@ -178,8 +182,10 @@ RolloutRecord RolloutRecord::from_json(const json& j, const std::string& where) 
   r.gold = field<std::string>(j, "gold", where);
   r.correct = field<bool>(j, "correct", where);
   // Files written before the grade outcome was recorded: infer it from the extracted answer.
-  if (j.contains("grade")) r.grade = field<std::string>(j, "grade", where);
-  else r.grade = r.extracted ? "graded" : "no_answer";
+  if (j.contains("grade"))
+    r.grade = field<std::string>(j, "grade", where);
+  else
+    r.grade = r.extracted ? "graded" : "no_answer";
   r.rounds = field<int64_t>(j, "rounds", where);
   r.peak_slots = field<int64_t>(j, "peak_slots", where);
   r.peak_kv_bytes = field<int64_t>(j, "peak_kv_bytes", where);
@@ -194,7 +200,8 @@ RolloutRecord RolloutRecord::from_json(const json& j, const std::string& where) 
 
 std::string json_difference(const json& there, const json& here) { return first_difference(there, here, ""); }
 
-RolloutFile read_rollouts(const std::string& path, bool keep_text, const std::function<void(const std::string&)>& warn) {
+RolloutFile read_rollouts(const std::string& path, bool keep_text,
+                          const std::function<void(const std::string&)>& warn) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(fmt::format("{}: cannot open", path));
   RolloutFile out;
@@ -204,8 +211,7 @@ RolloutFile read_rollouts(const std::string& path, bool keep_text, const std::fu
   while (std::getline(in, text)) {
     if (in.eof()) {  // no newline after it: a write cut short
       out.torn_bytes = static_cast<int64_t>(text.size());
-      if (warn)
-        warn(torn_line_message(path, static_cast<int64_t>(text.size())));
+      if (warn) warn(torn_line_message(path, static_cast<int64_t>(text.size())));
       break;
     }
     out.complete_bytes += static_cast<int64_t>(text.size()) + 1;
@@ -259,13 +265,15 @@ void write_file_atomic(const std::string& path, const std::string& text) {
 bool check_settings_match(const std::string& dir, const EvalSettings& settings) {
   if (fs::exists(fs::path(dir) / ResultsDir::kConfig)) {
     if (const std::string d = json_difference(read_settings(dir).to_json(), settings.to_json()); !d.empty())
-      throw Error(fmt::format("{} holds a run with a different configuration ({}); refusing to mix runs: use "
-                              "another --out or delete that directory", dir, d));
+      throw Error(
+          fmt::format("{} holds a run with a different configuration ({}); refusing to mix runs: use "
+                      "another --out or delete that directory",
+                      dir, d));
     return true;
   }
   if (fs::exists(fs::path(dir) / ResultsDir::kRollouts))
-    throw Error(fmt::format("{} holds {} but no {}; refusing to mix runs: use another --out", dir, ResultsDir::kRollouts,
-                            ResultsDir::kConfig));
+    throw Error(fmt::format("{} holds {} but no {}; refusing to mix runs: use another --out", dir,
+                            ResultsDir::kRollouts, ResultsDir::kConfig));
   return false;
 }
 
@@ -282,9 +290,10 @@ ResultsDir ResultsDir::open(const std::string& dir, const EvalSettings& settings
   if (has_rollouts) {
     RolloutFile file = read_rollouts(rollouts_path, /*keep_text=*/false, {});
     if (!resume && !file.records.empty())
-      throw Error(fmt::format("{} already holds {} finished rollouts of this configuration and --no-resume was "
-                              "given; nothing was overwritten: use another --out or delete that directory",
-                              dir, file.records.size()));
+      throw Error(
+          fmt::format("{} already holds {} finished rollouts of this configuration and --no-resume was "
+                      "given; nothing was overwritten: use another --out or delete that directory",
+                      dir, file.records.size()));
     if (file.torn_bytes > 0) {
       if (warn) warn(torn_line_message(rollouts_path, file.torn_bytes));
       fs::resize_file(rollouts_path, static_cast<uintmax_t>(file.complete_bytes), ec);

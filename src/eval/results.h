@@ -31,21 +31,21 @@ struct CellSpec {
 /// Everything that determines the results of an eval run (thread count and output paths do not).
 /// Two runs may share an output directory only when their settings are equal.
 struct EvalSettings {
-  std::string model_file;     ///< file name of the GGUF (not its directory, so a moved file still matches)
-  uint64_t model_bytes = 0;   ///< its size
-  std::string tasks_file;     ///< file name of the task file
-  std::string tasks_format;   ///< "math500", "gsm8k" or "kvevict"
-  int64_t n_tasks = 0;        ///< problems in the whole run (all shards)
-  std::string tasks_digest;   ///< tasks_digest() of those problems
+  std::string model_file;       ///< file name of the GGUF (not its directory, so a moved file still matches)
+  uint64_t model_bytes = 0;     ///< its size
+  std::string tasks_file;       ///< file name of the task file
+  std::string tasks_format;     ///< "math500", "gsm8k" or "kvevict"
+  int64_t n_tasks = 0;          ///< problems in the whole run (all shards)
+  std::string tasks_digest;     ///< tasks_digest() of those problems
   std::vector<CellSpec> cells;  ///< grid, in report order
-  std::string reference;      ///< policy the others are compared with
-  int rollouts = 1;           ///< per problem and cell
+  std::string reference;        ///< policy the others are compared with
+  int rollouts = 1;             ///< per problem and cell
   double temperature = 0.6, top_p = 0.95;
   int top_k = 0;
-  int64_t max_length = 0;     ///< cap on prompt + generated tokens
-  int64_t max_new_tokens = 0; ///< cap on generated tokens (0 = none besides max_length)
+  int64_t max_length = 0;      ///< cap on prompt + generated tokens
+  int64_t max_new_tokens = 0;  ///< cap on generated tokens (0 = none besides max_length)
   uint64_t seed = 0;
-  nlohmann::json eviction;    ///< schedule options (r, sinks, protection, long-prompt mode, positions, params)
+  nlohmann::json eviction;      ///< schedule options (r, sinks, protection, long-prompt mode, positions, params)
   std::string prompt_template;  ///< "plain" or "llama2"
   bool math_suffix = true;
   int bootstrap_resamples = 10000;
@@ -65,22 +65,22 @@ struct EvalSettings {
 /// One finished rollout.
 struct RolloutRecord {
   std::string policy;
-  int64_t budget = 0;           ///< 0 for a policy that does not evict
+  int64_t budget = 0;  ///< 0 for a policy that does not evict
   std::string problem_id;
-  int64_t problem_index = 0;    ///< EvalTask::index
-  int rollout = 0;              ///< 0 .. rollouts-1
+  int64_t problem_index = 0;  ///< EvalTask::index
+  int rollout = 0;            ///< 0 .. rollouts-1
   int64_t prompt_tokens = 0;
   int64_t generated_tokens = 0;
-  std::string finish;           ///< "eos", "length" (cap reached) or "prompt_too_long" (nothing generated)
-  std::string text;             ///< generated text (prompt excluded)
+  std::string finish;                    ///< "eos", "length" (cap reached) or "prompt_too_long" (nothing generated)
+  std::string text;                      ///< generated text (prompt excluded)
   std::optional<std::string> extracted;  ///< graded answer taken from the text
   std::string gold;
   bool correct = false;
   std::string grade = "graded";  ///< grade_outcome_name: "graded", "no_answer", "answer_too_long", ...
-  int64_t rounds = 0;           ///< eviction rounds
-  int64_t peak_slots = 0;       ///< max live slots per (layer, KV head)
-  int64_t peak_kv_bytes = 0;    ///< peak_slots x KvShape::bytes_per_token()
-  int64_t kv_bytes = 0;         ///< bytes allocated for the cache
+  int64_t rounds = 0;            ///< eviction rounds
+  int64_t peak_slots = 0;        ///< max live slots per (layer, KV head)
+  int64_t peak_kv_bytes = 0;     ///< peak_slots x KvShape::bytes_per_token()
+  int64_t kv_bytes = 0;          ///< bytes allocated for the cache
   double prefill_ms = 0, decode_ms = 0, score_ms = 0, compact_ms = 0;  ///< SequenceStats, ms
   /// For a task with a fact stated once (the `once` family's code slot, tasks/generator.h):
   /// whether any (layer, KV head) still held that prompt position when the rollout ended.
@@ -130,9 +130,9 @@ class ResultsDir {
   static constexpr const char* kRollouts = "rollouts.jsonl";
 
   /// Creates `dir` if needed and claims it for `settings`; truncates a torn last line of
-  /// rollouts.jsonl. Throws kvevict::Error (leaving every file as it was) when: `dir` holds a config.json with different settings (the message names
-  /// the first difference); it holds rollouts.jsonl but no config.json; it holds finished
-  /// rollouts and `resume` is false; a file cannot be read or written.
+  /// rollouts.jsonl. Throws kvevict::Error (leaving every file as it was) when: `dir` holds a config.json with
+  /// different settings (the message names the first difference); it holds rollouts.jsonl but no config.json; it holds
+  /// finished rollouts and `resume` is false; a file cannot be read or written.
   static ResultsDir open(const std::string& dir, const EvalSettings& settings, bool resume,
                          const std::function<void(const std::string&)>& warn);
 
@@ -144,7 +144,9 @@ class ResultsDir {
 
  private:
   struct FileCloser {
-    void operator()(std::FILE* f) const { if (f) std::fclose(f); }
+    void operator()(std::FILE* f) const {
+      if (f) std::fclose(f);
+    }
   };
   std::string dir_;
   std::vector<RolloutRecord> existing_;

@@ -99,7 +99,8 @@ void run_rollouts(Engine& engine, const EvalTask& task, std::span<const int32_t>
     rec.correct = g.correct;
     rec.grade = grade_outcome_name(g.outcome);
     if (g.outcome == GradeOutcome::GraderError)
-      fmt::print(stderr, "warning: grading rollout {} of {} failed ({}); recorded as wrong\n", l.rollout, task.id, g.error);
+      fmt::print(stderr, "warning: grading rollout {} of {} failed ({}); recorded as wrong\n", l.rollout, task.id,
+                 g.error);
     const SequenceStats& s = l.seq->stats;
     rec.rounds = s.rounds;
     rec.peak_slots = s.peak_slots;

@@ -35,10 +35,10 @@ struct EvalCell {
 
 /// Decoding settings shared by every rollout.
 struct RolloutOptions {
-  int rollouts = 1;           ///< per problem and cell
-  SamplerConfig sampler;      ///< sampler.seed is the base seed of the sampling streams
-  int64_t max_length = 32768; ///< prompt + generated tokens
-  int64_t max_new_tokens = 0; ///< extra cap on generated tokens (0 = none)
+  int rollouts = 1;            ///< per problem and cell
+  SamplerConfig sampler;       ///< sampler.seed is the base seed of the sampling streams
+  int64_t max_length = 32768;  ///< prompt + generated tokens
+  int64_t max_new_tokens = 0;  ///< extra cap on generated tokens (0 = none)
 };
 
 /// Sequence id of rollout `rollout` of the problem `problem_id` (also the id the eviction

@@ -61,8 +61,10 @@ double normal_two_sided_z(double level) {
   double lo = 0, hi = 40;
   for (int i = 0; i < 200 && hi - lo > 1e-13; ++i) {
     const double mid = 0.5 * (lo + hi);
-    if (std::erfc(mid / std::sqrt(2.0)) > 1 - level) lo = mid;
-    else hi = mid;
+    if (std::erfc(mid / std::sqrt(2.0)) > 1 - level)
+      lo = mid;
+    else
+      hi = mid;
   }
   return 0.5 * (lo + hi);
 }
@@ -101,7 +103,7 @@ double sign_test_p(int64_t n_pos, int64_t n_neg) {
     // Log space from the largest term down (terms grow with i for i <= n/2).
     const auto log_term = [&](int64_t i) {
       return std::lgamma(static_cast<long double>(n) + 1) - std::lgamma(static_cast<long double>(i) + 1) -
-             std::lgamma(static_cast<long double>(n - i) + 1) + static_cast<long double>(n) * std::log(0.5L);
+          std::lgamma(static_cast<long double>(n - i) + 1) + static_cast<long double>(n) * std::log(0.5L);
     };
     const long double top = log_term(k);
     for (int64_t i = 0; i <= k; ++i) sum += std::exp(log_term(i) - top);
@@ -115,9 +117,12 @@ SignTest paired_sign_test(std::span<const double> a, std::span<const double> b) 
     throw Error(fmt::format("sign test: {} values against {} (the pairs must match)", a.size(), b.size()));
   SignTest t;
   for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i] > b[i]) ++t.n_pos;
-    else if (a[i] < b[i]) ++t.n_neg;
-    else ++t.n_ties;
+    if (a[i] > b[i])
+      ++t.n_pos;
+    else if (a[i] < b[i])
+      ++t.n_neg;
+    else
+      ++t.n_ties;
   }
   t.p = sign_test_p(t.n_pos, t.n_neg);
   return t;

@@ -35,16 +35,16 @@ double quantile_sorted(std::span<const double> sorted, double q);
 
 /// A percentile bootstrap interval for mean(a - b).
 struct BootstrapCi {
-  double mean_diff = 0;  ///< mean(a) - mean(b) over the paired problems
-  double lo = 0, hi = 0; ///< percentile interval at `level`
-  int64_t n = 0;         ///< problems
+  double mean_diff = 0;   ///< mean(a) - mean(b) over the paired problems
+  double lo = 0, hi = 0;  ///< percentile interval at `level`
+  int64_t n = 0;          ///< problems
 };
 
 /// Paired, problem-clustered percentile bootstrap CI of mean(a - b) at `level` (e.g. 0.95):
 /// the (1-level)/2 and (1+level)/2 type-7 quantiles of bootstrap_mean_diffs. Pass b = zeros
 /// for a CI of mean(a) alone. Throws as bootstrap_mean_diffs, or for level outside (0, 1).
-BootstrapCi paired_bootstrap_ci(std::span<const double> a, std::span<const double> b, int resamples,
-                                uint64_t seed, double level = 0.95);
+BootstrapCi paired_bootstrap_ci(std::span<const double> a, std::span<const double> b, int resamples, uint64_t seed,
+                                double level = 0.95);
 
 /// Problems below which a report warns that its intervals are wide and its approximations
 /// (Wilson's normal score, the bootstrap's percentiles) rough.

@@ -110,8 +110,9 @@ EvalSummary summarize(const EvalSettings& settings, const std::vector<RolloutRec
     for (const auto& [idx, v] : means[i])
       if (const auto it = means[*ref].find(idx); it != means[*ref].end()) a.push_back(v), b.push_back(it->second);
     if (a.empty()) continue;
-    row.diff = paired_bootstrap_ci(a, b, settings.bootstrap_resamples,
-                                   stream_id({settings.seed, fnv1a64(row.cell.label()), fnv1a64(row.reference_label), kDiffTag}));
+    row.diff = paired_bootstrap_ci(
+        a, b, settings.bootstrap_resamples,
+        stream_id({settings.seed, fnv1a64(row.cell.label()), fnv1a64(row.reference_label), kDiffTag}));
     row.sign = paired_sign_test(a, b);
   }
   return out;
@@ -124,37 +125,44 @@ std::string summary_markdown(const EvalSummary& s) {
                     st.tasks_file, st.tasks_format, st.n_tasks,
                     st.shard_count > 1 ? fmt::format(", shard {}/{}", st.shard_index, st.shard_count) : std::string(),
                     st.rollouts);
-  md += fmt::format("temperature {:g} · top-p {:g} · top-k {} · max length {} (prompt included){} · seed {} · "
-                    "template {}{} · bootstrap {} resamples\n\n",
-                    st.temperature, st.top_p, st.top_k, st.max_length,
-                    st.max_new_tokens > 0 ? fmt::format(" · max new tokens {}", st.max_new_tokens) : std::string(),
-                    st.seed, st.prompt_template, st.math_suffix ? " + math suffix" : "", st.bootstrap_resamples);
-  md += "intervals: accuracy = Wilson score 95% CI over problems; Δ = paired, problem-clustered percentile "
-        "bootstrap 95% CI; sign test exact, two-sided\n\n";
+  md += fmt::format(
+      "temperature {:g} · top-p {:g} · top-k {} · max length {} (prompt included){} · seed {} · "
+      "template {}{} · bootstrap {} resamples\n\n",
+      st.temperature, st.top_p, st.top_k, st.max_length,
+      st.max_new_tokens > 0 ? fmt::format(" · max new tokens {}", st.max_new_tokens) : std::string(), st.seed,
+      st.prompt_template, st.math_suffix ? " + math suffix" : "", st.bootstrap_resamples);
+  md +=
+      "intervals: accuracy = Wilson score 95% CI over problems; Δ = paired, problem-clustered percentile "
+      "bootstrap 95% CI; sign test exact, two-sided\n\n";
   int64_t fewest = -1;
   for (const CellSummary& c : s.cells)
     if (c.rollouts > 0 && (fewest < 0 || c.problems < fewest)) fewest = c.problems;
   if (fewest >= 0 && fewest < kSmallSampleProblems)
-    md += fmt::format("**warning: only {} problem(s) in a cell (< {}): intervals are wide and approximate**\n\n", fewest,
-                      kSmallSampleProblems);
-  md += fmt::format("| policy | budget | accuracy [95% Wilson CI] | Δ vs {} [95% bootstrap CI] | sign test p (+/−/=) | gen tokens | "
-                    "rounds | peak KV slots | peak KV | decode tok/s | rollouts |\n",
-                    st.reference);
+    md += fmt::format("**warning: only {} problem(s) in a cell (< {}): intervals are wide and approximate**\n\n",
+                      fewest, kSmallSampleProblems);
+  md += fmt::format(
+      "| policy | budget | accuracy [95% Wilson CI] | Δ vs {} [95% bootstrap CI] | sign test p (+/−/=) | gen tokens | "
+      "rounds | peak KV slots | peak KV | decode tok/s | rollouts |\n",
+      st.reference);
   md += "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|\n";
   for (const CellSummary& c : s.cells) {
     const std::string budget = c.cell.budget > 0 ? std::to_string(c.cell.budget) : "–";
     if (c.rollouts == 0) {
-      md += fmt::format("| {} | {} | – | – | – | – | – | – | – | – | 0/{} |\n", c.cell.policy, budget, c.expected_rollouts);
+      md += fmt::format("| {} | {} | – | – | – | – | – | – | – | – | 0/{} |\n", c.cell.policy, budget,
+                        c.expected_rollouts);
       continue;
     }
-    const std::string acc = fmt::format("{:.3f} [{:.3f}, {:.3f}]", c.accuracy, c.accuracy_wilson.lo, c.accuracy_wilson.hi);
-    const std::string diff = c.diff ? fmt::format("{:+.3f} [{:+.3f}, {:+.3f}]", c.diff->mean_diff, c.diff->lo, c.diff->hi)
-                                    : std::string(c.cell.policy == st.reference ? "(reference)" : "–");
-    const std::string sign = c.sign ? fmt::format("{:.3g} ({}/{}/{})", c.sign->p, c.sign->n_pos, c.sign->n_neg, c.sign->n_ties)
-                                    : std::string("–");
-    md += fmt::format("| {} | {} | {} | {} | {} | {:.1f} | {:.1f} | {} | {} | {:.0f} | {}/{} |\n", c.cell.policy, budget, acc,
-                      diff, sign, c.mean_generated, c.mean_rounds, c.peak_slots, fmt_bytes(c.peak_kv_bytes),
-                      c.decode_tok_s, c.rollouts, c.expected_rollouts);
+    const std::string acc =
+        fmt::format("{:.3f} [{:.3f}, {:.3f}]", c.accuracy, c.accuracy_wilson.lo, c.accuracy_wilson.hi);
+    const std::string diff = c.diff
+        ? fmt::format("{:+.3f} [{:+.3f}, {:+.3f}]", c.diff->mean_diff, c.diff->lo, c.diff->hi)
+        : std::string(c.cell.policy == st.reference ? "(reference)" : "–");
+    const std::string sign = c.sign
+        ? fmt::format("{:.3g} ({}/{}/{})", c.sign->p, c.sign->n_pos, c.sign->n_neg, c.sign->n_ties)
+        : std::string("–");
+    md += fmt::format("| {} | {} | {} | {} | {} | {:.1f} | {:.1f} | {} | {} | {:.0f} | {}/{} |\n", c.cell.policy,
+                      budget, acc, diff, sign, c.mean_generated, c.mean_rounds, c.peak_slots,
+                      fmt_bytes(c.peak_kv_bytes), c.decode_tok_s, c.rollouts, c.expected_rollouts);
   }
   bool any_fact = false;
   for (const CellSummary& c : s.cells) any_fact = any_fact || c.fact_kept_rollouts + c.fact_lost_rollouts > 0;
@@ -182,17 +190,21 @@ std::string summary_csv(const EvalSummary& s) {
   std::string csv =
       "policy,budget,problems,rollouts,expected_rollouts,accuracy,accuracy_lo,accuracy_hi,reference,diff,diff_lo,"
       "diff_hi,sign_pos,sign_neg,sign_ties,sign_p,mean_generated,mean_length,mean_rounds,peak_slots,peak_kv_bytes,"
-      "decode_tok_s,no_answer,hit_cap,fact_kept_rollouts,fact_kept_correct,fact_lost_rollouts,fact_lost_correct,"
-      "accuracy_ci_method,diff_ci_method\n";
+      "decode_tok_s,no_answer,hit_cap,accuracy_ci_method,diff_ci_method,fact_kept_rollouts,fact_kept_correct,"
+      "fact_lost_rollouts,fact_lost_correct\n";
   for (const CellSummary& c : s.cells) {
-    csv += fmt::format("{},{},{},{},{},{},{},{},{},", c.cell.policy, c.cell.budget > 0 ? std::to_string(c.cell.budget) : "",
-                       c.problems, c.rollouts, c.expected_rollouts, c.accuracy, c.accuracy_wilson.lo, c.accuracy_wilson.hi,
-                       c.reference_label);
-    if (c.diff) csv += fmt::format("{},{},{},", c.diff->mean_diff, c.diff->lo, c.diff->hi);
-    else csv += ",,,";
-    if (c.sign) csv += fmt::format("{},{},{},{},", c.sign->n_pos, c.sign->n_neg, c.sign->n_ties, c.sign->p);
-    else csv += ",,,,";
-    csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},wilson,paired-bootstrap\n", c.mean_generated, c.mean_length,
+    csv += fmt::format("{},{},{},{},{},{},{},{},{},", c.cell.policy,
+                       c.cell.budget > 0 ? std::to_string(c.cell.budget) : "", c.problems, c.rollouts,
+                       c.expected_rollouts, c.accuracy, c.accuracy_wilson.lo, c.accuracy_wilson.hi, c.reference_label);
+    if (c.diff)
+      csv += fmt::format("{},{},{},", c.diff->mean_diff, c.diff->lo, c.diff->hi);
+    else
+      csv += ",,,";
+    if (c.sign)
+      csv += fmt::format("{},{},{},{},", c.sign->n_pos, c.sign->n_neg, c.sign->n_ties, c.sign->p);
+    else
+      csv += ",,,,";
+    csv += fmt::format("{},{},{},{},{},{},{},{},wilson,paired-bootstrap,{},{},{},{}\n", c.mean_generated, c.mean_length,
                        c.mean_rounds, c.peak_slots, c.peak_kv_bytes, c.decode_tok_s, c.no_answer, c.hit_cap,
                        c.fact_kept_rollouts, c.fact_kept_correct, c.fact_lost_rollouts, c.fact_lost_correct);
   }
@@ -209,15 +221,20 @@ json summary_json(const EvalSummary& s) {
            {"rollouts", c.rollouts},
            {"expected_rollouts", c.expected_rollouts},
            {"accuracy", c.accuracy},
-           {"accuracy_ci", {{"method", "wilson"}, {"level", 0.95}, {"lo", c.accuracy_wilson.lo},
-                            {"hi", c.accuracy_wilson.hi}, {"n", c.accuracy_wilson.n}}},
+           {"accuracy_ci",
+            {{"method", "wilson"},
+             {"level", 0.95},
+             {"lo", c.accuracy_wilson.lo},
+             {"hi", c.accuracy_wilson.hi},
+             {"n", c.accuracy_wilson.n}}},
            {"accuracy_bootstrap_ci", ci_json(c.accuracy_ci)},
            {"small_sample", c.rollouts > 0 && c.problems < kSmallSampleProblems},
            {"reference", c.reference_label.empty() ? json(nullptr) : json(c.reference_label)},
            {"diff", c.diff ? ci_json(*c.diff) : json(nullptr)},
            {"diff_ci_method", "paired-bootstrap"},
-           {"sign_test", c.sign ? json{{"pos", c.sign->n_pos}, {"neg", c.sign->n_neg}, {"ties", c.sign->n_ties}, {"p", c.sign->p}}
-                                : json(nullptr)},
+           {"sign_test",
+            c.sign ? json{{"pos", c.sign->n_pos}, {"neg", c.sign->n_neg}, {"ties", c.sign->n_ties}, {"p", c.sign->p}}
+                   : json(nullptr)},
            {"mean_generated", c.mean_generated},
            {"mean_length", c.mean_length},
            {"mean_rounds", c.mean_rounds},

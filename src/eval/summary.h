@@ -31,15 +31,15 @@ struct CellSummary {
   /// the reference itself and when no problem has results in both cells.
   std::optional<BootstrapCi> diff;
   std::optional<SignTest> sign;
-  std::string reference_label;    ///< label of the cell compared with
-  double mean_generated = 0;      ///< generated tokens per rollout
-  double mean_length = 0;         ///< prompt + generated tokens per rollout
-  double mean_rounds = 0;         ///< eviction rounds per rollout
-  int64_t peak_slots = 0;         ///< max over rollouts of live slots per (layer, KV head)
-  int64_t peak_kv_bytes = 0;      ///< max over rollouts of peak_slots x bytes per slot (all layers and heads)
-  double decode_tok_s = 0;        ///< generated tokens / time in decode steps and rounds (per sequence)
-  int64_t no_answer = 0;          ///< rollouts without a \boxed{} answer
-  int64_t hit_cap = 0;            ///< rollouts stopped by the length cap (or with no room)
+  std::string reference_label;  ///< label of the cell compared with
+  double mean_generated = 0;    ///< generated tokens per rollout
+  double mean_length = 0;       ///< prompt + generated tokens per rollout
+  double mean_rounds = 0;       ///< eviction rounds per rollout
+  int64_t peak_slots = 0;       ///< max over rollouts of live slots per (layer, KV head)
+  int64_t peak_kv_bytes = 0;    ///< max over rollouts of peak_slots x bytes per slot (all layers and heads)
+  double decode_tok_s = 0;      ///< generated tokens / time in decode steps and rounds (per sequence)
+  int64_t no_answer = 0;        ///< rollouts without a \boxed{} answer
+  int64_t hit_cap = 0;          ///< rollouts stopped by the length cap (or with no room)
   /// Keep-log check of a fact stated once (RolloutRecord::fact_kept; `once` tasks only): rollouts
   /// that ended with the fact's slot still held by some (layer, KV head), and how many of them
   /// were right; the same for rollouts that had lost it. All zero for other tasks.

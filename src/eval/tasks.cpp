@@ -23,8 +23,8 @@ std::string field_string(const json& obj, const char* key, const char* format, b
   if (it == obj.end()) throw BadLine{fmt::format("missing field '{}' ({} format)", key, format)};
   if (it->is_string()) return it->get<std::string>();
   if (allow_number && it->is_number()) return it->dump();
-  throw BadLine{fmt::format("field '{}' must be a string{}, got {}", key, allow_number ? " or a number" : "",
-                            it->type_name())};
+  throw BadLine{
+      fmt::format("field '{}' must be a string{}, got {}", key, allow_number ? " or a number" : "", it->type_name())};
 }
 
 TaskFormat detect(const json& obj) {
@@ -41,7 +41,8 @@ EvalTask make_task(const json& obj, TaskFormat f, int64_t line) {
     case TaskFormat::Math500:
       t.problem = field_string(obj, "problem", "MATH-500", false);
       t.answer = field_string(obj, "answer", "MATH-500", true);
-      t.id = obj.contains("unique_id") ? field_string(obj, "unique_id", "MATH-500", true) : fmt::format("line-{}", line);
+      t.id =
+          obj.contains("unique_id") ? field_string(obj, "unique_id", "MATH-500", true) : fmt::format("line-{}", line);
       t.grading = Grading::Math;
       break;
     case TaskFormat::Gsm8k: {
@@ -79,10 +80,14 @@ TaskFormat parse_task_format(const std::string& name) {
 
 const char* task_format_name(TaskFormat f) {
   switch (f) {
-    case TaskFormat::Auto: return "auto";
-    case TaskFormat::Math500: return "math500";
-    case TaskFormat::Gsm8k: return "gsm8k";
-    case TaskFormat::Kvevict: return "kvevict";
+    case TaskFormat::Auto:
+      return "auto";
+    case TaskFormat::Math500:
+      return "math500";
+    case TaskFormat::Gsm8k:
+      return "gsm8k";
+    case TaskFormat::Kvevict:
+      return "kvevict";
   }
   return "?";
 }
@@ -114,9 +119,11 @@ EvalTaskFile read_tasks(const std::string& path, const TaskReadOptions& opts) {
       if (file.format == TaskFormat::Auto) {
         file.format = detect(obj);
         if (file.format == TaskFormat::Auto)
-          throw Error(fmt::format("{}:{}: cannot tell the task format from this line's fields (expected "
-                                  "'question' for GSM8K, 'unique_id'/'solution' for MATH-500, 'id' for "
-                                  "kvevict tasks); pass --format", path, line));
+          throw Error(
+              fmt::format("{}:{}: cannot tell the task format from this line's fields (expected "
+                          "'question' for GSM8K, 'unique_id'/'solution' for MATH-500, 'id' for "
+                          "kvevict tasks); pass --format",
+                          path, line));
       }
       EvalTask t = make_task(obj, file.format, line);
       if (const auto it = seen.find(t.id); it != seen.end())
@@ -127,8 +134,7 @@ EvalTaskFile read_tasks(const std::string& path, const TaskReadOptions& opts) {
       if (opts.limit > 0 && static_cast<int64_t>(file.tasks.size()) >= opts.limit) break;
     } catch (const BadLine& bad) {
       const std::string msg = fmt::format("{}:{}: {}", path, line, bad.reason);
-      if (opts.on_bad_line == BadLinePolicy::Stop)
-        throw Error(msg + " (--bad-lines skip skips such lines)");
+      if (opts.on_bad_line == BadLinePolicy::Stop) throw Error(msg + " (--bad-lines skip skips such lines)");
       ++file.skipped;
       if (opts.warn) opts.warn(msg + "; line skipped");
     }

@@ -19,24 +19,29 @@ nlohmann::json nest(const QueryStats& s, const std::vector<double>& flat) {
   for (int l = 0; l < s.n_layers; ++l) {
     nlohmann::json heads = nlohmann::json::array();
     for (int h = 0; h < s.n_heads; ++h)
-      heads.push_back(std::vector<double>(flat.begin() + static_cast<ptrdiff_t>(s.index(l, h, 0)),
-                                          flat.begin() + static_cast<ptrdiff_t>(s.index(l, h, 0) + static_cast<size_t>(s.n_bands()))));
+      heads.push_back(std::vector<double>(
+          flat.begin() + static_cast<ptrdiff_t>(s.index(l, h, 0)),
+          flat.begin() + static_cast<ptrdiff_t>(s.index(l, h, 0) + static_cast<size_t>(s.n_bands()))));
     layers.push_back(std::move(heads));
   }
   return layers;
 }
 
-std::vector<double> flatten(const QueryStats& s, const nlohmann::json& j, const std::string& key, const std::string& path) {
+std::vector<double> flatten(const QueryStats& s, const nlohmann::json& j, const std::string& key,
+                            const std::string& path) {
   const auto bad = [&](const std::string& why) { return Error(fmt::format("{}: \"{}\" {}", path, key, why)); };
   if (!j.contains(key) || !j.at(key).is_array()) throw bad("is missing or not an array");
   const auto& layers = j.at(key);
-  if (static_cast<int>(layers.size()) != s.n_layers) throw bad(fmt::format("has {} layers, expected {}", layers.size(), s.n_layers));
+  if (static_cast<int>(layers.size()) != s.n_layers)
+    throw bad(fmt::format("has {} layers, expected {}", layers.size(), s.n_layers));
   std::vector<double> out;
   out.reserve(static_cast<size_t>(s.n_layers) * static_cast<size_t>(s.n_heads) * static_cast<size_t>(s.n_bands()));
   for (const auto& heads : layers) {
-    if (!heads.is_array() || static_cast<int>(heads.size()) != s.n_heads) throw bad(fmt::format("needs {} heads per layer", s.n_heads));
+    if (!heads.is_array() || static_cast<int>(heads.size()) != s.n_heads)
+      throw bad(fmt::format("needs {} heads per layer", s.n_heads));
     for (const auto& bands : heads) {
-      if (!bands.is_array() || static_cast<int>(bands.size()) != s.n_bands()) throw bad(fmt::format("needs {} bands per head", s.n_bands()));
+      if (!bands.is_array() || static_cast<int>(bands.size()) != s.n_bands())
+        throw bad(fmt::format("needs {} bands per head", s.n_bands()));
       for (const auto& v : bands) {
         if (!v.is_number()) throw bad("holds a non-number");
         out.push_back(v.get<double>());
@@ -55,8 +60,8 @@ void QueryStats::validate(const std::string& what) const {
   if (!(rope_theta > 0)) throw Error(fmt::format("{}: rope_theta {} must be > 0", what, rope_theta));
   const size_t n = static_cast<size_t>(n_layers) * static_cast<size_t>(n_heads) * static_cast<size_t>(n_bands());
   if (mean_re.size() != n || mean_im.size() != n || mean_abs.size() != n)
-    throw Error(fmt::format("{}: statistics arrays hold {}/{}/{} values, expected {}", what, mean_re.size(), mean_im.size(),
-                            mean_abs.size(), n));
+    throw Error(fmt::format("{}: statistics arrays hold {}/{}/{} values, expected {}", what, mean_re.size(),
+                            mean_im.size(), mean_abs.size(), n));
   for (size_t i = 0; i < n; ++i)
     if (!std::isfinite(mean_re[i]) || !std::isfinite(mean_im[i]) || !std::isfinite(mean_abs[i]) || mean_abs[i] < 0)
       throw Error(fmt::format("{}: non-finite or negative statistic at flat index {}", what, i));
@@ -111,7 +116,8 @@ QueryStats load_query_stats(const std::string& path) {
     throw Error(fmt::format("{}: missing or mistyped header field ({})", path, e.what()));
   }
   if (s.n_layers < 1 || s.n_heads < 1 || s.head_dim < 2 || s.n_layers > 4096 || s.n_heads > 4096 || s.head_dim > 65536)
-    throw Error(fmt::format("{}: implausible shape {} layers x {} heads x head_dim {}", path, s.n_layers, s.n_heads, s.head_dim));
+    throw Error(fmt::format("{}: implausible shape {} layers x {} heads x head_dim {}", path, s.n_layers, s.n_heads,
+                            s.head_dim));
   s.mean_re = flatten(s, j, "q_mean_re", path);
   s.mean_im = flatten(s, j, "q_mean_im", path);
   s.mean_abs = flatten(s, j, "q_abs_mean", path);

@@ -3,8 +3,9 @@
 //
 // A RoPE band f of a head vector x[head_dim] is the complex number x_f = x[a_f] + i·x[b_f]
 // (model/rope.h: adjacent pairs for llama, NEOX halves for qwen2/qwen3/phi3), rotated at
-// position p by exp(i·p·ω_f) with the model's ω_f (0 for the unrotated bands of partial rotary). Per (layer, query head, band) the file holds E[x_f] (real and
-// imaginary part) and E|x_f| over the pre-RoPE queries of a calibration corpus.
+// position p by exp(i·p·ω_f) with the model's ω_f (0 for the unrotated bands of partial rotary). Per (layer, query
+// head, band) the file holds E[x_f] (real and imaginary part) and E|x_f| over the pre-RoPE queries of a calibration
+// corpus.
 //
 // Source: TriAttention (arXiv 2604.04921) §3 (query centres per frequency band);
 // docs/eviction-spec.md §3 row `triattention`.
@@ -25,20 +26,21 @@ namespace kvevict {
 /// Mean pre-RoPE query per (layer, query head, band) and the mean band magnitude.
 struct QueryStats {
   int n_layers = 0;
-  int n_heads = 0;      ///< query heads
+  int n_heads = 0;  ///< query heads
   int n_kv_heads = 0;
-  int head_dim = 0;     ///< bands = head_dim / 2
+  int head_dim = 0;  ///< bands = head_dim / 2
   double rope_theta = 0;
-  int64_t tokens = 0;   ///< query tokens averaged (per layer and head)
-  std::string model;    ///< model file the statistics came from (provenance only)
-  std::string source;   ///< corpus file (provenance only)
+  int64_t tokens = 0;  ///< query tokens averaged (per layer and head)
+  std::string model;   ///< model file the statistics came from (provenance only)
+  std::string source;  ///< corpus file (provenance only)
   /// [n_layers][n_heads][n_bands] row-major: E[Re q_f], E[Im q_f], E|q_f|.
   std::vector<double> mean_re, mean_im, mean_abs;
 
   int n_bands() const { return head_dim / 2; }
   size_t index(int layer, int head, int band) const {
     return (static_cast<size_t>(layer) * static_cast<size_t>(n_heads) + static_cast<size_t>(head)) *
-               static_cast<size_t>(n_bands()) + static_cast<size_t>(band);
+        static_cast<size_t>(n_bands()) +
+        static_cast<size_t>(band);
   }
   /// Throws kvevict::Error (prefixed with `what`) unless the shape is positive and consistent
   /// (even head_dim, n_heads a multiple of n_kv_heads, array sizes) and every value is finite.

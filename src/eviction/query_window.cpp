@@ -31,7 +31,8 @@ void QueryWindowState::observe(const AttentionObservation& obs) {
   auto& ring = ring_[static_cast<size_t>(obs.layer)];
   if (ring.empty()) ring.resize(width * static_cast<size_t>(window_));
   int64_t& seen = seen_[static_cast<size_t>(obs.layer)];
-  std::copy(obs.queries, obs.queries + width, ring.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(seen % window_) * width));
+  std::copy(obs.queries, obs.queries + width,
+            ring.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(seen % window_) * width));
   ++seen;
 }
 
@@ -68,8 +69,8 @@ void softmax_scores(const float* q, const float* K, int64_t n, int head_dim, flo
   for (int64_t s = 0; s < n; ++s) probs[s] *= inv;
 }
 
-void snapkv_scores(const RoundInput& in, const QueryWindowState& window, int layer, int kv_head,
-                   int kernel, std::span<float> out) {
+void snapkv_scores(const RoundInput& in, const QueryWindowState& window, int layer, int kv_head, int kernel,
+                   std::span<float> out) {
   const int n_q = window.count(layer);
   if (n_q == 0) throw Error(fmt::format("snapkv: layer {} has observed no query before an eviction round", layer));
   const int hd = window.head_dim(), group = window.group_size();
@@ -88,7 +89,8 @@ void snapkv_scores(const RoundInput& in, const QueryWindowState& window, int lay
   const int64_t half = kernel / 2;
   for (int64_t s = 0; s < n; ++s) {
     double acc = 0.0;
-    for (int64_t j = std::max<int64_t>(0, s - half); j <= std::min(n - 1, s + half); ++j) acc += mean[static_cast<size_t>(j)];
+    for (int64_t j = std::max<int64_t>(0, s - half); j <= std::min(n - 1, s + half); ++j)
+      acc += mean[static_cast<size_t>(j)];
     out[static_cast<size_t>(s)] = static_cast<float>(acc * norm);
   }
 }

@@ -46,7 +46,7 @@ class QueryWindowState : public SelectorState {
   int count(int layer) const;
   /// Held query i of `layer`, 0 = oldest held ... count - 1 = newest: [n_heads, head_dim].
   const float* query(int layer, int i) const;
-  int n_heads() const { return n_heads_; }        ///< 0 until the first observation
+  int n_heads() const { return n_heads_; }  ///< 0 until the first observation
   int head_dim() const { return head_dim_; }
   int group_size() const { return group_size_; }  ///< query heads per KV head
 
@@ -70,8 +70,8 @@ void softmax_scores(const float* q, const float* K, int64_t n, int head_dim, flo
 /// queries; average pooling with an odd `kernel` (same padding, zeros counted); mean over the
 /// group. out: [in.n_candidates], each >= 0, summing to about 1 (pooling leaks a little mass at
 /// the ends). Throws kvevict::Error if the layer has observed no query.
-void snapkv_scores(const RoundInput& in, const QueryWindowState& window, int layer, int kv_head,
-                   int kernel, std::span<float> out);
+void snapkv_scores(const RoundInput& in, const QueryWindowState& window, int layer, int kv_head, int kernel,
+                   std::span<float> out);
 
 /// Reads the `window` (default 64) and `kernel` (default 5, odd) parameters shared by the
 /// SnapKV-based selectors. Throws kvevict::Error on an even or out-of-range kernel.

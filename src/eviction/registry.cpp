@@ -43,8 +43,8 @@ std::string policy_names() {
   return s;
 }
 
-Policy make_policy(const std::string& spec, std::optional<bool> protect_prompt,
-                   std::optional<int> sinks, const SelectorParams& params, bool check_params) {
+Policy make_policy(const std::string& spec, std::optional<bool> protect_prompt, std::optional<int> sinks,
+                   const SelectorParams& params, bool check_params) {
   std::string name = spec;
   bool plus_prompt = false;
   if (const auto plus = spec.rfind("+prompt"); plus != std::string::npos && plus + 7 == spec.size()) {

@@ -19,23 +19,23 @@ namespace kvevict {
 /// (`.name = "snapkv", .summary = ..., .make = ...`). Its parameters (names, defaults, ranges)
 /// are not listed here: policy_params() records them from `make`'s SelectorParams::get* calls.
 struct PolicyInfo {
-  std::string name = {};     ///< CLI name, e.g. "random-unprotected"
-  std::string summary = {};  ///< one sentence for --help and README
-  std::string source = {};   ///< paper / spec section
-  bool evicts = true;        ///< false only for `full`
+  std::string name = {};        ///< CLI name, e.g. "random-unprotected"
+  std::string summary = {};     ///< one sentence for --help and README
+  std::string source = {};      ///< paper / spec section
+  bool evicts = true;           ///< false only for `full`
   bool protect_prompt = false;  ///< default prompt pinning (spec §3)
-  int sinks = 0;             ///< default sink count (StreamingLLM: 4)
+  int sinks = 0;                ///< default sink count (StreamingLLM: 4)
   /// Builds the selector; reads its parameters from `params` (empty for `full`).
   std::function<std::unique_ptr<Selector>(const SelectorParams& params)> make = {};
 };
 
 /// A policy ready to run: selector plus the protection actually in force.
 struct Policy {
-  std::string name;            ///< as given, e.g. "snapkv+prompt"
+  std::string name;  ///< as given, e.g. "snapkv+prompt"
   const PolicyInfo* info = nullptr;
   bool evicts = true;
-  bool protect_prompt = false;  ///< pin the first min(prompt_len, K_sel - 1) positions
-  int sinks = 0;                ///< pin the first `sinks` positions
+  bool protect_prompt = false;               ///< pin the first min(prompt_len, K_sel - 1) positions
+  int sinks = 0;                             ///< pin the first `sinks` positions
   std::shared_ptr<const Selector> selector;  ///< null for `full`
 };
 

@@ -14,43 +14,48 @@
 namespace kvevict {
 namespace {
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 }  // namespace
 
 void validate_eviction(const EvictionConfig& cfg, const Policy& policy) {
   if (!policy.evicts) return;
   if (cfg.recent < 1) throw Error(fmt::format("--buffer {}: the recent buffer r must be >= 1", cfg.recent));
   if (cfg.budget <= cfg.recent)
-    throw Error(fmt::format("--budget {} must be greater than the recent buffer r = {} (K_sel = B - r "
-                            "must be >= 1)", cfg.budget, cfg.recent));
+    throw Error(
+        fmt::format("--budget {} must be greater than the recent buffer r = {} (K_sel = B - r "
+                    "must be >= 1)",
+                    cfg.budget, cfg.recent));
   if (policy.sinks >= cfg.k_sel())
     throw Error(fmt::format("--sinks {} must be smaller than K_sel = B - r = {}", policy.sinks, cfg.k_sel()));
   // StreamingLLM without sinks is the plain sliding window, and VaSE always keeps its 4 sinks
   // (vase.cpp): both would silently run something other than what was named.
   const std::string& name = policy.info != nullptr ? policy.info->name : policy.name;
   if (name == "streaming" && policy.sinks == 0)
-    throw Error("policy 'streaming' with --sinks 0 keeps no attention sinks, which is policy 'recency' (use that, or --sinks >= 1)");
+    throw Error(
+        "policy 'streaming' with --sinks 0 keeps no attention sinks, which is policy 'recency' (use that, or --sinks "
+        ">= 1)");
   if (name == "vase" && cfg.k_sel() < 4)
-    throw Error(fmt::format("policy 'vase' keeps 4 sinks, more than K_sel = B - r = {} slots (--budget {}, r = {}): "
-                            "use --budget >= {}", cfg.k_sel(), cfg.budget, cfg.recent, cfg.recent + 4));
+    throw Error(
+        fmt::format("policy 'vase' keeps 4 sinks, more than K_sel = B - r = {} slots (--budget {}, r = {}): "
+                    "use --budget >= {}",
+                    cfg.k_sel(), cfg.budget, cfg.recent, cfg.recent + 4));
 }
 
 std::string long_prompt_warning(const EvictionConfig& cfg, const Policy& policy, int64_t prompt_len) {
   if (!policy.evicts || !policy.protect_prompt || prompt_len <= cfg.k_sel() - 1) return "";
   if (eviction_disabled(cfg, policy, prompt_len))
-    return fmt::format("prompt of {} tokens is longer than the budget B = {}: eviction is skipped for this "
-                       "sequence and the cache grows without bound (--long-prompt pin-head enforces the "
-                       "budget instead)",
-                       prompt_len, cfg.budget);
-  return fmt::format("prompt of {} tokens is longer than the prompt pin K_sel - 1 = {}: only its "
-                     "first {} tokens are pinned, the rest can be evicted{}",
-                     prompt_len, cfg.k_sel() - 1, cfg.k_sel() - 1,
-                     cfg.long_prompt == LongPromptMode::Skip
-                         ? fmt::format(" (--long-prompt skip skips eviction only for prompts longer than B = {})",
-                                       cfg.budget)
-                         : std::string(" (--long-prompt skip keeps the full cache instead when the prompt exceeds B)"));
+    return fmt::format(
+        "prompt of {} tokens is longer than the budget B = {}: eviction is skipped for this "
+        "sequence and the cache grows without bound (--long-prompt pin-head enforces the "
+        "budget instead)",
+        prompt_len, cfg.budget);
+  return fmt::format(
+      "prompt of {} tokens is longer than the prompt pin K_sel - 1 = {}: only its "
+      "first {} tokens are pinned, the rest can be evicted{}",
+      prompt_len, cfg.k_sel() - 1, cfg.k_sel() - 1,
+      cfg.long_prompt == LongPromptMode::Skip
+          ? fmt::format(" (--long-prompt skip skips eviction only for prompts longer than B = {})", cfg.budget)
+          : std::string(" (--long-prompt skip keeps the full cache instead when the prompt exceeds B)"));
 }
 
 bool eviction_disabled(const EvictionConfig& cfg, const Policy& policy, int64_t prompt_len) {
@@ -60,8 +65,7 @@ bool eviction_disabled(const EvictionConfig& cfg, const Policy& policy, int64_t 
   return cfg.long_prompt == LongPromptMode::Skip && policy.protect_prompt && prompt_len > cfg.budget;
 }
 
-int64_t required_capacity(const EvictionConfig& cfg, const Policy& policy, int64_t prompt_len,
-                          int64_t max_new_tokens) {
+int64_t required_capacity(const EvictionConfig& cfg, const Policy& policy, int64_t prompt_len, int64_t max_new_tokens) {
   if (eviction_disabled(cfg, policy, prompt_len)) return std::max<int64_t>(1, prompt_len + max_new_tokens);
   return std::max(cfg.budget, prompt_len) + cfg.recent;
 }
@@ -75,8 +79,8 @@ int64_t pinned_positions(const EvictionConfig& cfg, const Policy& policy, int64_
   return std::max<int64_t>(policy.sinks, prompt_pin);
 }
 
-std::vector<int32_t> choose_keep_set(std::span<const float> scores, const int32_t* positions,
-                                     int64_t n_pinned, int64_t k_sel, int64_t recent) {
+std::vector<int32_t> choose_keep_set(std::span<const float> scores, const int32_t* positions, int64_t n_pinned,
+                                     int64_t k_sel, int64_t recent) {
   const auto n_cand = static_cast<int64_t>(scores.size());
   std::vector<int32_t> keep;
   keep.reserve(static_cast<size_t>(std::min(n_cand, k_sel) + recent));
@@ -86,8 +90,10 @@ std::vector<int32_t> choose_keep_set(std::span<const float> scores, const int32_
   } else {
     std::vector<float> eff(scores.begin(), scores.end());
     for (int64_t i = 0; i < n_cand; ++i) {
-      if (positions[i] < n_pinned) eff[static_cast<size_t>(i)] = std::numeric_limits<float>::infinity();
-      else if (std::isnan(eff[static_cast<size_t>(i)])) eff[static_cast<size_t>(i)] = -std::numeric_limits<float>::infinity();
+      if (positions[i] < n_pinned)
+        eff[static_cast<size_t>(i)] = std::numeric_limits<float>::infinity();
+      else if (std::isnan(eff[static_cast<size_t>(i)]))
+        eff[static_cast<size_t>(i)] = -std::numeric_limits<float>::infinity();
     }
     std::vector<int32_t> idx(static_cast<size_t>(n_cand));
     std::iota(idx.begin(), idx.end(), 0);
@@ -105,10 +111,9 @@ std::vector<int32_t> choose_keep_set(std::span<const float> scores, const int32_
   return keep;
 }
 
-RoundTiming run_round(SequenceKv& kv, const Policy& policy, SelectorState* state,
-                      const EvictionConfig& cfg, int64_t prompt_len, int64_t n_seen,
-                      uint64_t sequence_id, int64_t round, const Rope& rope, ThreadPool* pool,
-                      KeepSets* keep_out) {
+RoundTiming run_round(SequenceKv& kv, const Policy& policy, SelectorState* state, const EvictionConfig& cfg,
+                      int64_t prompt_len, int64_t n_seen, uint64_t sequence_id, int64_t round, const Rope& rope,
+                      ThreadPool* pool, KeepSets* keep_out) {
   const KvShape& shape = kv.shape();
   const int64_t length = kv.length(0);
   for (int l = 1; l < shape.n_layers; ++l)
@@ -121,8 +126,8 @@ RoundTiming run_round(SequenceKv& kv, const Policy& policy, SelectorState* state
   const int64_t n_pinned = pinned_positions(cfg, policy, prompt_len);
   auto t0 = Clock::now();
   std::vector<float> scores(static_cast<size_t>(n_heads_total * n_cand));
-  const RoundInput in{kv,         n_cand,     prompt_len, n_seen, cfg.seed, sequence_id, round,
-                      pool,       cfg.budget, cfg.recent, n_pinned, &rope,   cfg.positions};
+  const RoundInput in{kv,   n_cand,     prompt_len, n_seen,   cfg.seed, sequence_id,  round,
+                      pool, cfg.budget, cfg.recent, n_pinned, &rope,    cfg.positions};
   policy.selector->score(in, state, scores);
   timing.score_ms = ms_since(t0);
 
@@ -132,8 +137,9 @@ RoundTiming run_round(SequenceKv& kv, const Policy& policy, SelectorState* state
     for (int64_t i = begin; i < end; ++i) {
       const int layer = static_cast<int>(i / shape.n_kv_heads), head = static_cast<int>(i % shape.n_kv_heads);
       auto& keep = keeps[static_cast<size_t>(i)];
-      keep = choose_keep_set(std::span<const float>(scores).subspan(static_cast<size_t>(i * n_cand), static_cast<size_t>(n_cand)),
-                             kv.positions(layer, head), n_pinned, cfg.k_sel(), cfg.recent);
+      keep = choose_keep_set(
+          std::span<const float>(scores).subspan(static_cast<size_t>(i * n_cand), static_cast<size_t>(n_cand)),
+          kv.positions(layer, head), n_pinned, cfg.k_sel(), cfg.recent);
       kv.compact(layer, head, keep);
       if (cfg.positions == PositionMode::Cache) {
         // Keys were rotated to their old slot index; rotate each moved key by (new - old).
@@ -145,13 +151,16 @@ RoundTiming run_round(SequenceKv& kv, const Policy& policy, SelectorState* state
     }
   };
   // Work estimate: keys and values of every slot moved once.
-  if (pool) pool->parallel_for(n_heads_total, compact, n_heads_total * length * shape.head_dim * 2);
-  else compact(0, n_heads_total);
+  if (pool)
+    pool->parallel_for(n_heads_total, compact, n_heads_total * length * shape.head_dim * 2);
+  else
+    compact(0, n_heads_total);
   const auto new_len = static_cast<int64_t>(keeps[0].size());
   for (int l = 0; l < shape.n_layers; ++l) kv.set_length(l, new_len);
   if (state)
     for (int64_t i = 0; i < n_heads_total; ++i)
-      state->on_compact(static_cast<int>(i / shape.n_kv_heads), static_cast<int>(i % shape.n_kv_heads), keeps[static_cast<size_t>(i)]);
+      state->on_compact(static_cast<int>(i / shape.n_kv_heads), static_cast<int>(i % shape.n_kv_heads),
+                        keeps[static_cast<size_t>(i)]);
   timing.compact_ms = ms_since(t0);
   if (keep_out) *keep_out = std::move(keeps);
   return timing;

@@ -32,11 +32,11 @@ enum class LongPromptMode {
 
 /// Parameters of the shared schedule for one sequence.
 struct EvictionConfig {
-  int64_t budget = 0;    ///< B: slots per (layer, KV head) after a round, prompt and buffer included
-  int64_t recent = 64;   ///< r: newest slots that are never candidates
+  int64_t budget = 0;   ///< B: slots per (layer, KV head) after a round, prompt and buffer included
+  int64_t recent = 64;  ///< r: newest slots that are never candidates
   LongPromptMode long_prompt = LongPromptMode::PinHead;
   PositionMode positions = PositionMode::Logical;
-  uint64_t seed = 0;     ///< base seed of every random choice
+  uint64_t seed = 0;  ///< base seed of every random choice
   int64_t k_sel() const { return budget - recent; }
 };
 
@@ -55,8 +55,7 @@ bool eviction_disabled(const EvictionConfig& cfg, const Policy& policy, int64_t 
 /// Slots per (layer, KV head) to allocate for a sequence: max(B, prompt_len) + r when it evicts
 /// (the peak: a round runs as soon as length - B reaches a multiple of r), else
 /// prompt_len + max_new_tokens.
-int64_t required_capacity(const EvictionConfig& cfg, const Policy& policy, int64_t prompt_len,
-                          int64_t max_new_tokens);
+int64_t required_capacity(const EvictionConfig& cfg, const Policy& policy, int64_t prompt_len, int64_t max_new_tokens);
 
 /// True when a round is due after a decode step left `length` slots: length > B and
 /// (length - B) is a multiple of r. With r dividing B this is the spec's "length exceeds B and is
@@ -80,16 +79,15 @@ using KeepSets = std::vector<std::vector<int32_t>>;
 /// length L >= B + 1). Candidates are slots [0, L - r). Calls state->on_compact for each head.
 /// In PositionMode::Cache, re-rotates every moved key to its new slot index with `rope`.
 /// Throws kvevict::Error if the selector returns a wrong-sized score vector.
-RoundTiming run_round(SequenceKv& kv, const Policy& policy, SelectorState* state,
-                      const EvictionConfig& cfg, int64_t prompt_len, int64_t n_seen,
-                      uint64_t sequence_id, int64_t round, const Rope& rope, ThreadPool* pool,
-                      KeepSets* keep_out = nullptr);
+RoundTiming run_round(SequenceKv& kv, const Policy& policy, SelectorState* state, const EvictionConfig& cfg,
+                      int64_t prompt_len, int64_t n_seen, uint64_t sequence_id, int64_t round, const Rope& rope,
+                      ThreadPool* pool, KeepSets* keep_out = nullptr);
 
 /// Chooses the keep-set of one (layer, KV head) from scores[n_candidates]: candidates whose
 /// position is < n_pinned score +infinity; NaN counts as -infinity; the top K_sel by
 /// (score desc, slot asc) are taken and returned ascending, followed by the newest `recent`
 /// slots [n_candidates, n_candidates + recent). Exposed for tests.
-std::vector<int32_t> choose_keep_set(std::span<const float> scores, const int32_t* positions,
-                                     int64_t n_pinned, int64_t k_sel, int64_t recent);
+std::vector<int32_t> choose_keep_set(std::span<const float> scores, const int32_t* positions, int64_t n_pinned,
+                                     int64_t k_sel, int64_t recent);
 
 }  // namespace kvevict

@@ -23,16 +23,17 @@ void PerHeadSelector::score(const RoundInput& in, SelectorState* state, std::spa
     }
   };
   // Work estimate: one pass over every candidate's key (most per-head scorers do about that).
-  if (in.pool) in.pool->parallel_for(n_heads_total, run, n_heads_total * in.n_candidates * s.head_dim);
-  else run(0, n_heads_total);
+  if (in.pool)
+    in.pool->parallel_for(n_heads_total, run, n_heads_total * in.n_candidates * s.head_dim);
+  else
+    run(0, n_heads_total);
 }
 
 SelectorParams SelectorParams::parse(const std::vector<std::string>& items) {
   SelectorParams p;
   for (const std::string& it : items) {
     const auto eq = it.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw Error(fmt::format("--param '{}': expected name=value", it));
+    if (eq == std::string::npos || eq == 0) throw Error(fmt::format("--param '{}': expected name=value", it));
     const std::string key = it.substr(0, eq);
     if (p.values_.count(key)) throw Error(fmt::format("--param '{}' given twice", key));
     p.values_[key] = it.substr(eq + 1);
@@ -63,8 +64,7 @@ double SelectorParams::get(const std::string& key, double fallback, double lo, d
   char* end = nullptr;
   errno = 0;
   const double v = std::strtod(s, &end);
-  if (end == s || *end != '\0' || errno != 0)
-    throw Error(fmt::format("--param {}={}: not a number", key, it->second));
+  if (end == s || *end != '\0' || errno != 0) throw Error(fmt::format("--param {}={}: not a number", key, it->second));
   if (v < lo || v > hi)
     throw Error(fmt::format("--param {}={}: outside the allowed range [{}, {}]", key, it->second, lo, hi));
   return v;
@@ -74,8 +74,7 @@ int64_t SelectorParams::get_int(const std::string& key, int64_t fallback, int64_
   record({key, "integer", fmt::format("{}", fallback), static_cast<double>(lo), static_cast<double>(hi), {}});
   if (!values_.count(key)) return fallback;
   const double v = get(key, 0.0, static_cast<double>(lo), static_cast<double>(hi));
-  if (v != std::floor(v))
-    throw Error(fmt::format("--param {}={}: must be an integer", key, values_.at(key)));
+  if (v != std::floor(v)) throw Error(fmt::format("--param {}={}: must be an integer", key, values_.at(key)));
   return static_cast<int64_t>(v);
 }
 
@@ -102,8 +101,7 @@ void SelectorParams::check_all_used(const std::string& policy) const {
   std::string unused;
   for (const auto& [k, used] : used_)
     if (!used) unused += (unused.empty() ? "" : ", ") + k;
-  if (!unused.empty())
-    throw Error(fmt::format("policy '{}' has no parameter(s): {}", policy, unused));
+  if (!unused.empty()) throw Error(fmt::format("policy '{}' has no parameter(s): {}", policy, unused));
 }
 
 }  // namespace kvevict

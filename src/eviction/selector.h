@@ -44,18 +44,18 @@ class SelectorState : public AttentionObserver {
 /// Everything a selector may read in one eviction round of one sequence.
 struct RoundInput {
   const SequenceKv& kv;
-  int64_t n_candidates = 0;  ///< candidates are slots [0, n_candidates) of every (layer, KV head)
-  int64_t prompt_len = 0;    ///< tokens of the prompt (positions [0, prompt_len))
-  int64_t n_seen = 0;        ///< tokens processed so far = logical position of the next token
-  uint64_t seed = 0;         ///< base seed of the run
-  uint64_t sequence_id = 0;  ///< sequence index, part of every random stream id
-  int64_t round = 0;         ///< 0-based index of this round within the sequence
+  int64_t n_candidates = 0;    ///< candidates are slots [0, n_candidates) of every (layer, KV head)
+  int64_t prompt_len = 0;      ///< tokens of the prompt (positions [0, prompt_len))
+  int64_t n_seen = 0;          ///< tokens processed so far = logical position of the next token
+  uint64_t seed = 0;           ///< base seed of the run
+  uint64_t sequence_id = 0;    ///< sequence index, part of every random stream id
+  int64_t round = 0;           ///< 0-based index of this round within the sequence
   ThreadPool* pool = nullptr;  ///< may be used to parallelise over (layer, KV head)
   // The schedule's numbers, for selectors whose rule splits K_sel (H2O, VaSE). Defaults keep
   // aggregate initialisers that stop at `pool` valid.
-  int64_t budget = 0;        ///< B: slots per (layer, KV head) after the round
-  int64_t recent = 0;        ///< r: newest slots, never candidates; K_sel = budget - recent
-  int64_t n_pinned = 0;      ///< positions [0, n_pinned) are forced in by the schedule
+  int64_t budget = 0;    ///< B: slots per (layer, KV head) after the round
+  int64_t recent = 0;    ///< r: newest slots, never candidates; K_sel = budget - recent
+  int64_t n_pinned = 0;  ///< positions [0, n_pinned) are forced in by the schedule
   /// The model's RoPE (TriAttention's frequencies); null when the caller has no model.
   const Rope* rope = nullptr;
   /// How cached keys were rotated: by logical position, or by slot index (PositionMode::Cache).
@@ -89,9 +89,9 @@ class PerHeadSelector : public Selector {
 /// One parameter a selector reads, as seen by a recording SelectorParams (for `kvevict policies`).
 struct ParamSpec {
   std::string name;
-  std::string type;      ///< "number", "integer" or "text"
-  std::string fallback;  ///< the default as text ("" for a text parameter without one)
-  double lo = 0, hi = 0;  ///< allowed range (numbers and integers)
+  std::string type;                  ///< "number", "integer" or "text"
+  std::string fallback;              ///< the default as text ("" for a text parameter without one)
+  double lo = 0, hi = 0;             ///< allowed range (numbers and integers)
   std::vector<std::string> allowed;  ///< allowed values of a text choice (empty: any text)
 };
 

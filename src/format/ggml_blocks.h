@@ -88,11 +88,11 @@ struct BlockQ8_K {
 };
 
 // Sizes of the GGUF type table (gguf.quants.GGML_QUANT_SIZES agrees).
-static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24 &&
-                  sizeof(BlockQ8_0) == 34,
+static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
+                  sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34,
               "ggml legacy block sizes");
-static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 &&
-                  sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292,
+static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
+                  sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292,
               "ggml K-quant block sizes");
 
 /// Scale (sc) and min (m) j (0..7) of a Q4_K / Q5_K block's 12 packed bytes, 6 bits each:

@@ -79,8 +79,7 @@ float dot_lanes(int64_t n, const float* x, Load8 load8, Load1 load1) {
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    for (int k = 0; k < 4; ++k)
-      acc[k] = _mm256_fmadd_ps(load8(i + 8 * k), _mm256_loadu_ps(x + i + 8 * k), acc[k]);
+    for (int k = 0; k < 4; ++k) acc[k] = _mm256_fmadd_ps(load8(i + 8 * k), _mm256_loadu_ps(x + i + 8 * k), acc[k]);
   }
   for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(load8(i), _mm256_loadu_ps(x + i), acc[0]);
   float sum = hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
@@ -107,9 +106,7 @@ float dot_f32(const float* a, const float* x, int64_t n) {
 
 float dot_f16(const uint16_t* a, const float* x, int64_t n) {
 #if defined(KVEVICT_AVX2) && defined(__F16C__)
-  auto load8 = [a](int64_t i) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
-  };
+  auto load8 = [a](int64_t i) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i))); };
   return dot_lanes(n, x, load8, [a](int64_t i) { return _cvtsh_ss(a[i]); });
 #else
   float sum = 0.0f;
@@ -221,11 +218,11 @@ struct IdName {
   const char* name;
 };
 constexpr IdName kAllNames[] = {
-    {0, "f32"},      {1, "f16"},     {2, "q4_0"},    {3, "q4_1"},     {6, "q5_0"},   {7, "q5_1"},   {8, "q8_0"},
-    {9, "q8_1"},     {10, "q2_k"},   {11, "q3_k"},   {12, "q4_k"},    {13, "q5_k"},  {14, "q6_k"},  {15, "q8_k"},
-    {16, "iq2_xxs"}, {17, "iq2_xs"}, {18, "iq3_xxs"}, {19, "iq1_s"},  {20, "iq4_nl"}, {21, "iq3_s"}, {22, "iq2_s"},
-    {23, "iq4_xs"},  {24, "i8"},     {25, "i16"},    {26, "i32"},     {27, "i64"},   {28, "f64"},   {29, "iq1_m"},
-    {30, "bf16"},    {34, "tq1_0"},  {35, "tq2_0"},  {39, "mxfp4"},   {40, "nvfp4"}, {41, "q1_0"},
+    {0, "f32"},      {1, "f16"},     {2, "q4_0"},     {3, "q4_1"},   {6, "q5_0"},    {7, "q5_1"},   {8, "q8_0"},
+    {9, "q8_1"},     {10, "q2_k"},   {11, "q3_k"},    {12, "q4_k"},  {13, "q5_k"},   {14, "q6_k"},  {15, "q8_k"},
+    {16, "iq2_xxs"}, {17, "iq2_xs"}, {18, "iq3_xxs"}, {19, "iq1_s"}, {20, "iq4_nl"}, {21, "iq3_s"}, {22, "iq2_s"},
+    {23, "iq4_xs"},  {24, "i8"},     {25, "i16"},     {26, "i32"},   {27, "i64"},    {28, "f64"},   {29, "iq1_m"},
+    {30, "bf16"},    {34, "tq1_0"},  {35, "tq2_0"},   {39, "mxfp4"}, {40, "nvfp4"},  {41, "q1_0"},
 };
 
 const TypeInfo* find_type(uint32_t id) {
@@ -265,8 +262,7 @@ bool ggml_is_k_quant(GgmlType t) { return find_type(static_cast<uint32_t>(t)) &&
 int64_t ggml_row_bytes(GgmlType t, int64_t n) {
   check_row_length(t, n, "ggml_row_bytes");
   // n / blk * bytes <= n * 4 / 1 for every supported type; overflow only past 2^61 elements.
-  if (n > INT64_MAX / 4)
-    throw Error("ggml_row_bytes: row of " + std::to_string(n) + " elements is too large");
+  if (n > INT64_MAX / 4) throw Error("ggml_row_bytes: row of " + std::to_string(n) + " elements is too large");
   return n / ggml_block_elems(t) * ggml_block_bytes(t);
 }
 
@@ -294,9 +290,9 @@ uint16_t fp32_to_fp16(float f) {
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t abs = bits & 0x7FFFFFFFu;
   if (abs > 0x7F800000u) return sign | 0x7E00u | ((abs >> 13) & 0x3FFu);  // nan stays a (quiet) nan
-  if (abs >= 0x477FF000u) return sign | 0x7C00u;  // >= 65520 (halfway past 65504) rounds to inf
-  if (abs < 0x38800000u) {                        // below 2^-14: half subnormal or zero
-    if (abs <= 0x33000000u) return sign;          // <= 2^-25 (half of 2^-24, ties to even) -> 0
+  if (abs >= 0x477FF000u) return sign | 0x7C00u;                          // >= 65520 (halfway past 65504) rounds to inf
+  if (abs < 0x38800000u) {                                                // below 2^-14: half subnormal or zero
+    if (abs <= 0x33000000u) return sign;                                  // <= 2^-25 (half of 2^-24, ties to even) -> 0
     // value / 2^-24 = mant * 2^(exp - 126); a carry into bit 10 correctly yields 2^-14.
     const uint32_t exp = abs >> 23, mant = (abs & 0x7FFFFFu) | 0x800000u;
     return sign | static_cast<uint16_t>(shift_round_even(mant, static_cast<int>(126 - exp)));
@@ -421,7 +417,9 @@ void dequant_blocks(const void* src, float* dst, int64_t n, int64_t per_block) {
 void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
   check_row_length(t, n, "dequantize_row");
   switch (t) {
-    case GgmlType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
+    case GgmlType::F32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      return;
     case GgmlType::F16: {
       const auto* h = static_cast<const uint16_t*>(src);
       for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_fp32(h[i]);
@@ -451,26 +449,40 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
       }
       return;
     }
-    case GgmlType::Q4_1: return dequant_blocks<ggml::BlockQ4_1>(src, dst, n, kQK);
-    case GgmlType::Q5_0: return dequant_blocks<ggml::BlockQ5_0>(src, dst, n, kQK);
-    case GgmlType::Q5_1: return dequant_blocks<ggml::BlockQ5_1>(src, dst, n, kQK);
-    case GgmlType::Q2_K: return dequant_blocks<ggml::BlockQ2_K>(src, dst, n, kQKK);
-    case GgmlType::Q3_K: return dequant_blocks<ggml::BlockQ3_K>(src, dst, n, kQKK);
-    case GgmlType::Q4_K: return dequant_blocks<ggml::BlockQ4_K>(src, dst, n, kQKK);
-    case GgmlType::Q5_K: return dequant_blocks<ggml::BlockQ5_K>(src, dst, n, kQKK);
-    case GgmlType::Q6_K: return dequant_blocks<ggml::BlockQ6_K>(src, dst, n, kQKK);
+    case GgmlType::Q4_1:
+      return dequant_blocks<ggml::BlockQ4_1>(src, dst, n, kQK);
+    case GgmlType::Q5_0:
+      return dequant_blocks<ggml::BlockQ5_0>(src, dst, n, kQK);
+    case GgmlType::Q5_1:
+      return dequant_blocks<ggml::BlockQ5_1>(src, dst, n, kQK);
+    case GgmlType::Q2_K:
+      return dequant_blocks<ggml::BlockQ2_K>(src, dst, n, kQKK);
+    case GgmlType::Q3_K:
+      return dequant_blocks<ggml::BlockQ3_K>(src, dst, n, kQKK);
+    case GgmlType::Q4_K:
+      return dequant_blocks<ggml::BlockQ4_K>(src, dst, n, kQKK);
+    case GgmlType::Q5_K:
+      return dequant_blocks<ggml::BlockQ5_K>(src, dst, n, kQKK);
+    case GgmlType::Q6_K:
+      return dequant_blocks<ggml::BlockQ6_K>(src, dst, n, kQKK);
   }
 }
 
 float dot_row(GgmlType t, const void* row, const float* x, int64_t n) {
   check_row_length(t, n, "dot_row");
   switch (t) {
-    case GgmlType::F32: return dot_f32(static_cast<const float*>(row), x, n);
-    case GgmlType::F16: return dot_f16(static_cast<const uint16_t*>(row), x, n);
-    case GgmlType::BF16: return dot_bf16(static_cast<const uint16_t*>(row), x, n);
-    case GgmlType::Q8_0: return dot_q8_0(static_cast<const BlockQ8_0*>(row), x, n);
-    case GgmlType::Q4_0: return dot_q4_0(static_cast<const BlockQ4_0*>(row), x, n);
-    default: break;
+    case GgmlType::F32:
+      return dot_f32(static_cast<const float*>(row), x, n);
+    case GgmlType::F16:
+      return dot_f16(static_cast<const uint16_t*>(row), x, n);
+    case GgmlType::BF16:
+      return dot_bf16(static_cast<const uint16_t*>(row), x, n);
+    case GgmlType::Q8_0:
+      return dot_q8_0(static_cast<const BlockQ8_0*>(row), x, n);
+    case GgmlType::Q4_0:
+      return dot_q4_0(static_cast<const BlockQ4_0*>(row), x, n);
+    default:
+      break;
   }
   // Other quantised types: one block at a time through a float buffer (not a hot path).
   const int64_t blk = ggml_block_elems(t), bytes = ggml_block_bytes(t);
@@ -731,7 +743,9 @@ void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
   check_row_length(t, n, "quantize_row");
   auto* out = static_cast<uint8_t*>(dst);
   switch (t) {
-    case GgmlType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
+    case GgmlType::F32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      return;
     case GgmlType::F16:
     case GgmlType::BF16:
       for (int64_t i = 0; i < n; ++i) {
@@ -739,28 +753,30 @@ void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
         std::memcpy(out + 2 * i, &h, 2);
       }
       return;
-    case GgmlType::Q8_0: return quantize_row_q8_0(src, dst, n);
-    case GgmlType::Q4_0: return quantize_row_q4_0(src, dst, n);
+    case GgmlType::Q8_0:
+      return quantize_row_q8_0(src, dst, n);
+    case GgmlType::Q4_0:
+      return quantize_row_q4_0(src, dst, n);
     case GgmlType::Q4_1:
-      return quant_blocks<ggml::BlockQ4_1>(src, dst, n, kQK, [](const float* x, ggml::BlockQ4_1& b) {
-        quant_affine(x, 15, b.d, b.m, b.qs, nullptr);
-      });
-    case GgmlType::Q5_0: return quant_blocks<ggml::BlockQ5_0>(src, dst, n, kQK, quant_q5_0);
+      return quant_blocks<ggml::BlockQ4_1>(
+          src, dst, n, kQK, [](const float* x, ggml::BlockQ4_1& b) { quant_affine(x, 15, b.d, b.m, b.qs, nullptr); });
+    case GgmlType::Q5_0:
+      return quant_blocks<ggml::BlockQ5_0>(src, dst, n, kQK, quant_q5_0);
     case GgmlType::Q5_1:
-      return quant_blocks<ggml::BlockQ5_1>(src, dst, n, kQK, [](const float* x, ggml::BlockQ5_1& b) {
-        quant_affine(x, 31, b.d, b.m, b.qs, b.qh);
-      });
-    case GgmlType::Q2_K: return quant_blocks<ggml::BlockQ2_K>(src, dst, n, kQKK, quant_q2_k);
-    case GgmlType::Q3_K: return quant_blocks<ggml::BlockQ3_K>(src, dst, n, kQKK, quant_q3_k);
+      return quant_blocks<ggml::BlockQ5_1>(
+          src, dst, n, kQK, [](const float* x, ggml::BlockQ5_1& b) { quant_affine(x, 31, b.d, b.m, b.qs, b.qh); });
+    case GgmlType::Q2_K:
+      return quant_blocks<ggml::BlockQ2_K>(src, dst, n, kQKK, quant_q2_k);
+    case GgmlType::Q3_K:
+      return quant_blocks<ggml::BlockQ3_K>(src, dst, n, kQKK, quant_q3_k);
     case GgmlType::Q4_K:
-      return quant_blocks<ggml::BlockQ4_K>(src, dst, n, kQKK, [](const float* x, ggml::BlockQ4_K& b) {
-        quant_k4_like(x, b, 15, nullptr);
-      });
+      return quant_blocks<ggml::BlockQ4_K>(
+          src, dst, n, kQKK, [](const float* x, ggml::BlockQ4_K& b) { quant_k4_like(x, b, 15, nullptr); });
     case GgmlType::Q5_K:
-      return quant_blocks<ggml::BlockQ5_K>(src, dst, n, kQKK, [](const float* x, ggml::BlockQ5_K& b) {
-        quant_k4_like(x, b, 31, b.qh);
-      });
-    case GgmlType::Q6_K: return quant_blocks<ggml::BlockQ6_K>(src, dst, n, kQKK, quant_q6_k);
+      return quant_blocks<ggml::BlockQ5_K>(src, dst, n, kQKK,
+                                           [](const float* x, ggml::BlockQ5_K& b) { quant_k4_like(x, b, 31, b.qh); });
+    case GgmlType::Q6_K:
+      return quant_blocks<ggml::BlockQ6_K>(src, dst, n, kQKK, quant_q6_k);
   }
 }
 
@@ -783,7 +799,8 @@ void quantize_row_q8_k(const float* src, void* dst, int64_t n) {
     for (int g = 0; g < kQKK / 32; ++g) {  // 32 elements: two bsum groups
       __m256i q[4];
       for (int k = 0; k < 4; ++k)
-        q[k] = _mm256_cvtps_epi32(round_half_away(_mm256_mul_ps(_mm256_loadu_ps(src + 32 * g + 8 * k), _mm256_set1_ps(id))));
+        q[k] = _mm256_cvtps_epi32(
+            round_half_away(_mm256_mul_ps(_mm256_loadu_ps(src + 32 * g + 8 * k), _mm256_set1_ps(id))));
       const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[ib].qs + 32 * g),
                           _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));

@@ -38,8 +38,8 @@ struct TypedArrayKey {
   GgufValueType elem;
 };
 constexpr TypedArrayKey kTypedArrays[] = {
-    {"tokenizer.ggml.tokens", GgufValueType::STRING},    {"tokenizer.ggml.scores", GgufValueType::FLOAT32},
-    {"tokenizer.ggml.token_type", GgufValueType::INT32}, {"tokenizer.ggml.merges", GgufValueType::STRING},
+    {"tokenizer.ggml.tokens", GgufValueType::STRING},       {"tokenizer.ggml.scores", GgufValueType::FLOAT32},
+    {"tokenizer.ggml.token_type", GgufValueType::INT32},    {"tokenizer.ggml.merges", GgufValueType::STRING},
     {"tokenizer.ggml.added_tokens", GgufValueType::STRING},
 };
 
@@ -94,25 +94,31 @@ uint64_t min_value_bytes(GgufValueType t) {
   switch (t) {
     case GgufValueType::UINT8:
     case GgufValueType::INT8:
-    case GgufValueType::BOOL: return 1;
+    case GgufValueType::BOOL:
+      return 1;
     case GgufValueType::UINT16:
-    case GgufValueType::INT16: return 2;
+    case GgufValueType::INT16:
+      return 2;
     case GgufValueType::UINT32:
     case GgufValueType::INT32:
-    case GgufValueType::FLOAT32: return 4;
-    case GgufValueType::STRING: return 8;  // length prefix
-    case GgufValueType::ARRAY: return 12;  // element type + count
-    default: return 8;                     // 64-bit scalars
+    case GgufValueType::FLOAT32:
+      return 4;
+    case GgufValueType::STRING:
+      return 8;  // length prefix
+    case GgufValueType::ARRAY:
+      return 12;  // element type + count
+    default:
+      return 8;  // 64-bit scalars
   }
 }
 
 bool is_unsigned(GgufValueType t) {
   return t == GgufValueType::UINT8 || t == GgufValueType::UINT16 || t == GgufValueType::UINT32 ||
-         t == GgufValueType::UINT64;
+      t == GgufValueType::UINT64;
 }
 bool is_signed(GgufValueType t) {
   return t == GgufValueType::INT8 || t == GgufValueType::INT16 || t == GgufValueType::INT32 ||
-         t == GgufValueType::INT64;
+      t == GgufValueType::INT64;
 }
 bool is_float(GgufValueType t) { return t == GgufValueType::FLOAT32 || t == GgufValueType::FLOAT64; }
 
@@ -125,8 +131,7 @@ std::string describe(const GgufValue& v) {
 // parsed ("header", "key 'x'", "tensor 'y'") so errors can say where the file went wrong.
 class Cursor {
  public:
-  Cursor(const std::string& path, const uint8_t* base, uint64_t size)
-      : path_(path), base_(base), size_(size) {}
+  Cursor(const std::string& path, const uint8_t* base, uint64_t size) : path_(path), base_(base), size_(size) {}
 
   uint64_t pos() const { return pos_; }
   std::string context = "the header";
@@ -135,8 +140,8 @@ class Cursor {
 
   void need(uint64_t n, const char* what) const {
     if (n > size_ - pos_) {
-      fail(cat("truncated file: reading the ", what, " of ", context, " needs ", n, " bytes at byte offset ",
-               pos_, " but the file size is ", size_));
+      fail(cat("truncated file: reading the ", what, " of ", context, " needs ", n, " bytes at byte offset ", pos_,
+               " but the file size is ", size_));
     }
   }
 
@@ -153,8 +158,8 @@ class Cursor {
     const uint64_t at = pos_;
     const uint64_t len = read<uint64_t>(what);
     if (len > size_) {
-      fail(cat("truncated or corrupt file: string length ", len, " of the ", what, " of ", context,
-               " at byte offset ", at, " exceeds the file size ", size_));
+      fail(cat("truncated or corrupt file: string length ", len, " of the ", what, " of ", context, " at byte offset ",
+               at, " exceeds the file size ", size_));
     }
     need(len, what);
     std::string s(reinterpret_cast<const char*>(base_ + pos_), len);
@@ -183,21 +188,44 @@ class Cursor {
     GgufValue v;
     v.type = type;
     switch (type) {
-      case GgufValueType::UINT8: v.scalar = uint64_t{read<uint8_t>("uint8 value")}; break;
-      case GgufValueType::INT8: v.scalar = int64_t{read<int8_t>("int8 value")}; break;
-      case GgufValueType::UINT16: v.scalar = uint64_t{read<uint16_t>("uint16 value")}; break;
-      case GgufValueType::INT16: v.scalar = int64_t{read<int16_t>("int16 value")}; break;
-      case GgufValueType::UINT32: v.scalar = uint64_t{read<uint32_t>("uint32 value")}; break;
-      case GgufValueType::INT32: v.scalar = int64_t{read<int32_t>("int32 value")}; break;
-      case GgufValueType::UINT64: v.scalar = read<uint64_t>("uint64 value"); break;
-      case GgufValueType::INT64: v.scalar = read<int64_t>("int64 value"); break;
-      case GgufValueType::FLOAT32: v.scalar = double{read<float>("float32 value")}; break;
-      case GgufValueType::FLOAT64: v.scalar = read<double>("float64 value"); break;
-      case GgufValueType::BOOL: v.scalar = read<uint8_t>("bool value") != 0; break;
-      case GgufValueType::STRING: v.scalar = read_string("string value"); break;
+      case GgufValueType::UINT8:
+        v.scalar = uint64_t{read<uint8_t>("uint8 value")};
+        break;
+      case GgufValueType::INT8:
+        v.scalar = int64_t{read<int8_t>("int8 value")};
+        break;
+      case GgufValueType::UINT16:
+        v.scalar = uint64_t{read<uint16_t>("uint16 value")};
+        break;
+      case GgufValueType::INT16:
+        v.scalar = int64_t{read<int16_t>("int16 value")};
+        break;
+      case GgufValueType::UINT32:
+        v.scalar = uint64_t{read<uint32_t>("uint32 value")};
+        break;
+      case GgufValueType::INT32:
+        v.scalar = int64_t{read<int32_t>("int32 value")};
+        break;
+      case GgufValueType::UINT64:
+        v.scalar = read<uint64_t>("uint64 value");
+        break;
+      case GgufValueType::INT64:
+        v.scalar = read<int64_t>("int64 value");
+        break;
+      case GgufValueType::FLOAT32:
+        v.scalar = double{read<float>("float32 value")};
+        break;
+      case GgufValueType::FLOAT64:
+        v.scalar = read<double>("float64 value");
+        break;
+      case GgufValueType::BOOL:
+        v.scalar = read<uint8_t>("bool value") != 0;
+        break;
+      case GgufValueType::STRING:
+        v.scalar = read_string("string value");
+        break;
       case GgufValueType::ARRAY: {
-        if (depth >= kMaxArrayDepth)
-          fail(cat(context, " nests arrays deeper than ", kMaxArrayDepth, " levels"));
+        if (depth >= kMaxArrayDepth) fail(cat(context, " nests arrays deeper than ", kMaxArrayDepth, " levels"));
         v.elem_type = read_value_type("array element type");
         const uint64_t at = pos_;
         const uint64_t n = read<uint64_t>("array length");
@@ -302,16 +330,15 @@ void GgufFile::parse() {
       c.fail(cat(c.context, " has n_dims ", n_dims, " (must be 1..", kMaxDims, ")"));
     for (uint32_t d = 0; d < n_dims; ++d) {
       const uint64_t dim = c.read<uint64_t>("dimension");
-      if (dim > static_cast<uint64_t>(INT64_MAX))
-        c.fail(cat(c.context, " has absurd dimension ", d, " = ", dim));
+      if (dim > static_cast<uint64_t>(INT64_MAX)) c.fail(cat(c.context, " has absurd dimension ", d, " = ", dim));
       if (dim == 0) c.fail(cat(c.context, " has dimension ", d, " = 0 (every dimension must be >= 1)"));
       t.dims.push_back(static_cast<int64_t>(dim));
     }
     t.type = c.read<uint32_t>("type");
     t.offset = c.read<uint64_t>("data offset");
     if (!ggml_type_supported(t.type)) {
-      c.fail(cat(c.context, " has type ", ggml_type_name(t.type), " (id ", t.type, "), which kvevict does not support (supported: ",
-                 ggml_supported_type_names(), ")"));
+      c.fail(cat(c.context, " has type ", ggml_type_name(t.type), " (id ", t.type,
+                 "), which kvevict does not support (supported: ", ggml_supported_type_names(), ")"));
     }
     if (!tensor_index_.emplace(t.name, tensors_.size()).second) c.fail("duplicate " + c.context);
     tensors_.push_back(std::move(t));
@@ -338,8 +365,8 @@ void GgufFile::parse() {
     }
     const auto type = t.ggml_type();
     if (t.dims[0] % ggml_block_elems(type) != 0) {
-      c.fail(cat(what, " dims[0] = ", t.dims[0], " is not a multiple of the ", ggml_type_name(t.type),
-                 " block size ", ggml_block_elems(type)));
+      c.fail(cat(what, " dims[0] = ", t.dims[0], " is not a multiple of the ", ggml_type_name(t.type), " block size ",
+                 ggml_block_elems(type)));
     }
     // Elements and bytes must both fit in int64 (4 bytes per element bounds every supported type).
     int64_t n_elems = t.dims[0];
@@ -350,15 +377,15 @@ void GgufFile::parse() {
     t.n_bytes = ggml_row_bytes(type, t.dims[0]) * (t.dims[0] == 0 ? 0 : n_elems / t.dims[0]);
     const uint64_t begin = saturating_add(data_offset_, t.offset);
     const uint64_t end = saturating_add(begin, static_cast<uint64_t>(t.n_bytes));
-    if (end > size_)
-      c.fail(cat(what, " data [", begin, ", ", end, ") lies outside the file (size ", size_, ")"));
+    if (end > size_) c.fail(cat(what, " data [", begin, ", ", end, ") lies outside the file (size ", size_, ")"));
     t.data = base_ + begin;
   }
   // No two tensors may share bytes (a retyped tensor inside another's bytes would load garbage).
   std::vector<const GgufTensor*> by_offset;
   by_offset.reserve(tensors_.size());
   for (const GgufTensor& t : tensors_) by_offset.push_back(&t);
-  std::sort(by_offset.begin(), by_offset.end(), [](const GgufTensor* a, const GgufTensor* b) { return a->offset < b->offset; });
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const GgufTensor* a, const GgufTensor* b) { return a->offset < b->offset; });
   for (size_t i = 1; i < by_offset.size(); ++i) {
     const GgufTensor& a = *by_offset[i - 1];
     const GgufTensor& b = *by_offset[i];

@@ -21,8 +21,19 @@ namespace kvevict {
 
 /// GGUF metadata value types (uint32 ids from the spec).
 enum class GgufValueType : uint32_t {
-  UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7,
-  STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+  UINT8 = 0,
+  INT8 = 1,
+  UINT16 = 2,
+  INT16 = 3,
+  UINT32 = 4,
+  INT32 = 5,
+  FLOAT32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  UINT64 = 10,
+  INT64 = 11,
+  FLOAT64 = 12,
 };
 
 /// One metadata value. Scalars are widened (integers to int64/uint64, floats to double);
@@ -31,7 +42,7 @@ struct GgufValue {
   GgufValueType type = GgufValueType::UINT32;
   std::variant<uint64_t, int64_t, double, bool, std::string> scalar;
   GgufValueType elem_type = GgufValueType::UINT32;  // for ARRAY
-  std::vector<GgufValue> array;                      // for ARRAY
+  std::vector<GgufValue> array;                     // for ARRAY
 };
 
 /// One tensor as described by the file. dims are in GGUF/ggml order: dims[0] is the innermost
@@ -39,8 +50,8 @@ struct GgufValue {
 struct GgufTensor {
   std::string name;
   std::vector<int64_t> dims;
-  uint32_t type = 0;        ///< raw ggml type id (always supported once the file opened)
-  uint64_t offset = 0;      ///< bytes from the start of the data section
+  uint32_t type = 0;              ///< raw ggml type id (always supported once the file opened)
+  uint64_t offset = 0;            ///< bytes from the start of the data section
   const uint8_t* data = nullptr;  ///< points into the mapping
   int64_t n_bytes = 0;
   int64_t n_elements() const;
@@ -81,8 +92,8 @@ class GgufFile {
   /// wrong type -> Error naming the key, the expected and the stored type.
   const GgufValue& get(const std::string& key) const;
   std::string get_string(const std::string& key) const;
-  uint64_t get_uint(const std::string& key) const;   ///< any unsigned or non-negative signed int
-  double get_float(const std::string& key) const;    ///< FLOAT32/FLOAT64 (or an integer)
+  uint64_t get_uint(const std::string& key) const;  ///< any unsigned or non-negative signed int
+  double get_float(const std::string& key) const;   ///< FLOAT32/FLOAT64 (or an integer)
   std::vector<std::string> get_string_array(const std::string& key) const;
   std::vector<float> get_float_array(const std::string& key) const;
   std::vector<int64_t> get_int_array(const std::string& key) const;

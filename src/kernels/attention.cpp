@@ -22,7 +22,7 @@ namespace {
 // 1088 slots: 161 vs 178 ms); a 256 x 128-dim f32 key tile still fits L2.
 constexpr int kTile = 256;
 constexpr float kLog2e = 1.44269504088896341f;
-constexpr float kLn2Hi = 0.693145751953125f;       // ln 2 split so n * hi is exact
+constexpr float kLn2Hi = 0.693145751953125f;  // ln 2 split so n * hi is exact
 constexpr float kLn2Lo = 1.428606765330187e-06f;
 constexpr float kExpMin = -87.3f, kExpMax = 88.3f;
 // Taylor coefficients of e^r, r in [-ln2/2, ln2/2].
@@ -47,7 +47,8 @@ inline float exp_scalar(float x) {
 #ifdef KVEVICT_ATT_AVX2
 inline __m256 exp_ps(__m256 x) {
   x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kExpMin)), _mm256_set1_ps(kExpMax));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 n =
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x));
   __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(kC6), r, _mm256_set1_ps(kC5));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kC4));
@@ -244,8 +245,8 @@ void attend_group_partial(const float* q, int G, const float* K, const float* V,
                           float scale, float* acc, float* m, float* l) {
   attend_partial_impl(q, G, K, V, n_slots, head_dim, scale, acc, m, l);
 }
-void attend_group_partial(const float* q, int G, const uint16_t* K, const uint16_t* V, int64_t n_slots,
-                          int head_dim, float scale, float* acc, float* m, float* l) {
+void attend_group_partial(const float* q, int G, const uint16_t* K, const uint16_t* V, int64_t n_slots, int head_dim,
+                          float scale, float* acc, float* m, float* l) {
   attend_partial_impl(q, G, K, V, n_slots, head_dim, scale, acc, m, l);
 }
 

@@ -16,8 +16,8 @@ namespace kvevict {
 /// out[G, head_dim] = softmax(q[g] · K[s] * scale over s < n_slots) · V for each of G query
 /// heads. q: [G, head_dim]; K, V: [n_slots, head_dim] row-major, float32 or fp16 bits;
 /// n_slots >= 1; no probabilities are stored. Deterministic (fixed tile order).
-void attend_group(const float* q, int G, const float* K, const float* V, int64_t n_slots, int head_dim,
-                  float scale, float* out);
+void attend_group(const float* q, int G, const float* K, const float* V, int64_t n_slots, int head_dim, float scale,
+                  float* out);
 void attend_group(const float* q, int G, const uint16_t* K, const uint16_t* V, int64_t n_slots, int head_dim,
                   float scale, float* out);
 
@@ -26,8 +26,8 @@ void attend_group(const float* q, int G, const uint16_t* K, const uint16_t* V, i
 /// Chunks are combined with attend_merge; attend_group == one chunk merged.
 void attend_group_partial(const float* q, int G, const float* K, const float* V, int64_t n_slots, int head_dim,
                           float scale, float* acc, float* m, float* l);
-void attend_group_partial(const float* q, int G, const uint16_t* K, const uint16_t* V, int64_t n_slots,
-                          int head_dim, float scale, float* acc, float* m, float* l);
+void attend_group_partial(const float* q, int G, const uint16_t* K, const uint16_t* V, int64_t n_slots, int head_dim,
+                          float scale, float* acc, float* m, float* l);
 
 /// Combines n_chunks partials (chunk c: acc + c * acc_stride, m + c * G, l + c * G) in chunk
 /// order into out[G, head_dim] (flash-decoding's split-K reduction, Dao et al. 2023). For one
@@ -38,8 +38,8 @@ void attend_merge(int n_chunks, int G, int head_dim, const float* acc, int64_t a
 /// One query head, also writing the softmax probabilities probs[n_slots] (two passes over K).
 void attend_probs(const float* q, const float* K, const float* V, int64_t n_slots, int head_dim, float scale,
                   float* out, float* probs);
-void attend_probs(const float* q, const uint16_t* K, const uint16_t* V, int64_t n_slots, int head_dim,
-                  float scale, float* out, float* probs);
+void attend_probs(const float* q, const uint16_t* K, const uint16_t* V, int64_t n_slots, int head_dim, float scale,
+                  float* out, float* probs);
 
 /// exp(x) by the kernels' polynomial (for tests: relative error < 3e-7 on [-87, 88]).
 float fast_exp(float x);

@@ -42,7 +42,6 @@ inline __m256i dot_i8x32(__m256i a, __m256i b) {
 }
 #endif
 
-
 // Chunk of output rows one work item computes: at least kRowChunk rows and about kChunkBytes of
 // weights, fixed by the shape (never by the thread count). Large chunks keep each thread's
 // weight stream sequential for the hardware prefetcher: with 16-row (16 KiB) chunks two threads
@@ -87,7 +86,8 @@ float dot_q8_0_q8_0_ref(const void* w, const void* xq, int64_t n) {
   const auto* a = static_cast<const BlockQ8*>(w);
   const auto* b = static_cast<const BlockQ8*>(xq);
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (int64_t i = 0; i < n / kQK; ++i) accumulate_block_ref(acc, fp16_to_fp32(a[i].d) * fp16_to_fp32(b[i].d), a[i].qs, b[i].qs);
+  for (int64_t i = 0; i < n / kQK; ++i)
+    accumulate_block_ref(acc, fp16_to_fp32(a[i].d) * fp16_to_fp32(b[i].d), a[i].qs, b[i].qs);
   return reduce_lanes(acc);
 }
 
@@ -179,8 +179,8 @@ float dot_dequantised(GgmlType wt, const void* w, ActivationQuant at, const void
 inline __m256i bytes_from_bits(const uint8_t* p) {
   uint32_t bits;
   std::memcpy(&bits, p, 4);
-  const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3,
-                                        3, 3, 3, 3);
+  const __m256i shuf =
+      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
   const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), shuf);
   const __m256i mask = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
   return _mm256_cmpeq_epi8(_mm256_and_si256(v, mask), mask);
@@ -193,7 +193,8 @@ inline __m256i dot_u8_i8_pairs(__m256i u, __m256i s) { return _mm256_maddubs_epi
 // Pair sums of 16 int16 lanes times a per-16-elements scale: lanes 0..7 (elements 0..15) times
 // a, lanes 8..15 (elements 16..31) times b, summed pairwise into 8 int32.
 inline __m256i scale16(__m256i pairs, int a, int b) {
-  return _mm256_madd_epi16(pairs, _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(b)), _mm_set1_epi16(static_cast<int16_t>(a))));
+  return _mm256_madd_epi16(
+      pairs, _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(b)), _mm_set1_epi16(static_cast<int16_t>(a))));
 }
 
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
@@ -284,10 +285,17 @@ float dot_q2_k_q8_k(const void* w, const void* xq, int64_t n) {
       const __m256i q = load32(a[i].qs + 32 * h);
       const int8_t* y = b[i].qs + 128 * h;
       const uint8_t* s = sc + 8 * h;
-      sumi = _mm256_add_epi32(sumi, scale16(dot_u8_i8_pairs(_mm256_and_si256(q, m3), load32(y)), s[0] & 0xF, s[1] & 0xF));
-      sumi = _mm256_add_epi32(sumi, scale16(dot_u8_i8_pairs(_mm256_and_si256(_mm256_srli_epi16(q, 2), m3), load32(y + 32)), s[2] & 0xF, s[3] & 0xF));
-      sumi = _mm256_add_epi32(sumi, scale16(dot_u8_i8_pairs(_mm256_and_si256(_mm256_srli_epi16(q, 4), m3), load32(y + 64)), s[4] & 0xF, s[5] & 0xF));
-      sumi = _mm256_add_epi32(sumi, scale16(dot_u8_i8_pairs(_mm256_and_si256(_mm256_srli_epi16(q, 6), m3), load32(y + 96)), s[6] & 0xF, s[7] & 0xF));
+      sumi =
+          _mm256_add_epi32(sumi, scale16(dot_u8_i8_pairs(_mm256_and_si256(q, m3), load32(y)), s[0] & 0xF, s[1] & 0xF));
+      sumi = _mm256_add_epi32(sumi,
+                              scale16(dot_u8_i8_pairs(_mm256_and_si256(_mm256_srli_epi16(q, 2), m3), load32(y + 32)),
+                                      s[2] & 0xF, s[3] & 0xF));
+      sumi = _mm256_add_epi32(sumi,
+                              scale16(dot_u8_i8_pairs(_mm256_and_si256(_mm256_srli_epi16(q, 4), m3), load32(y + 64)),
+                                      s[4] & 0xF, s[5] & 0xF));
+      sumi = _mm256_add_epi32(sumi,
+                              scale16(dot_u8_i8_pairs(_mm256_and_si256(_mm256_srli_epi16(q, 6), m3), load32(y + 96)),
+                                      s[6] & 0xF, s[7] & 0xF));
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi), acc);
   }
@@ -316,7 +324,8 @@ float dot_q3_k_q8_k(const void* w, const void* xq, int64_t n) {
     for (int8_t& v : sc) v = static_cast<int8_t>(v - 32);
     // The stored value is u = q + 4 (0..7): Σ sc (u - 4) y = Σ sc u y - 4 Σ sc bsum, in int32 lanes.
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
-    __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(b[i].bsums)), 2));
+    __m256i sumi =
+        _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(b[i].bsums)), 2));
     const __m256i hm = load32(a[i].hmask);
     for (int h = 0; h < 2; ++h) {
       const __m256i q = load32(a[i].qs + 32 * h);
@@ -325,7 +334,8 @@ float dot_q3_k_q8_k(const void* w, const void* xq, int64_t n) {
         const __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + j), one), 2);
         const __m256i u = _mm256_or_si256(low, high);
         const int s = 8 * h + 2 * j;
-        sumi = _mm256_add_epi32(sumi, scale16(dot_u8_i8_pairs(u, load32(b[i].qs + 128 * h + 32 * j)), sc[s], sc[s + 1]));
+        sumi =
+            _mm256_add_epi32(sumi, scale16(dot_u8_i8_pairs(u, load32(b[i].qs + 128 * h + 32 * j)), sc[s], sc[s + 1]));
       }
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi), acc);
@@ -370,8 +380,10 @@ float dot_k4_like(const Block* a, const BlockQ8_K* b, int64_t n) {
         lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * p), one), 4));
         hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * p + 1), one), 4));
       }
-      const __m256i plo = _mm256_madd_epi16(dot_u8_i8_pairs(lo, load32(b[i].qs + 64 * p)), _mm256_set1_epi16(sc[2 * p]));
-      const __m256i phi = _mm256_madd_epi16(dot_u8_i8_pairs(hi, load32(b[i].qs + 64 * p + 32)), _mm256_set1_epi16(sc[2 * p + 1]));
+      const __m256i plo =
+          _mm256_madd_epi16(dot_u8_i8_pairs(lo, load32(b[i].qs + 64 * p)), _mm256_set1_epi16(sc[2 * p]));
+      const __m256i phi =
+          _mm256_madd_epi16(dot_u8_i8_pairs(hi, load32(b[i].qs + 64 * p + 32)), _mm256_set1_epi16(sc[2 * p + 1]));
       sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi), acc);
@@ -413,7 +425,8 @@ float dot_q6_k_q8_k(const void* w, const void* xq, int64_t n) {
       const __m256i l0 = load32(a[i].ql + 64 * h), l1 = load32(a[i].ql + 64 * h + 32), qh = load32(a[i].qh + 32 * h);
       const __m256i u[4] = {
           _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(l1, m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4)),
           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4)),
           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
@@ -421,7 +434,8 @@ float dot_q6_k_q8_k(const void* w, const void* xq, int64_t n) {
       };
       for (int g = 0; g < 4; ++g) {
         const int s = 8 * h + 2 * g;
-        sumi = _mm256_add_epi32(sumi, scale16(dot_u8_i8_pairs(u[g], load32(b[i].qs + 128 * h + 32 * g)), sc[s], sc[s + 1]));
+        sumi = _mm256_add_epi32(sumi,
+                                scale16(dot_u8_i8_pairs(u[g], load32(b[i].qs + 128 * h + 32 * g)), sc[s], sc[s + 1]));
       }
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi), acc);
@@ -438,29 +452,43 @@ ActivationQuant activation_quant(GgmlType t) {
     case GgmlType::Q4_1:
     case GgmlType::Q5_0:
     case GgmlType::Q5_1:
-    case GgmlType::Q8_0: return ActivationQuant::Q8_0;
+    case GgmlType::Q8_0:
+      return ActivationQuant::Q8_0;
     case GgmlType::Q2_K:
     case GgmlType::Q3_K:
     case GgmlType::Q4_K:
     case GgmlType::Q5_K:
-    case GgmlType::Q6_K: return ActivationQuant::Q8_K;
-    default: return ActivationQuant::None;
+    case GgmlType::Q6_K:
+      return ActivationQuant::Q8_K;
+    default:
+      return ActivationQuant::None;
   }
 }
 
 float dot_quantised(GgmlType t, const void* w, const void* xq, int64_t n) {
   switch (t) {
-    case GgmlType::Q8_0: return dot_q8_0_q8_0(w, xq, n);
-    case GgmlType::Q4_0: return dot_q4_0_q8_0(w, xq, n);
-    case GgmlType::Q4_1: return dot_q4_1_q8_0(w, xq, n);
-    case GgmlType::Q5_0: return dot_q5_0_q8_0(w, xq, n);
-    case GgmlType::Q5_1: return dot_q5_1_q8_0(w, xq, n);
-    case GgmlType::Q2_K: return dot_q2_k_q8_k(w, xq, n);
-    case GgmlType::Q3_K: return dot_q3_k_q8_k(w, xq, n);
-    case GgmlType::Q4_K: return dot_q4_k_q8_k(w, xq, n);
-    case GgmlType::Q5_K: return dot_q5_k_q8_k(w, xq, n);
-    case GgmlType::Q6_K: return dot_q6_k_q8_k(w, xq, n);
-    default: break;
+    case GgmlType::Q8_0:
+      return dot_q8_0_q8_0(w, xq, n);
+    case GgmlType::Q4_0:
+      return dot_q4_0_q8_0(w, xq, n);
+    case GgmlType::Q4_1:
+      return dot_q4_1_q8_0(w, xq, n);
+    case GgmlType::Q5_0:
+      return dot_q5_0_q8_0(w, xq, n);
+    case GgmlType::Q5_1:
+      return dot_q5_1_q8_0(w, xq, n);
+    case GgmlType::Q2_K:
+      return dot_q2_k_q8_k(w, xq, n);
+    case GgmlType::Q3_K:
+      return dot_q3_k_q8_k(w, xq, n);
+    case GgmlType::Q4_K:
+      return dot_q4_k_q8_k(w, xq, n);
+    case GgmlType::Q5_K:
+      return dot_q5_k_q8_k(w, xq, n);
+    case GgmlType::Q6_K:
+      return dot_q6_k_q8_k(w, xq, n);
+    default:
+      break;
   }
   throw Error("dot_quantised: " + ggml_type_name(static_cast<uint32_t>(t)) + " is not a quantised type");
 }
@@ -497,8 +525,8 @@ void dot4_q8_0_act(const uint8_t* w, int64_t row_bytes, const void* xq, int64_t 
 
 }  // namespace
 
-void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, ThreadPool& pool,
-                 MatmulScratch& scratch, bool allow_blas) {
+void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, ThreadPool& pool, MatmulScratch& scratch,
+                 bool allow_blas) {
   if (jobs.empty() || T <= 0) return;
   const int64_t cols = jobs[0].w.cols;
   bool need_q8_0 = false, need_q8_k = false;
@@ -531,8 +559,7 @@ void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, Thr
   // Work items: fixed chunks of rows of each job, concatenated.
   const int64_t chunk = blas ? kBlasTile : std::max(kRowChunk, kChunkBytes / std::max<int64_t>(1, jobs[0].w.row_bytes));
   std::vector<int64_t> first_item(jobs.size() + 1, 0);
-  for (size_t j = 0; j < jobs.size(); ++j)
-    first_item[j + 1] = first_item[j] + (jobs[j].w.rows + chunk - 1) / chunk;
+  for (size_t j = 0; j < jobs.size(); ++j) first_item[j + 1] = first_item[j] + (jobs[j].w.rows + chunk - 1) / chunk;
   const int64_t n_items = first_item.back();
 
   const auto body = [&](int64_t i0, int64_t i1) {
@@ -549,12 +576,13 @@ void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, Thr
           wt = reinterpret_cast<const float*>(W.data + r0 * W.row_bytes);
         } else {
           tile.resize(static_cast<size_t>(chunk * cols));
-          for (int64_t r = r0; r < r1; ++r) dequantize_row(W.type, W.data + r * W.row_bytes, tile.data() + (r - r0) * cols, cols);
+          for (int64_t r = r0; r < r1; ++r)
+            dequantize_row(W.type, W.data + r * W.row_bytes, tile.data() + (r - r0) * cols, cols);
           wt = tile.data();
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(r1 - r0),
-                    static_cast<int>(cols), 1.0f, x, static_cast<int>(cols), wt, static_cast<int>(cols), 0.0f,
-                    y + r0, static_cast<int>(W.rows));
+                    static_cast<int>(cols), 1.0f, x, static_cast<int>(cols), wt, static_cast<int>(cols), 0.0f, y + r0,
+                    static_cast<int>(W.rows));
         continue;
       }
       int64_t r = r0;
@@ -567,8 +595,9 @@ void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, Thr
           for (int64_t t = 0; t < T; ++t) {
             const uint8_t* xt = xq + t * q_row_bytes;
             if (W.type == GgmlType::Q8_0) {
-              dot4_q8_0_act<BlockQ8>(w, W.row_bytes, xt, cols, out4,
-                                     [](const BlockQ8& a) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs)); });
+              dot4_q8_0_act<BlockQ8>(w, W.row_bytes, xt, cols, out4, [](const BlockQ8& a) {
+                return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
+              });
             } else if (W.type == GgmlType::Q4_0) {
               dot4_q8_0_act<BlockQ4>(w, W.row_bytes, xt, cols, out4, [](const BlockQ4& a) {
                 const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs));
@@ -619,10 +648,14 @@ void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, Thr
   // descheduled on a busy machine does not hold up the others. Which thread computes an item
   // never changes its result.
   std::atomic<int64_t> next{0};
-  pool.parallel_for(pool.size(), [&](int64_t, int64_t) {
-    for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n_items; i = next.fetch_add(1, std::memory_order_relaxed))
-      body(i, i + 1);
-  }, work);
+  pool.parallel_for(
+      pool.size(),
+      [&](int64_t, int64_t) {
+        for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n_items;
+             i = next.fetch_add(1, std::memory_order_relaxed))
+          body(i, i + 1);
+      },
+      work);
 }
 
 }  // namespace kvevict

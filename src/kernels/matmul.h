@@ -56,8 +56,8 @@ struct MatmulScratch {
 /// allow_blas: when T >= 16, products may go through OpenBLAS sgemm (prefill); results then
 /// differ from the per-row kernel in the last bits. Throws kvevict::Error when cols differ or a
 /// quantised type's cols is not a multiple of its block size (32, or 256 for K-quants).
-void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, ThreadPool& pool,
-                 MatmulScratch& scratch, bool allow_blas = false);
+void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, ThreadPool& pool, MatmulScratch& scratch,
+                 bool allow_blas = false);
 
 /// Quantises T rows of n floats (n % 32 == 0) to Q8_0 blocks into dst[T * n / 32 * 34 bytes].
 void quantize_rows_q8_0(const float* x, int64_t T, int64_t n, uint8_t* dst);

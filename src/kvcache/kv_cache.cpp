@@ -23,8 +23,8 @@ SequenceKv::SequenceKv(const KvShape& shape, int64_t capacity)
   const int64_t bytes = shape.bytes_per_token() * capacity;
   if (bytes > (int64_t{64} << 30))
     throw Error(fmt::format("KV cache of {} slots needs {} bytes, over the 64 GiB limit", capacity, bytes));
-  const size_t blocks = static_cast<size_t>(shape.n_layers) * static_cast<size_t>(shape.n_kv_heads) *
-                        static_cast<size_t>(capacity);
+  const size_t blocks =
+      static_cast<size_t>(shape.n_layers) * static_cast<size_t>(shape.n_kv_heads) * static_cast<size_t>(capacity);
   const size_t elems = blocks * static_cast<size_t>(shape.head_dim);
   if (shape.type == KvType::F16) {
     kh_.assign(elems, 0);
@@ -113,8 +113,10 @@ void SequenceKv::compact(int layer, int kv_head, std::span<const int32_t> keep) 
   const int hd = shape_.head_dim;
   const int64_t esz = kv_type_bytes(shape_.type);
   const int64_t off = block(layer, kv_head) * hd * esz;
-  uint8_t* k = shape_.type == KvType::F16 ? reinterpret_cast<uint8_t*>(kh_.data()) : reinterpret_cast<uint8_t*>(k_.data());
-  uint8_t* v = shape_.type == KvType::F16 ? reinterpret_cast<uint8_t*>(vh_.data()) : reinterpret_cast<uint8_t*>(v_.data());
+  uint8_t* k =
+      shape_.type == KvType::F16 ? reinterpret_cast<uint8_t*>(kh_.data()) : reinterpret_cast<uint8_t*>(k_.data());
+  uint8_t* v =
+      shape_.type == KvType::F16 ? reinterpret_cast<uint8_t*>(vh_.data()) : reinterpret_cast<uint8_t*>(v_.data());
   k += off;
   v += off;
   const size_t row = static_cast<size_t>(hd * esz);
@@ -123,8 +125,10 @@ void SequenceKv::compact(int layer, int kv_head, std::span<const int32_t> keep) 
   for (size_t i = 0; i < keep.size(); ++i) {
     const int64_t src = keep[i];
     if (src <= prev || src >= len)
-      throw Error(fmt::format("keep-set of layer {} KV head {} is not ascending within [0, {}): "
-                              "entry {} = {}", layer, kv_head, len, i, src));
+      throw Error(
+          fmt::format("keep-set of layer {} KV head {} is not ascending within [0, {}): "
+                      "entry {} = {}",
+                      layer, kv_head, len, i, src));
     prev = src;
     const auto dst = static_cast<int64_t>(i);
     if (dst == src) continue;  // src >= dst always, so a forward copy never overwrites a kept row

@@ -103,8 +103,8 @@ class SequenceKv {
   const int32_t* positions(int layer, int kv_head) const { return pos_.data() + block(layer, kv_head); }
 
   /// Keeps exactly the slots `keep` (ascending, unique, < length) of (layer, KV head), moving
-  /// them to [0, keep.size()) in order, in place (no allocation; rows move forward only). Does not change length(): call set_length once
-  /// every head of the layer is compacted. Throws kvevict::Error on an unsorted or out-of-range
+  /// them to [0, keep.size()) in order, in place (no allocation; rows move forward only). Does not change length():
+  /// call set_length once every head of the layer is compacted. Throws kvevict::Error on an unsorted or out-of-range
   /// keep-set (a selector bug must not corrupt the cache).
   void compact(int layer, int kv_head, std::span<const int32_t> keep);
 
@@ -116,16 +116,14 @@ class SequenceKv {
   int64_t mirror_bytes() const;
 
  private:
-  int64_t block(int layer, int kv_head) const {
-    return (int64_t{layer} * shape_.n_kv_heads + kv_head) * capacity_;
-  }
+  int64_t block(int layer, int kv_head) const { return (int64_t{layer} * shape_.n_kv_heads + kv_head) * capacity_; }
   void require(KvType t, const char* what) const;
   const float* mirror(const std::vector<uint16_t>& src, std::vector<float>& dst, int layer, int kv_head) const;
   KvShape shape_;
   int64_t capacity_;
   std::vector<int64_t> length_;
-  std::vector<float> k_, v_;          // KvType::F32
-  std::vector<uint16_t> kh_, vh_;     // KvType::F16
+  std::vector<float> k_, v_;       // KvType::F32
+  std::vector<uint16_t> kh_, vh_;  // KvType::F16
   std::vector<int32_t> pos_;
   // f16 only: float32 copies handed out by const keys()/values(); allocated once under mu_.
   mutable std::unique_ptr<std::mutex> mu_;

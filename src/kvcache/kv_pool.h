@@ -30,8 +30,8 @@ class KvMemoryPool {
   void release(int64_t bytes);
 
   int64_t capacity() const { return capacity_; }  ///< bytes
-  int64_t used() const;                            ///< bytes reserved now
-  int64_t free() const;                            ///< capacity - used, bytes
+  int64_t used() const;                           ///< bytes reserved now
+  int64_t free() const;                           ///< capacity - used, bytes
   /// True when a reservation of `bytes` could ever succeed (bytes <= capacity).
   bool could_fit(int64_t bytes) const { return bytes <= capacity_; }
 

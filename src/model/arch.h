@@ -28,13 +28,13 @@ enum class TensorUse { None, Optional, Required };
 
 /// What distinguishes one architecture's computation from another's.
 struct ArchInfo {
-  std::string name;                 ///< `general.architecture` value; also the metadata key prefix
+  std::string name;  ///< `general.architecture` value; also the metadata key prefix
   RopeStyle rope_style = RopeStyle::Adjacent;
   TensorUse qkv_bias = TensorUse::None;  ///< blk.N.attn_{q,k,v}.bias, added before RoPE
-  bool qk_norm = false;             ///< blk.N.attn_{q,k}_norm.weight: RMSNorm per head before RoPE
-  bool fused_qkv = false;           ///< blk.N.attn_qkv.weight rows [Q | K | V] instead of attn_q/k/v
-  bool fused_gate_up = false;       ///< blk.N.ffn_up.weight rows [gate | up], no ffn_gate
-  bool rope_freqs = false;          ///< may carry rope_freqs.weight (per-band frequency divisors)
+  bool qk_norm = false;                  ///< blk.N.attn_{q,k}_norm.weight: RMSNorm per head before RoPE
+  bool fused_qkv = false;                ///< blk.N.attn_qkv.weight rows [Q | K | V] instead of attn_q/k/v
+  bool fused_gate_up = false;            ///< blk.N.ffn_up.weight rows [gate | up], no ffn_gate
+  bool rope_freqs = false;               ///< may carry rope_freqs.weight (per-band frequency divisors)
   /// `<arch>.attention.sliding_window` is accepted and ignored (full attention) as llama.cpp
   /// does for phi3; for other families the key is refused.
   bool ignore_sliding_window = false;

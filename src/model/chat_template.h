@@ -77,8 +77,8 @@ class ChatTemplate {
 
   Family family_;
   std::string name_;
-  bool r1_think_prompt_ = true;   ///< deepseek-r1: generation prompt opens "<think>\n"
-  bool r1_close_think_ = true;    ///< deepseek-r1: enable_thinking=false appends "</think>"
+  bool r1_think_prompt_ = true;  ///< deepseek-r1: generation prompt opens "<think>\n"
+  bool r1_close_think_ = true;   ///< deepseek-r1: enable_thinking=false appends "</think>"
 };
 
 }  // namespace kvevict

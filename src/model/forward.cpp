@@ -65,7 +65,8 @@ Batch plan_batch(const LlamaConfig& c, std::span<const ForwardSegment> segments)
     if (!seg.kv) throw Error("forward pass: segment without a KV cache");
     const int64_t len = seg.kv->length(0);
     if (len + Ts > seg.kv->capacity())
-      throw Error(fmt::format("KV cache full: {} slots + {} new tokens exceed capacity {}", len, Ts, seg.kv->capacity()));
+      throw Error(
+          fmt::format("KV cache full: {} slots + {} new tokens exceed capacity {}", len, Ts, seg.kv->capacity()));
     for (int32_t t : seg.tokens)
       if (t < 0 || t >= c.n_vocab) throw Error(fmt::format("token id {} outside vocabulary [0, {})", t, c.n_vocab));
     for (size_t o = 0; o < s; ++o)
@@ -257,9 +258,12 @@ class ForwardPass {
   void run_attention(int l) {
     std::atomic<int64_t> next{0};
     const auto n_items = static_cast<int64_t>(items_.size());
-    pool_.parallel_for(std::min<int64_t>(pool_.size(), n_items), [&](int64_t, int64_t) {
-      for (int64_t i = next.fetch_add(1); i < n_items; i = next.fetch_add(1)) attend_item(l, items_[at(i)]);
-    }, attn_work_);
+    pool_.parallel_for(
+        std::min<int64_t>(pool_.size(), n_items),
+        [&](int64_t, int64_t) {
+          for (int64_t i = next.fetch_add(1); i < n_items; i = next.fetch_add(1)) attend_item(l, items_[at(i)]);
+        },
+        attn_work_);
   }
 
   template <typename KvT>
@@ -290,8 +294,10 @@ class ForwardPass {
 
   void attend_item(int l, const AttnItem& it) {
     const SequenceKv& kv = *b_.seg[at(b_.seg_of_row[at(it.row)])].kv;
-    if (kv.type() == KvType::F16) attend_item_typed(it, kv.keys_f16(l, it.kv_head), kv.values_f16(l, it.kv_head));
-    else attend_item_typed(it, kv.keys(l, it.kv_head), kv.values(l, it.kv_head));
+    if (kv.type() == KvType::F16)
+      attend_item_typed(it, kv.keys_f16(l, it.kv_head), kv.values_f16(l, it.kv_head));
+    else
+      attend_item_typed(it, kv.keys(l, it.kv_head), kv.values(l, it.kv_head));
   }
 
   // Split-softmax merge: items of one (row, KV head) are consecutive, in chunk order, and so are
@@ -370,8 +376,8 @@ class ForwardPass {
 }  // namespace
 
 void llama_forward_segments(const LlamaModel& model, const Rope& rope, std::span<const ForwardSegment> segments,
-                            LogitsWanted wanted, std::vector<float>& logits, ThreadPool& pool,
-                            ForwardBuffers& buf, bool allow_blas) {
+                            LogitsWanted wanted, std::vector<float>& logits, ThreadPool& pool, ForwardBuffers& buf,
+                            bool allow_blas) {
   const Batch batch = plan_batch(model.config(), segments);
   ForwardPass pass(model, rope, batch, pool, buf, allow_blas);
   pass.embed_tokens();
@@ -383,10 +389,10 @@ void llama_forward_segments(const LlamaModel& model, const Rope& rope, std::span
   pass.output_logits(wanted, logits);
 }
 
-void llama_forward(const LlamaModel& model, const Rope& rope, SequenceKv& kv,
-                   std::span<const int32_t> tokens, int64_t pos0, PositionMode mode,
-                   LogitsWanted wanted, std::vector<float>& logits, AttentionObserver* observer,
-                   bool want_probs, bool is_prefill, ThreadPool& pool, ForwardBuffers& buf) {
+void llama_forward(const LlamaModel& model, const Rope& rope, SequenceKv& kv, std::span<const int32_t> tokens,
+                   int64_t pos0, PositionMode mode, LogitsWanted wanted, std::vector<float>& logits,
+                   AttentionObserver* observer, bool want_probs, bool is_prefill, ThreadPool& pool,
+                   ForwardBuffers& buf) {
   const ForwardSegment seg{&kv, tokens, pos0, mode, observer, want_probs, is_prefill};
   llama_forward_segments(model, rope, std::span<const ForwardSegment>(&seg, 1), wanted, logits, pool, buf,
                          /*allow_blas=*/true);

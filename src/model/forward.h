@@ -48,13 +48,13 @@ struct ForwardBuffers {
 
 /// One sequence's part of a forward call.
 struct ForwardSegment {
-  SequenceKv* kv = nullptr;             ///< its cache (appended to)
-  std::span<const int32_t> tokens;      ///< its new tokens [T_i] (T_i >= 1)
-  int64_t pos0 = 0;                     ///< logical position of tokens[0]
+  SequenceKv* kv = nullptr;         ///< its cache (appended to)
+  std::span<const int32_t> tokens;  ///< its new tokens [T_i] (T_i >= 1)
+  int64_t pos0 = 0;                 ///< logical position of tokens[0]
   PositionMode mode = PositionMode::Logical;
   AttentionObserver* observer = nullptr;  ///< receives queries (and probs with want_probs)
   bool want_probs = false;
-  bool is_prefill = false;              ///< passed on as AttentionObservation::prefill
+  bool is_prefill = false;  ///< passed on as AttentionObservation::prefill
 };
 
 /// Runs every segment's tokens through the model in one pass (weights streamed once).
@@ -63,8 +63,8 @@ struct ForwardSegment {
 /// allow_blas: matmuls with many rows may use BLAS (prefill; slightly different rounding).
 /// Throws kvevict::Error as llama_forward for any segment (before any cache is modified).
 void llama_forward_segments(const LlamaModel& model, const Rope& rope, std::span<const ForwardSegment> segments,
-                            LogitsWanted wanted, std::vector<float>& logits, ThreadPool& pool,
-                            ForwardBuffers& buf, bool allow_blas = false);
+                            LogitsWanted wanted, std::vector<float>& logits, ThreadPool& pool, ForwardBuffers& buf,
+                            bool allow_blas = false);
 
 /// Runs `tokens` [T] through the model. Token t has logical position pos0 + t and is appended at
 /// slot length(layer) + t of every (layer, KV head); it attends to slots [0, length + t] (causal).
@@ -74,10 +74,10 @@ void llama_forward_segments(const LlamaModel& model, const Rope& rope, std::span
 /// want_probs also its attention probabilities; without want_probs none are computed.
 /// is_prefill is passed on to the observer (AttentionObservation::prefill).
 /// Throws kvevict::Error when a token id is out of range or the cache lacks room for T slots.
-void llama_forward(const LlamaModel& model, const Rope& rope, SequenceKv& kv,
-                   std::span<const int32_t> tokens, int64_t pos0, PositionMode mode,
-                   LogitsWanted wanted, std::vector<float>& logits, AttentionObserver* observer,
-                   bool want_probs, bool is_prefill, ThreadPool& pool, ForwardBuffers& buf);
+void llama_forward(const LlamaModel& model, const Rope& rope, SequenceKv& kv, std::span<const int32_t> tokens,
+                   int64_t pos0, PositionMode mode, LogitsWanted wanted, std::vector<float>& logits,
+                   AttentionObserver* observer, bool want_probs, bool is_prefill, ThreadPool& pool,
+                   ForwardBuffers& buf);
 
 /// y[T, W.rows] = x[T, W.cols] · Wᵀ, rows split across the pool (each output computed by one
 /// thread in a fixed order, so results do not depend on the thread count). Q8_0/Q4_0 weights

@@ -22,8 +22,8 @@ class TensorReader {
   WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) {
     const GgufTensor& t = get(name);
     if (t.dims.size() != 2 || t.dims[0] != cols || t.dims[1] != rows)
-      throw Error(fmt::format("{}: tensor '{}' has shape [{}], expected [{}, {}] (GGUF order: cols, rows)",
-                              f_.path(), name, fmt::join(t.dims, ", "), cols, rows));
+      throw Error(fmt::format("{}: tensor '{}' has shape [{}], expected [{}, {}] (GGUF order: cols, rows)", f_.path(),
+                              name, fmt::join(t.dims, ", "), cols, rows));
     WeightMatrix m;
     m.type = t.ggml_type();
     m.data = t.data;
@@ -90,8 +90,8 @@ LlamaLayer load_layer(TensorReader& tr, const LlamaConfig& c, const ArchInfo& ar
     L.wk = tr.matrix(p + "attn_k.weight", kvd, c.dim);
     L.wv = tr.matrix(p + "attn_v.weight", kvd, c.dim);
   }
-  const bool bias = arch.qkv_bias == TensorUse::Required ||
-                    (arch.qkv_bias == TensorUse::Optional && tr.has(p + "attn_q.bias"));
+  const bool bias =
+      arch.qkv_bias == TensorUse::Required || (arch.qkv_bias == TensorUse::Optional && tr.has(p + "attn_q.bias"));
   if (bias) {
     L.bq = tr.vector_f32(p + "attn_q.bias", qd);
     L.bk = tr.vector_f32(p + "attn_k.bias", kvd);
@@ -157,12 +157,14 @@ void LlamaModel::read_config() {
     c.head_dim = positive(f, a + "attention.key_length");
   } else {
     if (c.dim % c.n_heads != 0)
-      throw Error(fmt::format("{}: inconsistent heads: {}embedding_length {} is not a multiple of head_count {} "
-                              "and there is no {}attention.key_length",
-                              path, a, c.dim, c.n_heads, a));
+      throw Error(
+          fmt::format("{}: inconsistent heads: {}embedding_length {} is not a multiple of head_count {} "
+                      "and there is no {}attention.key_length",
+                      path, a, c.dim, c.n_heads, a));
     c.head_dim = c.dim / c.n_heads;
   }
-  if (f.has(a + "attention.value_length") && f.get_uint(a + "attention.value_length") != static_cast<uint64_t>(c.head_dim))
+  if (f.has(a + "attention.value_length") &&
+      f.get_uint(a + "attention.value_length") != static_cast<uint64_t>(c.head_dim))
     throw Error(fmt::format("{}: {}attention.value_length = {} differs from the key head_dim {} (not supported)", path,
                             a, f.get_uint(a + "attention.value_length"), c.head_dim));
   if (c.head_dim % 2 != 0) throw Error(fmt::format("{}: head dimension {} is odd; RoPE needs pairs", path, c.head_dim));
@@ -175,12 +177,13 @@ void LlamaModel::read_config() {
     if (f.has(a + k)) throw Error(fmt::format("{}: key '{}{}' is not implemented for '{}'", path, a, k, c.arch));
   if (f.has(a + "attention.sliding_window")) {
     if (!arch_->ignore_sliding_window)
-      throw Error(fmt::format("{}: {}attention.sliding_window = {}: sliding-window attention is not implemented",
-                              path, a, f.get_uint(a + "attention.sliding_window")));
+      throw Error(fmt::format("{}: {}attention.sliding_window = {}: sliding-window attention is not implemented", path,
+                              a, f.get_uint(a + "attention.sliding_window")));
     // llama.cpp runs phi3 with full attention and says so; we do the same.
-    warnings_.push_back(fmt::format("{}: {}attention.sliding_window = {} ignored: full attention over the whole "
-                                    "context, as llama.cpp does for phi3",
-                                    path, a, f.get_uint(a + "attention.sliding_window")));
+    warnings_.push_back(
+        fmt::format("{}: {}attention.sliding_window = {} ignored: full attention over the whole "
+                    "context, as llama.cpp does for phi3",
+                    path, a, f.get_uint(a + "attention.sliding_window")));
   }
 }
 
@@ -203,8 +206,8 @@ void LlamaModel::read_rope() {
   // llama.cpp's default scaling type is linear; a factor of 0 or 1 means none.
   const std::string type = f.has(a + "rope.scaling.type") ? f.get_string(a + "rope.scaling.type") : "linear";
   if (type != "none" && type != "linear")
-    throw Error(fmt::format("{}: {}rope.scaling.type = '{}' is not implemented (supported: none, linear)", path, a,
-                            type));
+    throw Error(
+        fmt::format("{}: {}rope.scaling.type = '{}' is not implemented (supported: none, linear)", path, a, type));
   double factor = f.get_float_or(a + "rope.scaling.factor", f.get_float_or(a + "rope.scale_linear", 0.0));
   if (type == "none") factor = 0.0;
   if (!(std::isfinite(factor) && factor >= 0.0))
@@ -214,8 +217,7 @@ void LlamaModel::read_rope() {
     throw Error(fmt::format("{}: {}rope.scaling.attn_factor = {} is not implemented", path, a,
                             f.get_float(a + "rope.scaling.attn_factor")));
   for (const char* t : {tensor_name::kRopeFactorsLong, tensor_name::kRopeFactorsShort})
-    if (f.find_tensor(t))
-      throw Error(fmt::format("{}: tensor '{}' (longrope scaling) is not implemented", path, t));
+    if (f.find_tensor(t)) throw Error(fmt::format("{}: tensor '{}' (longrope scaling) is not implemented", path, t));
 }
 
 std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, const LoadOptions& options) {

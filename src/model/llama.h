@@ -23,18 +23,18 @@ namespace kvevict {
 
 /// Hyper-parameters of a model (any supported architecture).
 struct LlamaConfig {
-  std::string arch = "llama";  ///< `general.architecture`
-  int n_vocab = 0;       ///< tokens
-  int dim = 0;           ///< model width (embedding_length)
-  int n_layers = 0;      ///< block_count
-  int n_heads = 0;       ///< query heads
-  int n_kv_heads = 0;    ///< key/value heads (GQA: n_heads % n_kv_heads == 0)
-  int head_dim = 0;      ///< `<arch>.attention.key_length`, else dim / n_heads
-  int hidden_dim = 0;    ///< SwiGLU width (feed_forward_length)
-  int context_length = 0;  ///< trained context as stated in the GGUF (tokens)
-  float rms_eps = 1e-5f;   ///< RMSNorm epsilon
-  float rope_theta = 10000.0f;  ///< RoPE base frequency (also rope.theta)
-  RopeConfig rope;              ///< full RoPE description (style, n_rot, factors, scaling)
+  std::string arch = "llama";                              ///< `general.architecture`
+  int n_vocab = 0;                                         ///< tokens
+  int dim = 0;                                             ///< model width (embedding_length)
+  int n_layers = 0;                                        ///< block_count
+  int n_heads = 0;                                         ///< query heads
+  int n_kv_heads = 0;                                      ///< key/value heads (GQA: n_heads % n_kv_heads == 0)
+  int head_dim = 0;                                        ///< `<arch>.attention.key_length`, else dim / n_heads
+  int hidden_dim = 0;                                      ///< SwiGLU width (feed_forward_length)
+  int context_length = 0;                                  ///< trained context as stated in the GGUF (tokens)
+  float rms_eps = 1e-5f;                                   ///< RMSNorm epsilon
+  float rope_theta = 10000.0f;                             ///< RoPE base frequency (also rope.theta)
+  RopeConfig rope;                                         ///< full RoPE description (style, n_rot, factors, scaling)
   int group_size() const { return n_heads / n_kv_heads; }  ///< query heads per KV head
 };
 
@@ -45,17 +45,17 @@ using WeightMatrix = WeightView;
 
 /// Weights of one transformer block. Norm weights are converted to float32 at load.
 struct LlamaLayer {
-  std::vector<float> attn_norm;  ///< [dim]
-  WeightMatrix wq;               ///< [n_heads * head_dim, dim]
-  WeightMatrix wk;               ///< [n_kv_heads * head_dim, dim]
-  WeightMatrix wv;               ///< [n_kv_heads * head_dim, dim]
-  std::vector<float> bq, bk, bv; ///< Q/K/V biases [q_dim], [kv_dim], [kv_dim]; empty when absent
+  std::vector<float> attn_norm;       ///< [dim]
+  WeightMatrix wq;                    ///< [n_heads * head_dim, dim]
+  WeightMatrix wk;                    ///< [n_kv_heads * head_dim, dim]
+  WeightMatrix wv;                    ///< [n_kv_heads * head_dim, dim]
+  std::vector<float> bq, bk, bv;      ///< Q/K/V biases [q_dim], [kv_dim], [kv_dim]; empty when absent
   std::vector<float> q_norm, k_norm;  ///< per-head Q/K RMSNorm weights [head_dim]; empty when absent
-  WeightMatrix wo;               ///< [dim, n_heads * head_dim]
-  std::vector<float> ffn_norm;   ///< [dim]
-  WeightMatrix w_gate;           ///< [hidden_dim, dim]
-  WeightMatrix w_up;             ///< [hidden_dim, dim]
-  WeightMatrix w_down;           ///< [dim, hidden_dim]
+  WeightMatrix wo;                    ///< [dim, n_heads * head_dim]
+  std::vector<float> ffn_norm;        ///< [dim]
+  WeightMatrix w_gate;                ///< [hidden_dim, dim]
+  WeightMatrix w_up;                  ///< [hidden_dim, dim]
+  WeightMatrix w_down;                ///< [dim, hidden_dim]
 };
 
 /// Options of LlamaModel::load.
@@ -89,8 +89,8 @@ class LlamaModel {
   const std::vector<std::string>& warnings() const { return warnings_; }
   const GgufFile& gguf() const { return file_; }
   const std::vector<LlamaLayer>& layers() const { return layers_; }
-  const WeightMatrix& token_embedding() const { return token_embd_; }  ///< [n_vocab, dim]
-  const WeightMatrix& output() const { return output_; }               ///< [n_vocab, dim]
+  const WeightMatrix& token_embedding() const { return token_embd_; }     ///< [n_vocab, dim]
+  const WeightMatrix& output() const { return output_; }                  ///< [n_vocab, dim]
   const std::vector<float>& output_norm() const { return output_norm_; }  ///< [dim]
   /// Bytes of weights as stored (what a decode step streams from memory).
   int64_t weight_bytes() const { return weight_bytes_; }

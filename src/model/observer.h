@@ -13,12 +13,12 @@ namespace kvevict {
 /// What the forward pass saw for one query token in one layer.
 struct AttentionObservation {
   int layer = 0;
-  int64_t position = 0;      ///< logical position of the query token
-  bool prefill = false;      ///< true during prefill, false in a decode step
-  int n_heads = 0;           ///< query heads
-  int group_size = 0;        ///< query heads per KV head; head h reads KV head h / group_size
+  int64_t position = 0;  ///< logical position of the query token
+  bool prefill = false;  ///< true during prefill, false in a decode step
+  int n_heads = 0;       ///< query heads
+  int group_size = 0;    ///< query heads per KV head; head h reads KV head h / group_size
   int head_dim = 0;
-  int64_t n_slots = 0;       ///< live slots attended (same for every KV head of the layer)
+  int64_t n_slots = 0;             ///< live slots attended (same for every KV head of the layer)
   const float* queries = nullptr;  ///< [n_heads, head_dim], post-RoPE
   const float* probs = nullptr;    ///< [n_heads, n_slots], softmax over the slots; null
                                    ///< unless the probabilities were requested

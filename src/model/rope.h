@@ -30,11 +30,11 @@ enum class RopeStyle { Adjacent, Neox };
 
 /// Everything that fixes a model's RoPE. Filled by the model loader (model/llama.h).
 struct RopeConfig {
-  int head_dim = 0;              ///< coordinates per head
-  int n_rot = 0;                 ///< rotated coordinates (even, <= head_dim); 0 means head_dim
-  float theta = 10000.0f;        ///< base frequency (`rope.freq_base`)
+  int head_dim = 0;        ///< coordinates per head
+  int n_rot = 0;           ///< rotated coordinates (even, <= head_dim); 0 means head_dim
+  float theta = 10000.0f;  ///< base frequency (`rope.freq_base`)
   RopeStyle style = RopeStyle::Adjacent;
-  double freq_scale = 1.0;       ///< 1 / linear scaling factor (positions are multiplied by it)
+  double freq_scale = 1.0;          ///< 1 / linear scaling factor (positions are multiplied by it)
   std::vector<float> freq_factors;  ///< [n_rot / 2] divisors of ω_f, or empty (all 1)
 };
 
@@ -60,8 +60,8 @@ class Rope {
   }
 
   int head_dim() const { return cfg_.head_dim; }
-  int n_rot() const { return cfg_.n_rot; }              ///< rotated coordinates
-  int n_bands() const { return cfg_.head_dim / 2; }     ///< all bands, rotated or not
+  int n_rot() const { return cfg_.n_rot; }           ///< rotated coordinates
+  int n_bands() const { return cfg_.head_dim / 2; }  ///< all bands, rotated or not
   int n_rotated_bands() const { return cfg_.n_rot / 2; }
   float theta() const { return cfg_.theta; }
   RopeStyle style() const { return cfg_.style; }

@@ -100,8 +100,8 @@ std::string synth_default_shape(const std::string& arch) {
 GgmlType parse_synth_type(const std::string& name) {
   for (uint32_t id = 0; id < 64; ++id)
     if (ggml_type_supported(id) && ggml_type_name(id) == name) return static_cast<GgmlType>(id);
-  throw Error(fmt::format("weight type '{}' is not supported for synthetic models ({}, or the mixes q4_k_m, q5_k_m)", name,
-                          ggml_supported_type_names()));
+  throw Error(fmt::format("weight type '{}' is not supported for synthetic models ({}, or the mixes q4_k_m, q5_k_m)",
+                          name, ggml_supported_type_names()));
 }
 
 SynthTypes parse_synth_types(const std::string& name) {
@@ -123,12 +123,17 @@ bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n 
 // llama.cpp's fallback for a K-quant whose rows are not whole super-blocks.
 GgmlType k_fallback(GgmlType t) {
   switch (t) {
-    case GgmlType::Q4_K: return GgmlType::Q5_0;
-    case GgmlType::Q5_K: return GgmlType::Q5_1;
-    case GgmlType::Q6_K: return GgmlType::Q8_0;
+    case GgmlType::Q4_K:
+      return GgmlType::Q5_0;
+    case GgmlType::Q5_K:
+      return GgmlType::Q5_1;
+    case GgmlType::Q6_K:
+      return GgmlType::Q8_0;
     case GgmlType::Q2_K:
-    case GgmlType::Q3_K: return GgmlType::Q4_0;
-    default: return t;
+    case GgmlType::Q3_K:
+      return GgmlType::Q4_0;
+    default:
+      return t;
   }
 }
 }  // namespace
@@ -137,7 +142,9 @@ GgmlType SynthTypes::tensor_type(const std::string& tensor, int layer, int n_lay
   GgmlType t = base;
   if (k_m) {
     const bool output = tensor == "output" || (tied && tensor == "token_embd");
-    if (output || ((tensor == "attn_v" || tensor == "attn_qkv" || tensor == "ffn_down") && layer >= 0 && use_more_bits(layer, n_layers)))
+    if (output ||
+        ((tensor == "attn_v" || tensor == "attn_qkv" || tensor == "ffn_down") && layer >= 0 &&
+         use_more_bits(layer, n_layers)))
       t = GgmlType::Q6_K;
   }
   if (ggml_is_k_quant(t) && cols % 256 != 0) t = k_fallback(t);
@@ -147,19 +154,32 @@ GgmlType SynthTypes::tensor_type(const std::string& tensor, int layer, int n_lay
 uint32_t SynthTypes::file_type() const {
   if (k_m) return base == GgmlType::Q4_K ? 15 : 17;  // LLAMA_FTYPE_MOSTLY_Q4_K_M / Q5_K_M
   switch (base) {
-    case GgmlType::F32: return 0;
-    case GgmlType::F16: return 1;
-    case GgmlType::Q4_0: return 2;
-    case GgmlType::Q4_1: return 3;
-    case GgmlType::Q8_0: return 7;
-    case GgmlType::Q5_0: return 8;
-    case GgmlType::Q5_1: return 9;
-    case GgmlType::Q2_K: return 10;
-    case GgmlType::Q3_K: return 11;  // Q3_K_S
-    case GgmlType::Q4_K: return 14;  // Q4_K_S
-    case GgmlType::Q5_K: return 16;  // Q5_K_S
-    case GgmlType::Q6_K: return 18;
-    case GgmlType::BF16: return 32;
+    case GgmlType::F32:
+      return 0;
+    case GgmlType::F16:
+      return 1;
+    case GgmlType::Q4_0:
+      return 2;
+    case GgmlType::Q4_1:
+      return 3;
+    case GgmlType::Q8_0:
+      return 7;
+    case GgmlType::Q5_0:
+      return 8;
+    case GgmlType::Q5_1:
+      return 9;
+    case GgmlType::Q2_K:
+      return 10;
+    case GgmlType::Q3_K:
+      return 11;  // Q3_K_S
+    case GgmlType::Q4_K:
+      return 14;  // Q4_K_S
+    case GgmlType::Q5_K:
+      return 16;  // Q5_K_S
+    case GgmlType::Q6_K:
+      return 18;
+    case GgmlType::BF16:
+      return 32;
   }
   return 0;
 }
@@ -171,17 +191,20 @@ void write_synth_gguf(const SynthShape& s, GgmlType type, uint64_t seed, const s
 void write_synth_gguf(const SynthShape& s, const SynthTypes& wtypes, uint64_t seed, const std::string& path) {
   if (s.n_heads <= 0 || s.n_kv_heads <= 0 || (s.head_dim <= 0 && s.dim % s.n_heads != 0) ||
       s.n_heads % s.n_kv_heads != 0)
-    throw Error(fmt::format("synth shape '{}': need dim % heads == 0 (or a head_dim) and heads % kv_heads == 0", s.name));
+    throw Error(
+        fmt::format("synth shape '{}': need dim % heads == 0 (or a head_dim) and heads % kv_heads == 0", s.name));
   const ArchInfo& arch = arch_info(s.arch, fmt::format("synth shape '{}'", s.name));
   const int hd = s.head_dim_or_default(), n_rot = s.n_rot > 0 ? s.n_rot : hd;
   if (hd % 2 != 0 || n_rot % 2 != 0 || n_rot > hd)
-    throw Error(fmt::format("synth shape '{}': head_dim {} and n_rot {} must be even, n_rot <= head_dim", s.name, hd, n_rot));
+    throw Error(
+        fmt::format("synth shape '{}': head_dim {} and n_rot {} must be even, n_rot <= head_dim", s.name, hd, n_rot));
   // K-quants fall back per tensor (SynthTypes); every other block size must divide the rows.
   const int64_t blk = ggml_is_k_quant(wtypes.base) ? 32 : ggml_block_elems(wtypes.base);
   if (s.dim % blk != 0 || s.hidden_dim % blk != 0)
     throw Error(fmt::format("synth shape '{}': dim {} and FFN {} must be multiples of {} for {}", s.name, s.dim,
                             s.hidden_dim, blk, wtypes.name));
-  if (s.n_vocab < 260) throw Error(fmt::format("synth shape '{}': vocabulary {} < 260 (specials, bytes, space)", s.name, s.n_vocab));
+  if (s.n_vocab < 260)
+    throw Error(fmt::format("synth shape '{}': vocabulary {} < 260 (specials, bytes, space)", s.name, s.n_vocab));
   const int64_t qd = int64_t{s.n_heads} * hd, kvd = int64_t{s.n_kv_heads} * hd;
   const std::string a = s.arch + ".";
 

@@ -73,22 +73,21 @@ bool read_bool(const GgufFile& gguf, const std::string& key, bool fallback) {
 bool is_type(int32_t t, TokenType want) { return t == static_cast<int32_t>(want); }
 
 // Texts llama.cpp treats as end-of-generation (llama-vocab: special_eog_ids by text).
-constexpr std::string_view kEogTexts[] = {"<|eot_id|>",  "<|im_end|>", "<|end|>",         "<|return|>",
-                                          "<|call|>",    "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-                                          "<EOT>",       "_<EOT>",     "<|end_of_text|>", "<end_of_utterance>"};
+constexpr std::string_view kEogTexts[] = {"<|eot_id|>", "<|im_end|>",    "<|end|>",         "<|return|>",
+                                          "<|call|>",   "<end_of_turn>", "<|endoftext|>",   "<|eom_id|>",
+                                          "<EOT>",      "_<EOT>",        "<|end_of_text|>", "<end_of_utterance>"};
 // End-of-turn candidates used when `tokenizer.ggml.eot_token_id` is absent; llama.cpp takes one
 // of them (hash-map order), every one but DeepSeek's is in kEogTexts already, so all count here.
 constexpr std::string_view kEotTexts[] = {"<｜end▁of▁sentence｜>"};
 // Fill-in-the-middle pad / repository / file-separator tokens: end-of-generation in llama.cpp.
-constexpr std::string_view kFimEogTexts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>",     "<|fim_repo|>",
-                                             "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", "<|file_sep|>"};
+constexpr std::string_view kFimEogTexts[] = {"<|fim_pad|>",   "<fim-pad>",  "<fim_pad>", "<PAD>",      "<|fim_repo|>",
+                                             "<|repo_name|>", "<fim-repo>", "<REPO>",    "<reponame>", "<|file_sep|>"};
 // Other fill-in-the-middle markers: llama.cpp forces them to CONTROL (so they are only parsed
 // with parse_special).
 constexpr std::string_view kFimOtherTexts[] = {
-    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>",           "▁<PRE>",
-    "<|code_prefix|>", "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>",
-    "▁<SUF>",          "<|code_suffix|>", "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>",
-    "<MID>",           "▁<MID>",          "<|code_middle|>"};
+    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>",
+    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>",  "<SUF>", "▁<SUF>", "<|code_suffix|>",
+    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>",   "<MID>", "▁<MID>", "<|code_middle|>"};
 
 // Length of an incomplete UTF-8 sequence at the end of `s` (0 when it ends on a boundary).
 size_t incomplete_utf8_tail(const std::string& s) {
@@ -97,9 +96,12 @@ size_t incomplete_utf8_tail(const std::string& s) {
     const auto c = static_cast<unsigned char>(s[n - back]);
     if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
     size_t need = 1;
-    if ((c & 0xE0) == 0xC0) need = 2;
-    else if ((c & 0xF0) == 0xE0) need = 3;
-    else if ((c & 0xF8) == 0xF0) need = 4;
+    if ((c & 0xE0) == 0xC0)
+      need = 2;
+    else if ((c & 0xF0) == 0xE0)
+      need = 3;
+    else if ((c & 0xF8) == 0xF0)
+      need = 4;
     return need > back ? back : 0;
   }
   return 0;  // no lead byte within 3 bytes: invalid anyway, nothing to wait for
@@ -144,8 +146,7 @@ Tokenizer::Tokenizer(std::vector<std::string> pieces, std::vector<float> scores,
     if (bos_id_ >= 0) types_[static_cast<size_t>(bos_id_)] = static_cast<int32_t>(TokenType::CONTROL);
     if (eos_id_ >= 0) types_[static_cast<size_t>(eos_id_)] = static_cast<int32_t>(TokenType::CONTROL);
   } else if (types_.size() != n) {
-    throw Error("Tokenizer: " + std::to_string(n) + " pieces but " + std::to_string(types_.size()) +
-                " token types");
+    throw Error("Tokenizer: " + std::to_string(n) + " pieces but " + std::to_string(types_.size()) + " token types");
   }
   build_tables();
   find_eog(-1, -1);
@@ -320,14 +321,15 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& gguf) {
   bool default_add_bos = true;
   if (!spm) {
     if (!gguf.has("tokenizer.ggml.pre")) {
-      throw Error(path + ": tokenizer.ggml.pre is missing; a byte-level BPE vocabulary needs its pre-tokenizer (supported: " +
+      throw Error(path +
+                  ": tokenizer.ggml.pre is missing; a byte-level BPE vocabulary needs its pre-tokenizer (supported: " +
                   tok::bpe_pre_names() + ")");
     }
     t.pre_ = gguf.get_string("tokenizer.ggml.pre");
     const auto p = tok::bpe_pre_from_name(t.pre_);
     if (!p) {
-      throw Error(path + ": tokenizer.ggml.pre = '" + t.pre_ + "' is not supported (supported: " +
-                  tok::bpe_pre_names() + ")");
+      throw Error(path + ": tokenizer.ggml.pre = '" + t.pre_ +
+                  "' is not supported (supported: " + tok::bpe_pre_names() + ")");
     }
     pre = *p;
     merges = gguf.get_string_array("tokenizer.ggml.merges");
@@ -337,8 +339,10 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& gguf) {
   t.add_bos_ = read_bool(gguf, "tokenizer.ggml.add_bos_token", default_add_bos);
   t.add_eos_ = read_bool(gguf, "tokenizer.ggml.add_eos_token", false);
   t.add_space_prefix_ = read_bool(gguf, "tokenizer.ggml.add_space_prefix", spm);
-  if (t.add_bos_ && t.bos_id_ < 0) throw Error(path + ": tokenizer.ggml.add_bos_token is true but there is no BOS token");
-  if (t.add_eos_ && t.eos_id_ < 0) throw Error(path + ": tokenizer.ggml.add_eos_token is true but there is no EOS token");
+  if (t.add_bos_ && t.bos_id_ < 0)
+    throw Error(path + ": tokenizer.ggml.add_bos_token is true but there is no BOS token");
+  if (t.add_eos_ && t.eos_id_ < 0)
+    throw Error(path + ": tokenizer.ggml.add_eos_token is true but there is no EOS token");
 
   t.build_tables();
   if (!spm) {

@@ -55,8 +55,8 @@ class Tokenizer {
   /// unk which becomes UNKNOWN). An id of -1 means "none". add_bos is true, add_eos false.
   /// Throws kvevict::Error when `scores`/`types` lengths differ from `pieces` or an id is
   /// outside [-1, n_vocab).
-  Tokenizer(std::vector<std::string> pieces, std::vector<float> scores, std::vector<int32_t> types,
-            int32_t bos_id, int32_t eos_id, int32_t unk_id, bool add_space_prefix);
+  Tokenizer(std::vector<std::string> pieces, std::vector<float> scores, std::vector<int32_t> types, int32_t bos_id,
+            int32_t eos_id, int32_t unk_id, bool add_space_prefix);
 
   /// Token ids for `text` (UTF-8), as llama.cpp's llama_tokenize(add_special, parse_special):
   /// add_special adds BOS first when add_bos() and EOS last when add_eos(); parse_special lets
@@ -125,7 +125,7 @@ class Tokenizer {
   std::vector<int32_t> types_;
   tok::PieceIndex index_;
   std::vector<std::string> decoded_;  ///< piece(id, false) precomputed, so decode() only appends
-  int32_t byte_ids_[256] = {};  ///< SPM: token for a raw byte in the byte fallback (`<0xNN>`, else unk/-1)
+  int32_t byte_ids_[256] = {};        ///< SPM: token for a raw byte in the byte fallback (`<0xNN>`, else unk/-1)
   std::shared_ptr<const tok::BpeModel> bpe_;
   std::vector<int32_t> specials_;  ///< CONTROL/USER_DEFINED/UNKNOWN ids, longest text first
   std::vector<uint8_t> rstrip_;    ///< per id: drop whitespace after this special token

@@ -3,13 +3,13 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <sys/socket.h>
 #include <atomic>
 #include <cmath>
 #include <csignal>
 #include <ctime>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sys/socket.h>
 
 #include "serve/text_stream.h"
 #include "util/error.h"
@@ -24,13 +24,20 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 const char* error_type(int status) {
   switch (status) {
-    case 400: return "invalid_request_error";
-    case 401: return "authentication_error";
-    case 404: return "not_found_error";
-    case 413: return "invalid_request_error";
-    case 429: return "rate_limit_error";
-    case 503: return "service_unavailable";
-    default: return "server_error";
+    case 400:
+      return "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 404:
+      return "not_found_error";
+    case 413:
+      return "invalid_request_error";
+    case 429:
+      return "rate_limit_error";
+    case 503:
+      return "service_unavailable";
+    default:
+      return "server_error";
   }
 }
 
@@ -44,12 +51,15 @@ json error_json(const ApiError& e) {
 
 void send_error(httplib::Response& res, const ApiError& e, int retry_after_s = 0) {
   res.status = e.status;
-  if ((e.status == 429 || e.status == 503) && retry_after_s > 0) res.set_header("Retry-After", std::to_string(retry_after_s));
+  if ((e.status == 429 || e.status == 503) && retry_after_s > 0)
+    res.set_header("Retry-After", std::to_string(retry_after_s));
   res.set_content(dump(error_json(e)), "application/json");
 }
 
 // Typed field readers: a field of the wrong type or out of range is a 400 naming it.
-ApiError bad(const std::string& param, const std::string& msg) { return ApiError{400, fmt::format("{}: {}", param, msg), param}; }
+ApiError bad(const std::string& param, const std::string& msg) {
+  return ApiError{400, fmt::format("{}: {}", param, msg), param};
+}
 
 std::optional<int64_t> get_int(const json& body, const std::string& key, int64_t lo, int64_t hi) {
   auto it = body.find(key);
@@ -142,7 +152,8 @@ struct ApiServer::Impl {
       for (const json& m : *it) {
         if (!m.is_object()) throw bad("messages", "each message must be an object with role and content");
         const auto role = get_string(m, "role");
-        if (!role || (*role != "system" && *role != "user" && *role != "assistant" && *role != "developer" && *role != "tool"))
+        if (!role ||
+            (*role != "system" && *role != "user" && *role != "assistant" && *role != "developer" && *role != "tool"))
           throw bad("messages", "each message needs a role: system, user, assistant, developer or tool");
         std::string content;
         auto c = m.find("content");
@@ -151,7 +162,8 @@ struct ApiServer::Impl {
         } else if (c != m.end() && c->is_array()) {
           // Content parts: only text parts are supported.
           for (const json& part : *c) {
-            if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+            if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+                !part["text"].is_string())
               throw bad("messages", "only text content parts are supported");
             content += part["text"].get<std::string>();
           }
@@ -178,18 +190,23 @@ struct ApiServer::Impl {
     if (g.prompt.empty()) throw bad(ep == Endpoint::Chat ? "messages" : "prompt", "produced no tokens");
 
     const int64_t limit = opt.max_tokens_limit;
-    auto mt = get_int(body, "max_completion_tokens", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+    auto mt = get_int(body, "max_completion_tokens", std::numeric_limits<int64_t>::min(),
+                      std::numeric_limits<int64_t>::max());
     if (!mt) mt = get_int(body, "max_tokens", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
     const std::string mt_name = body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null()
-                                    ? "max_completion_tokens" : "max_tokens";
+        ? "max_completion_tokens"
+        : "max_tokens";
     // Defaults: OpenAI's legacy completions default of 16 tokens; chat has none, so the limit.
     g.max_tokens = mt ? *mt : (ep == Endpoint::Completions ? std::min<int64_t>(16, limit) : limit);
     if (g.max_tokens < 1 || g.max_tokens > limit)
-      throw bad(mt_name, fmt::format("must be in [1, {}] (got {}; the limit is the server's --max-tokens)", limit, g.max_tokens));
+      throw bad(
+          mt_name,
+          fmt::format("must be in [1, {}] (got {}; the limit is the server's --max-tokens)", limit, g.max_tokens));
 
     g.n = static_cast<int>(get_int(body, "n", 1, opt.max_n).value_or(1));
     const double temp = get_number(body, "temperature").value_or(1.0);
-    if (!(temp >= 0) || !std::isfinite(temp)) throw bad("temperature", fmt::format("must be a finite number >= 0 (got {})", temp));
+    if (!(temp >= 0) || !std::isfinite(temp))
+      throw bad("temperature", fmt::format("must be a finite number >= 0 (got {})", temp));
     const double top_p = get_number(body, "top_p").value_or(1.0);
     if (!(top_p > 0 && top_p <= 1)) throw bad("top_p", fmt::format("must be in (0, 1] (got {})", top_p));
     int64_t top_k = get_int(body, "top_k", -1, n_vocab).value_or(0);
@@ -197,24 +214,29 @@ struct ApiServer::Impl {
     // seed: an unsigned 64-bit integer; without one the server derives a per-request seed.
     uint64_t seed = 0;
     if (auto it = body.find("seed"); it != body.end() && !it->is_null()) {
-      if (it->is_number_unsigned()) seed = it->get<uint64_t>();
+      if (it->is_number_unsigned())
+        seed = it->get<uint64_t>();
       else if (it->is_number_integer()) {
-        if (it->get<int64_t>() < 0) throw bad("seed", fmt::format("must be an integer >= 0 (got {})", it->get<int64_t>()));
+        if (it->get<int64_t>() < 0)
+          throw bad("seed", fmt::format("must be an integer >= 0 (got {})", it->get<int64_t>()));
         seed = static_cast<uint64_t>(it->get<int64_t>());
-      } else throw bad("seed", fmt::format("must be an integer >= 0 (got {})", dump(*it)));
+      } else
+        throw bad("seed", fmt::format("must be an integer >= 0 (got {})", dump(*it)));
     } else {
       seed = stream_id({opt.seed, request_counter.fetch_add(1)});
     }
     g.sampler = SamplerConfig{static_cast<float>(temp), static_cast<float>(top_p), static_cast<int>(top_k), seed};
 
     if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
-      if (it->is_string()) g.stop.push_back(it->get<std::string>());
+      if (it->is_string())
+        g.stop.push_back(it->get<std::string>());
       else if (it->is_array() && it->size() <= 16) {
         for (const json& s : *it) {
           if (!s.is_string()) throw bad("stop", "must be a string or an array of strings");
           g.stop.push_back(s.get<std::string>());
         }
-      } else throw bad("stop", "must be a string or an array of at most 16 strings");
+      } else
+        throw bad("stop", "must be a string or an array of at most 16 strings");
     }
     p.stream = get_bool(body, "stream").value_or(false);
     if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
@@ -226,7 +248,8 @@ struct ApiServer::Impl {
     if (get_bool(body, "echo").value_or(false)) throw bad("echo", "is not supported");
     if (auto it = body.find("logprobs"); it != body.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>()))
       throw bad("logprobs", "is not supported");
-    if (auto it = body.find("best_of"); it != body.end() && !it->is_null() && !(it->is_number_integer() && it->get<int64_t>() == 1))
+    if (auto it = body.find("best_of");
+        it != body.end() && !it->is_null() && !(it->is_number_integer() && it->get<int64_t>() == 1))
       throw bad("best_of", "is not supported (only 1)");
 
     // Per-request eviction settings, validated as the CLI validates --policy/--budget/--buffer/--sinks.
@@ -260,9 +283,12 @@ struct ApiServer::Impl {
         // The schedule's message names CLI options; name the body fields instead.
         std::string msg = e.what();
         for (const auto& [cli, field] : {std::pair<std::string, std::string>{"--budget", "kv_budget"},
-                                         {"--buffer", "kv_buffer"}, {"--sinks", "kv_sinks"}})
+                                         {"--buffer", "kv_buffer"},
+                                         {"--sinks", "kv_sinks"}})
           for (size_t at; (at = msg.find(cli)) != std::string::npos;) msg.replace(at, cli.size(), field);
-        const std::string param = msg.rfind("kv_sinks", 0) == 0 ? "kv_sinks" : msg.rfind("kv_buffer", 0) == 0 ? "kv_buffer" : "kv_budget";
+        const std::string param = msg.rfind("kv_sinks", 0) == 0 ? "kv_sinks"
+            : msg.rfind("kv_buffer", 0) == 0                    ? "kv_buffer"
+                                                                : "kv_budget";
         throw ApiError{400, msg, param};
       }
     }
@@ -286,7 +312,10 @@ struct ApiServer::Impl {
                {"eviction_rounds", rounds},
                {"peak_slots_per_kv_head", peak},
                {"kv_bytes_reserved", bytes}};
-    return json{{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}, {"kv", kv}};
+    return json{{"prompt_tokens", prompt},
+                {"completion_tokens", completion},
+                {"total_tokens", prompt + completion},
+                {"kv", kv}};
   }
 
   void handle_generate(const httplib::Request& hreq, httplib::Response& res, Endpoint ep) {
@@ -306,27 +335,38 @@ struct ApiServer::Impl {
     }
     auto req = std::make_shared<Request>(p.gen);
     switch (sched.submit(req)) {
-      case Admission::Queued: break;
+      case Admission::Queued:
+        break;
       case Admission::TooLarge:
         if (p.gen.n > sched.options().max_seqs)
-          return send_error(res, {400, fmt::format("n: {} choices exceed the {} sequences the server runs at once (--max-seqs)",
-                                                   p.gen.n, sched.options().max_seqs), "n"});
-        return send_error(res, {400,
-                                fmt::format("the request needs {} bytes of KV memory ({} sequence(s) of {} bytes) but the "
-                                            "KV pool holds {} bytes (--kv-memory); lower max_tokens, n or the prompt, or use a bounded kv_policy",
-                                            sched.sequence_bytes(p.gen) * p.gen.n, p.gen.n, sched.sequence_bytes(p.gen),
-                                            sched.pool().capacity()),
-                                "max_tokens"});
+          return send_error(res,
+                            {400,
+                             fmt::format("n: {} choices exceed the {} sequences the server runs at once (--max-seqs)",
+                                         p.gen.n, sched.options().max_seqs),
+                             "n"});
+        return send_error(
+            res,
+            {400,
+             fmt::format(
+                 "the request needs {} bytes of KV memory ({} sequence(s) of {} bytes) but the "
+                 "KV pool holds {} bytes (--kv-memory); lower max_tokens, n or the prompt, or use a bounded kv_policy",
+                 sched.sequence_bytes(p.gen) * p.gen.n, p.gen.n, sched.sequence_bytes(p.gen), sched.pool().capacity()),
+             "max_tokens"});
       case Admission::QueueFull:
         sched.metrics().requests_rejected += 1;
-        return send_error(res, {429, fmt::format("the queue is full ({} requests wait; --max-queue); retry later", sched.options().max_queue), ""},
-                          opt.retry_after_s);
+        return send_error(
+            res,
+            {429,
+             fmt::format("the queue is full ({} requests wait; --max-queue); retry later", sched.options().max_queue),
+             ""},
+            opt.retry_after_s);
       case Admission::ShuttingDown:
         sched.metrics().requests_rejected += 1;
         return send_error(res, {503, "the server is shutting down", ""}, opt.retry_after_s);
     }
-    const std::string id = fmt::format("{}-{:016x}", ep == Endpoint::Chat ? "chatcmpl" : "cmpl",
-                                       stream_id({reinterpret_cast<uintptr_t>(req.get()), static_cast<uint64_t>(std::time(nullptr))}));
+    const std::string id =
+        fmt::format("{}-{:016x}", ep == Endpoint::Chat ? "chatcmpl" : "cmpl",
+                    stream_id({reinterpret_cast<uintptr_t>(req.get()), static_cast<uint64_t>(std::time(nullptr))}));
     const int64_t created = static_cast<int64_t>(std::time(nullptr));
     if (p.stream) return stream_response(res, req, p, ep, id, created);
 
@@ -346,14 +386,14 @@ struct ApiServer::Impl {
                            {"logprobs", nullptr},
                            {"finish_reason", finish_reason_name(out[c].finish)}});
       else
-        choices.push_back({{"index", c}, {"text", out[c].text}, {"logprobs", nullptr}, {"finish_reason", finish_reason_name(out[c].finish)}});
+        choices.push_back({{"index", c},
+                           {"text", out[c].text},
+                           {"logprobs", nullptr},
+                           {"finish_reason", finish_reason_name(out[c].finish)}});
     }
-    json r = {{"id", id},
-              {"object", ep == Endpoint::Chat ? "chat.completion" : "text_completion"},
-              {"created", created},
-              {"model", opt.model_name},
-              {"choices", choices},
-              {"usage", usage_json(p, out)}};
+    json r = {{"id", id},           {"object", ep == Endpoint::Chat ? "chat.completion" : "text_completion"},
+              {"created", created}, {"model", opt.model_name},
+              {"choices", choices}, {"usage", usage_json(p, out)}};
     res.set_content(dump(r), "application/json");
   }
 
@@ -385,7 +425,10 @@ struct ApiServer::Impl {
             if (ep == Endpoint::Chat) {
               json ch = json::array();
               for (int c = 0; c < p.gen.n; ++c)
-                ch.push_back({{"index", c}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
+                ch.push_back({{"index", c},
+                              {"delta", {{"role", "assistant"}, {"content", ""}}},
+                              {"logprobs", nullptr},
+                              {"finish_reason", nullptr}});
               if (!send(chunk(id, created, ep, ch))) return false;
             }
           }
@@ -395,16 +438,25 @@ struct ApiServer::Impl {
           switch (e->kind) {
             case RequestEvent::Kind::Text:
               if (ep == Endpoint::Chat)
-                ch = {{"index", e->choice}, {"delta", {{"content", e->text}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+                ch = {{"index", e->choice},
+                      {"delta", {{"content", e->text}}},
+                      {"logprobs", nullptr},
+                      {"finish_reason", nullptr}};
               else
                 ch = {{"index", e->choice}, {"text", e->text}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
               return send(chunk(id, created, ep, json::array({ch})));
             case RequestEvent::Kind::ChoiceDone:
               if (e->finish == FinishReason::Cancelled || e->finish == FinishReason::Error) return true;
               if (ep == Endpoint::Chat)
-                ch = {{"index", e->choice}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", finish_reason_name(e->finish)}};
+                ch = {{"index", e->choice},
+                      {"delta", json::object()},
+                      {"logprobs", nullptr},
+                      {"finish_reason", finish_reason_name(e->finish)}};
               else
-                ch = {{"index", e->choice}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", finish_reason_name(e->finish)}};
+                ch = {{"index", e->choice},
+                      {"text", ""},
+                      {"logprobs", nullptr},
+                      {"finish_reason", finish_reason_name(e->finish)}};
               return send(chunk(id, created, ep, json::array({ch})));
             case RequestEvent::Kind::Done: {
               if (p.include_usage) {
@@ -449,21 +501,26 @@ struct ApiServer::Impl {
     http.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (opt.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-      if (req.get_header_value("Authorization") == "Bearer " + opt.api_key) return httplib::Server::HandlerResponse::Unhandled;
+      if (req.get_header_value("Authorization") == "Bearer " + opt.api_key)
+        return httplib::Server::HandlerResponse::Unhandled;
       res.set_header("WWW-Authenticate", "Bearer");
       send_error(res, {401, "missing or wrong API key (send Authorization: Bearer KEY)", ""});
       return httplib::Server::HandlerResponse::Handled;
     });
     // Errors httplib raises itself (no route, body too large) get OpenAI error objects too.
-    http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-      std::string msg;
-      if (res.status == 404) msg = fmt::format("no route {} {}", req.method, req.path);
-      else if (res.status == 413) msg = fmt::format("the request body exceeds {} bytes", opt.max_body_bytes);
-      else msg = fmt::format("HTTP {}", res.status);
-      res.set_content(dump(error_json({res.status, msg, ""})), "application/json");
-      return httplib::Server::HandlerResponse::Handled;
-    }));
+    http.set_error_handler(
+        httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
+          if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+          std::string msg;
+          if (res.status == 404)
+            msg = fmt::format("no route {} {}", req.method, req.path);
+          else if (res.status == 413)
+            msg = fmt::format("the request body exceeds {} bytes", opt.max_body_bytes);
+          else
+            msg = fmt::format("HTTP {}", res.status);
+          res.set_content(dump(error_json({res.status, msg, ""})), "application/json");
+          return httplib::Server::HandlerResponse::Handled;
+        }));
     http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
       std::string msg = "internal error";
       try {
@@ -474,8 +531,11 @@ struct ApiServer::Impl {
       }
       send_error(res, {500, msg, ""});
     });
-    http.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, Endpoint::Completions); });
-    http.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, Endpoint::Chat); });
+    http.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) {
+      handle_generate(q, r, Endpoint::Completions);
+    });
+    http.Post("/v1/chat/completions",
+              [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, Endpoint::Chat); });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       json m = {{"id", opt.model_name},
                 {"object", "model"},
@@ -508,8 +568,10 @@ ApiServer::~ApiServer() = default;
 
 int ApiServer::bind(const std::string& host, int port) {
   int bound = -1;
-  if (port == 0) bound = impl_->http.bind_to_any_port(host);
-  else if (impl_->http.bind_to_port(host, port)) bound = port;
+  if (port == 0)
+    bound = impl_->http.bind_to_any_port(host);
+  else if (impl_->http.bind_to_port(host, port))
+    bound = port;
   if (bound <= 0) throw Error(fmt::format("cannot listen on {}:{} (address in use or not local)", host, port));
   // httplib listens with a backlog of 5 connections; many clients connecting at once would
   // overflow it and wait for SYN retransmits (about 1 s each), so raise it to the system's limit.

@@ -35,22 +35,22 @@ using ChatRenderer =
 
 /// Settings of the HTTP front end.
 struct ApiOptions {
-  std::string model_name;         ///< reported by /v1/models and in responses
-  std::string api_key;            ///< empty: no authentication
-  int64_t max_tokens_limit = 0;   ///< largest max_tokens accepted (tokens, >= 1)
+  std::string model_name;            ///< reported by /v1/models and in responses
+  std::string api_key;               ///< empty: no authentication
+  int64_t max_tokens_limit = 0;      ///< largest max_tokens accepted (tokens, >= 1)
   int64_t max_body_bytes = 4 << 20;  ///< larger bodies get 413
-  int max_n = 16;                 ///< largest `n` (choices per request)
+  int max_n = 16;                    ///< largest `n` (choices per request)
   /// Server defaults that per-request kv_* fields override.
   Policy policy = make_policy("full");  ///< the server's policy (--policy, --param, --sinks)
-  int64_t budget = 0;             ///< 0 = none given (then an evicting kv_policy needs kv_budget)
+  int64_t budget = 0;                   ///< 0 = none given (then an evicting kv_policy needs kv_budget)
   int64_t recent = 64;
   LongPromptMode long_prompt = LongPromptMode::PinHead;
-  uint64_t seed = 0;              ///< base of the seeds of requests that give none
+  uint64_t seed = 0;  ///< base of the seeds of requests that give none
   /// Renders chat messages; null when the model has no usable chat template.
   ChatRenderer chat;
   /// Why chat is unavailable (the message of the 400 /v1/chat/completions answers with).
   std::string chat_unavailable;
-  int retry_after_s = 1;          ///< Retry-After of 429/503 answers, seconds
+  int retry_after_s = 1;  ///< Retry-After of 429/503 answers, seconds
 };
 
 /// An API error: HTTP status and OpenAI error object fields.

@@ -110,13 +110,16 @@ LoadResult run_load(const LoadOptions& opt) {
             error = j["error"].value("message", "error event");
             continue;
           }
-          if (j.contains("usage") && j["usage"].is_object()) tokens = j["usage"].value("completion_tokens", int64_t{-1});
+          if (j.contains("usage") && j["usage"].is_object())
+            tokens = j["usage"].value("completion_tokens", int64_t{-1});
           for (const json& ch : j.value("choices", json::array())) {
             const std::string t = ch.value("text", "");
             if (!t.empty()) {
               const auto now = Clock::now();
-              if (first == Clock::time_point{}) first = now;
-              else gaps.push_back(secs(last, now));
+              if (first == Clock::time_point{})
+                first = now;
+              else
+                gaps.push_back(secs(last, now));
               last = now;
               text += t;
             }
@@ -130,7 +133,8 @@ LoadResult run_load(const LoadOptions& opt) {
       std::lock_guard<std::mutex> lock(mu);
       if (!res) error = fmt::format("HTTP client error: {}", httplib::to_string(res.error()));
       // With a content receiver the body of an error answer arrives there, not in res->body.
-      else if (res->status != 200) error = fmt::format("HTTP {}: {}", res->status, (res->body.empty() ? buf : res->body).substr(0, 300));
+      else if (res->status != 200)
+        error = fmt::format("HTTP {}: {}", res->status, (res->body.empty() ? buf : res->body).substr(0, 300));
       else if (error.empty() && (!done || finish.empty() || tokens < 0))
         error = fmt::format("incomplete stream (done={}, finish_reason='{}', usage={})", done, finish, tokens);
       if (!error.empty()) {

@@ -50,7 +50,7 @@ namespace {
 // Latency buckets (seconds) as vLLM's TTFT / inter-token histograms, extended down to 0.1 ms
 // because a CPU round on a small model takes well under a millisecond.
 std::vector<double> latency_buckets() {
-  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
+  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,  0.15, 0.2,
           0.3,    0.4,     0.5,    0.75,  1.0,    2.5,   5.0,  7.5,   10.0, 20.0,  40.0, 80.0};
 }
 
@@ -63,7 +63,9 @@ void gauge(std::string& out, const std::string& name, const std::string& help, i
 }  // namespace
 
 ServerMetrics::ServerMetrics()
-    : round_seconds(latency_buckets()), ttft_seconds(latency_buckets()), itl_seconds(latency_buckets()),
+    : round_seconds(latency_buckets()),
+      ttft_seconds(latency_buckets()),
+      itl_seconds(latency_buckets()),
       e2e_seconds(latency_buckets()) {}
 
 std::string render_metrics(const ServerMetrics& m, const MetricsGauges& g) {
@@ -82,8 +84,8 @@ std::string render_metrics(const ServerMetrics& m, const MetricsGauges& g) {
   counter(out, "kvevict:generation_tokens_total", "Tokens generated.", m.generation_tokens.load());
   counter(out, "kvevict:request_success_total", "Requests finished with finish_reason stop or length.",
           m.requests_success.load());
-  counter(out, "kvevict:requests_rejected_total", "Requests refused because the queue was full or the server was stopping.",
-          m.requests_rejected.load());
+  counter(out, "kvevict:requests_rejected_total",
+          "Requests refused because the queue was full or the server was stopping.", m.requests_rejected.load());
   counter(out, "kvevict:requests_cancelled_total", "Requests cancelled (client disconnected, or shutdown).",
           m.requests_cancelled.load());
   counter(out, "kvevict:requests_failed_total", "Requests that failed inside the engine.", m.requests_failed.load());

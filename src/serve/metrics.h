@@ -49,10 +49,10 @@ struct ServerMetrics {
   std::atomic<uint64_t> requests_cancelled{0};  ///< client disconnected or shutdown cancelled
   std::atomic<uint64_t> requests_failed{0};     ///< engine error while running
   std::atomic<uint64_t> eviction_rounds{0};
-  Histogram round_seconds;   ///< one eviction round (score + compaction), seconds
-  Histogram ttft_seconds;    ///< request arrival to first token, seconds
-  Histogram itl_seconds;     ///< between consecutive tokens of one sequence, seconds
-  Histogram e2e_seconds;     ///< request arrival to its last token, seconds
+  Histogram round_seconds;  ///< one eviction round (score + compaction), seconds
+  Histogram ttft_seconds;   ///< request arrival to first token, seconds
+  Histogram itl_seconds;    ///< between consecutive tokens of one sequence, seconds
+  Histogram e2e_seconds;    ///< request arrival to its last token, seconds
 };
 
 /// Instantaneous values read from the scheduler when /metrics is served.

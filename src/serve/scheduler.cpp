@@ -12,10 +12,14 @@ namespace kvevict::serve {
 
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
-    case FinishReason::Stop: return "stop";
-    case FinishReason::Length: return "length";
-    case FinishReason::Cancelled: return "abort";
-    case FinishReason::Error: return "error";
+    case FinishReason::Stop:
+      return "stop";
+    case FinishReason::Length:
+      return "length";
+    case FinishReason::Cancelled:
+      return "abort";
+    case FinishReason::Error:
+      return "error";
   }
   return "error";
 }
@@ -47,10 +51,10 @@ struct Scheduler::Active {
   int choice = 0;
   std::unique_ptr<Sequence> seq;
   TextStream text;
-  int64_t bytes = 0;           // reserved in the pool
-  int64_t prefilled = 0;       // prompt tokens already run
-  int64_t generated = 0;       // tokens sampled
-  int32_t next_token = -1;     // token the next decode step appends
+  int64_t bytes = 0;        // reserved in the pool
+  int64_t prefilled = 0;    // prompt tokens already run
+  int64_t generated = 0;    // tokens sampled
+  int32_t next_token = -1;  // token the next decode step appends
   bool decoding = false;
   bool done = false;
   Clock::time_point last_token;
@@ -286,8 +290,10 @@ void Scheduler::step(StepRecord& rec) {
   try {
     // Row-exact kernels throughout: the output does not depend on --prefill-chunk or on which
     // sequences share the pass (engine.h).
-    if (pre) engine_.decode_batch_with_chunk(seqs, toks, *pre->seq, chunk, logits_);
-    else engine_.decode_batch(seqs, toks, logits_);
+    if (pre)
+      engine_.decode_batch_with_chunk(seqs, toks, *pre->seq, chunk, logits_);
+    else
+      engine_.decode_batch(seqs, toks, logits_);
   } catch (const std::exception&) {
     // The pass modified no cache: run the parts one by one so only a faulty one fails.
     std::vector<float> all((batch.size() + (pre ? 1 : 0)) * V), one;

@@ -50,7 +50,7 @@ struct GenerationParams {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   Policy policy;
-  EvictionConfig eviction;      ///< eviction.seed == sampler.seed
+  EvictionConfig eviction;  ///< eviction.seed == sampler.seed
 };
 
 /// One thing that happened to a request, in order. Text events carry output text; ChoiceDone
@@ -58,9 +58,9 @@ struct GenerationParams {
 struct RequestEvent {
   enum class Kind { Text, ChoiceDone, Done, Failed } kind = Kind::Text;
   int choice = 0;
-  std::string text;                         ///< Text: delta; Failed: error message
+  std::string text;                          ///< Text: delta; Failed: error message
   FinishReason finish = FinishReason::Stop;  ///< ChoiceDone
-  int status = 500;                         ///< Failed: HTTP status (503 when shut down)
+  int status = 500;                          ///< Failed: HTTP status (503 when shut down)
 };
 
 /// Per-choice outcome, complete once the request's Done event was delivered.
@@ -69,8 +69,8 @@ struct ChoiceOutcome {
   FinishReason finish = FinishReason::Stop;
   int64_t completion_tokens = 0;
   int64_t eviction_rounds = 0;
-  int64_t peak_slots = 0;       ///< max live slots per (layer, KV head)
-  int64_t kv_bytes = 0;         ///< bytes reserved in the pool for this sequence
+  int64_t peak_slots = 0;  ///< max live slots per (layer, KV head)
+  int64_t kv_bytes = 0;    ///< bytes reserved in the pool for this sequence
 };
 
 /// A request shared between the HTTP thread that submitted it and the scheduler thread.
@@ -122,11 +122,11 @@ inline constexpr int64_t kMaxPrefillChunk = 4096;
 
 /// Settings of the scheduler.
 struct SchedulerOptions {
-  int threads = 0;                 ///< engine worker threads (0 = all cores)
+  int threads = 0;  ///< engine worker threads (0 = all cores)
   KvType kv_type = KvType::F32;
-  int64_t kv_memory_bytes = 0;     ///< pool size (> 0)
-  int max_seqs = 64;               ///< sequences running at once (>= 1)
-  int max_queue = 256;             ///< requests waiting at once (>= 1); more are refused
+  int64_t kv_memory_bytes = 0;  ///< pool size (> 0)
+  int max_seqs = 64;            ///< sequences running at once (>= 1)
+  int max_queue = 256;          ///< requests waiting at once (>= 1); more are refused
   /// Prompt tokens per prefill call, in [1, kMaxPrefillChunk]. One chunk shares each iteration's
   /// forward pass with the decode step, so running sequences wait at most one chunk's rows per token. 64 = the
   /// default --max-seqs: a chunk is as many matmul rows as a full decode step, so a long prompt
@@ -192,8 +192,8 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Request>> waiting_;
   bool accepting_ = true;
-  bool stop_ = false;                 ///< shutdown: exit once nothing runs
-  bool cancel_running_ = false;       ///< shutdown grace over: cancel what runs
+  bool stop_ = false;            ///< shutdown: exit once nothing runs
+  bool cancel_running_ = false;  ///< shutdown grace over: cancel what runs
   std::atomic<int64_t> running_requests_{0};
   std::atomic<int64_t> running_seqs_{0};
   std::atomic<int64_t> peak_seqs_{0};

@@ -20,9 +20,12 @@ size_t utf8_complete_prefix(const std::string& s) {
     const auto c = static_cast<unsigned char>(s[i - 1]);
     if ((c & 0xC0) != 0x80) {
       size_t need = 1;
-      if ((c & 0xE0) == 0xC0) need = 2;
-      else if ((c & 0xF0) == 0xE0) need = 3;
-      else if ((c & 0xF8) == 0xF0) need = 4;
+      if ((c & 0xE0) == 0xC0)
+        need = 2;
+      else if ((c & 0xF0) == 0xE0)
+        need = 3;
+      else if ((c & 0xF8) == 0xF0)
+        need = 4;
       return (n - (i - 1) < need) ? i - 1 : n;
     }
     --i;
@@ -38,11 +41,21 @@ bool utf8_valid(const std::string& s) {
     const auto c = static_cast<unsigned char>(s[i]);
     size_t len = 0;
     uint32_t cp = 0;
-    if (c < 0x80) { ++i; continue; }
-    if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
-    else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
-    else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
-    else return false;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      cp = c & 0x07;
+    } else
+      return false;
     if (i + len > n) return false;
     for (size_t k = 1; k < len; ++k) {
       const auto d = static_cast<unsigned char>(s[i + k]);

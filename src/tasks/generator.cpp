@@ -4,8 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -22,9 +22,12 @@ int64_t draw(Rng& rng, IntRange r) { return r.lo + below(rng, r.hi - r.lo + 1); 
 
 char family_marker(TaskFamily f) {
   switch (f) {
-    case TaskFamily::Chain: return '?';
-    case TaskFamily::Running: return '$';
-    case TaskFamily::Once: return '@';
+    case TaskFamily::Chain:
+      return '?';
+    case TaskFamily::Running:
+      return '$';
+    case TaskFamily::Once:
+      return '@';
   }
   return '?';
 }
@@ -38,9 +41,12 @@ const std::vector<TaskFamily>& all_task_families() {
 
 const char* task_family_name(TaskFamily f) {
   switch (f) {
-    case TaskFamily::Chain: return "chain";
-    case TaskFamily::Running: return "running";
-    case TaskFamily::Once: return "once";
+    case TaskFamily::Chain:
+      return "chain";
+    case TaskFamily::Running:
+      return "running";
+    case TaskFamily::Once:
+      return "once";
   }
   return "?";
 }
@@ -74,8 +80,8 @@ int64_t min_steps(TaskFamily) { return 1; }
 
 void validate_task_size(TaskFamily f, const TaskSize& size) {
   if (size.steps < min_steps(f) || size.steps > kMaxSteps)
-    throw Error(fmt::format("steps {} out of range for family {}: must be in [{}, {}]", size.steps,
-                            task_family_name(f), min_steps(f), kMaxSteps));
+    throw Error(fmt::format("steps {} out of range for family {}: must be in [{}, {}]", size.steps, task_family_name(f),
+                            min_steps(f), kMaxSteps));
   if (size.facts < kMinFacts || size.facts > kMaxFacts)
     throw Error(fmt::format("facts {} out of range: must be in [{}, {}] (one upper-case letter per fact)", size.facts,
                             kMinFacts, kMaxFacts));
@@ -83,9 +89,12 @@ void validate_task_size(TaskFamily f, const TaskSize& size) {
 
 int64_t trace_length(TaskFamily f, int64_t steps) {
   switch (f) {
-    case TaskFamily::Chain: return 7 * steps + 9;
-    case TaskFamily::Running: return 9 * steps + 10;
-    case TaskFamily::Once: return 7 * steps + 10;
+    case TaskFamily::Chain:
+      return 7 * steps + 9;
+    case TaskFamily::Running:
+      return 9 * steps + 10;
+    case TaskFamily::Once:
+      return 7 * steps + 10;
   }
   return 0;
 }
@@ -129,12 +138,13 @@ Task generate_task(TaskFamily family, const TaskSize& size, uint64_t seed, uint6
 
   // M distinct letters in a random order; the order is the cycle sym[i] -> sym[i+1].
   std::string letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ";
-  for (int64_t i = 0; i < m; ++i) std::swap(letters[static_cast<size_t>(i)],
-                                            letters[static_cast<size_t>(i + below(rng, 26 - i))]);
+  for (int64_t i = 0; i < m; ++i)
+    std::swap(letters[static_cast<size_t>(i)], letters[static_cast<size_t>(i + below(rng, 26 - i))]);
   const std::string sym = letters.substr(0, static_cast<size_t>(m));
   std::vector<int64_t> order(static_cast<size_t>(m));
   for (int64_t i = 0; i < m; ++i) order[static_cast<size_t>(i)] = i;
-  for (int64_t i = m - 1; i > 0; --i) std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(below(rng, i + 1))]);
+  for (int64_t i = m - 1; i > 0; --i)
+    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(below(rng, i + 1))]);
   const int64_t start = below(rng, m);
 
   Task t;

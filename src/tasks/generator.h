@@ -24,11 +24,10 @@
 //   What makes the prompt needed throughout: a step's lookup is "the letter right after X". In
 //   the prompt every key is immediately followed by its value ("XY"); in the trace never — an
 //   upper-case letter there is preceded by a countdown digit, '=' or (the final answer) '{', and
-//   followed by '=', a digit, a newline or '}'. However long the trace, the lookup has exactly one answer in the text, in the
-//   prompt's fact lines, so a model that learned the key-then-value lookup (a previous-token head
-//   plus an induction head) must read the prompt at every step, while the trace restates the
-//   state it carries (X, Y and, in running, the sum).
-//   The trace does still spell each fact out as "X=Y": with a cycle of M facts and N > M steps no
+//   followed by '=', a digit, a newline or '}'. However long the trace, the lookup has exactly one answer in the text,
+//   in the prompt's fact lines, so a model that learned the key-then-value lookup (a previous-token head plus an
+//   induction head) must read the prompt at every step, while the trace restates the state it carries (X, Y and, in
+//   running, the sum). The trace does still spell each fact out as "X=Y": with a cycle of M facts and N > M steps no
 //   format can keep a step's fact out of the trace's history; whether the model reads it there
 //   is measured, not assumed (tools/ablate_prompt.py, models/reasoner/MODEL_CARD.md).
 //   History (shared/docs/reasoner-notes.md for the first layouts, models/reasoner/MODEL_CARD.md
@@ -94,7 +93,8 @@ int64_t trace_length(TaskFamily f, int64_t steps);
 int64_t problem_length(TaskFamily f, int64_t facts);
 
 /// Character index, in a once problem, of its code digit P (the character after the only '#');
-/// nullopt unless the problem is a once problem (question line "@NNNS" last, one "#<digit>" line). Its token position is this + 1 (BOS first).
+/// nullopt unless the problem is a once problem (question line "@NNNS" last, one "#<digit>" line). Its token position
+/// is this + 1 (BOS first).
 std::optional<int64_t> once_code_offset(const std::string& problem);
 
 /// N read back from a problem's question line "<marker><NNN>S\n" (its last line); nullopt when
@@ -111,7 +111,7 @@ int64_t steps_for_trace_length(TaskFamily f, int64_t tokens);
 
 /// One generated task.
 struct Task {
-  std::string id;       ///< "<family>-<seed>-<index>"
+  std::string id;  ///< "<family>-<seed>-<index>"
   TaskFamily family = TaskFamily::Chain;
   std::string problem;  ///< the prompt (fact lines + question line), ends with '\n'
   std::string trace;    ///< the full worked trace, ends with "\boxed{answer}"

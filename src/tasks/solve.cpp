@@ -1,6 +1,6 @@
 // Greedy full-cache decoding of one task: see solve.h.
-#include "eval/grader.h"
 #include "tasks/solve.h"
+#include "eval/grader.h"
 
 #include <fmt/format.h>
 
@@ -13,8 +13,7 @@
 
 namespace kvevict {
 
-std::string greedy_solve(Engine& engine, const LlamaModel& model, const Task& task, int64_t max_new,
-                         uint64_t seq_id) {
+std::string greedy_solve(Engine& engine, const LlamaModel& model, const Task& task, int64_t max_new, uint64_t seq_id) {
   if (max_new < 1) throw Error(fmt::format("greedy_solve: max_new {} must be >= 1", max_new));
   const Tokenizer& tok = model.tokenizer();
   const std::vector<int32_t> prompt = tok.encode(task.problem, true);
@@ -41,8 +40,10 @@ int64_t default_max_new(const Task& task) {
     // No trace and no "length": read N from the question line.
     const std::optional<int64_t> n = question_steps(task.problem);
     if (!n)
-      throw Error(fmt::format("task {}: no trace, no length.steps and no question line \"<marker><NNN>S\" to read "
-                              "the number of steps from", task.id));
+      throw Error(
+          fmt::format("task {}: no trace, no length.steps and no question line \"<marker><NNN>S\" to read "
+                      "the number of steps from",
+                      task.id));
     steps = *n;
   }
   return trace_length(task.family, std::max<int64_t>(steps, min_steps(task.family))) + 16;

@@ -52,7 +52,7 @@ class ThreadPool {
   std::atomic<uint64_t> generation_{0};  // bumped once per parallel call
   std::atomic<int> pending_{0};          // workers still running the current call
   std::atomic<bool> stop_{false};
-  std::exception_ptr error_;             // guarded by mu_
+  std::exception_ptr error_;  // guarded by mu_
 };
 
 }  // namespace kvevict

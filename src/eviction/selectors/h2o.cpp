@@ -24,7 +24,8 @@ namespace {
 /// Accumulated attention per slot of every (layer, KV head), slot-aligned with the cache.
 class H2oState final : public SelectorState {
  public:
-  explicit H2oState(const KvShape& s) : n_kv_heads_(s.n_kv_heads), acc_(static_cast<size_t>(s.n_layers) * s.n_kv_heads) {}
+  explicit H2oState(const KvShape& s)
+      : n_kv_heads_(s.n_kv_heads), acc_(static_cast<size_t>(s.n_layers) * s.n_kv_heads) {}
 
   void observe(const AttentionObservation& obs) override {
     if (!obs.probs) throw Error("h2o: the forward pass delivered no attention probabilities");
@@ -45,7 +46,9 @@ class H2oState final : public SelectorState {
   }
 
   /// Accumulators of (layer, KV head): [slots observed so far].
-  std::vector<double>& slot_scores(int layer, int kv_head) { return acc_[static_cast<size_t>(layer * n_kv_heads_ + kv_head)]; }
+  std::vector<double>& slot_scores(int layer, int kv_head) {
+    return acc_[static_cast<size_t>(layer * n_kv_heads_ + kv_head)];
+  }
   const std::vector<double>& slot_scores(int layer, int kv_head) const {
     return acc_[static_cast<size_t>(layer * n_kv_heads_ + kv_head)];
   }
@@ -71,7 +74,8 @@ class H2oSelector final : public PerHeadSelector {
     const int64_t n = in.n_candidates;
     int64_t pinned = 0;
     for (int64_t i = 0; i < n; ++i) {
-      out[static_cast<size_t>(i)] = static_cast<size_t>(i) < acc.size() ? static_cast<float>(acc[static_cast<size_t>(i)]) : 0.0f;
+      out[static_cast<size_t>(i)] =
+          static_cast<size_t>(i) < acc.size() ? static_cast<float>(acc[static_cast<size_t>(i)]) : 0.0f;
       pinned += pos[i] < in.n_pinned;
     }
     const int64_t free = std::max<int64_t>(0, in.k_sel() - pinned);

@@ -13,8 +13,8 @@ class RandomSelector final : public PerHeadSelector {
  public:
   void score_head(const RoundInput& in, const SelectorState*, int layer, int kv_head,
                   std::span<float> out) const override {
-    Rng rng(stream_id({in.seed, in.sequence_id, static_cast<uint64_t>(in.round),
-                       static_cast<uint64_t>(layer), static_cast<uint64_t>(kv_head)}));
+    Rng rng(stream_id({in.seed, in.sequence_id, static_cast<uint64_t>(in.round), static_cast<uint64_t>(layer),
+                       static_cast<uint64_t>(kv_head)}));
     for (float& s : out) s = static_cast<float>(rng.uniform());
   }
 };

@@ -77,7 +77,10 @@ const PolicyInfo& policy_random_beacon() {
       "random-beacon",
       "Random plus beacons: a share of K_sel (default 1/8) keeps the far slots the last w queries attend to "
       "most; the rest is uniform random per KV head. Prompt pinned, as random.",
-      "seed 000 BeaconKV question; arXiv 2609.03430 §3 + SnapKV window score", true, /*protect_prompt=*/true, 0,
+      "seed 000 BeaconKV question; arXiv 2609.03430 §3 + SnapKV window score",
+      true,
+      /*protect_prompt=*/true,
+      0,
       [](const SelectorParams& params) {
         const double share = params.get("share", 0.125, 0.0, 1.0);
         const auto window = static_cast<int>(params.get_int("window", 32, 1, 1 << 16));

@@ -17,8 +17,8 @@ class RandomSharedSelector final : public PerHeadSelector {
   void score_head(const RoundInput& in, const SelectorState*, int layer, int /*kv_head*/,
                   std::span<float> out) const override {
     // Every KV head regenerates the layer's one draw from the same stream: identical scores.
-    Rng rng(stream_id({in.seed, in.sequence_id, static_cast<uint64_t>(in.round), static_cast<uint64_t>(layer),
-                       kSharedStreamTag}));
+    Rng rng(stream_id(
+        {in.seed, in.sequence_id, static_cast<uint64_t>(in.round), static_cast<uint64_t>(layer), kSharedStreamTag}));
     for (float& s : out) s = static_cast<float>(rng.uniform());
   }
 };

@@ -46,7 +46,8 @@ class RkvSelector final : public PerHeadSelector {
       for (int64_t j = 0; j < n; ++j) {
         if (j == i) continue;
         float dot = 0.0f;
-        for (int d = 0; d < hd; ++d) dot += unit[static_cast<size_t>(i * hd + d)] * unit[static_cast<size_t>(j * hd + d)];
+        for (int d = 0; d < hd; ++d)
+          dot += unit[static_cast<size_t>(i * hd + d)] * unit[static_cast<size_t>(j * hd + d)];
         sum += dot;
       }
       red[static_cast<size_t>(i)] = sum / static_cast<double>(n);
@@ -55,8 +56,8 @@ class RkvSelector final : public PerHeadSelector {
     double z = 0.0;
     for (double& r : red) z += (r = std::exp(r - mx));
     for (int64_t i = 0; i < n; ++i)
-      out[static_cast<size_t>(i)] = static_cast<float>(lambda_ * out[static_cast<size_t>(i)] -
-                                                       (1.0 - lambda_) * red[static_cast<size_t>(i)] / z);
+      out[static_cast<size_t>(i)] =
+          static_cast<float>(lambda_ * out[static_cast<size_t>(i)] - (1.0 - lambda_) * red[static_cast<size_t>(i)] / z);
   }
 
  private:

@@ -37,7 +37,9 @@ const PolicyInfo& policy_snapkv() {
       .evicts = true,
       .protect_prompt = false,
       .sinks = 0,
-      .make = [](const SelectorParams& params) { return std::make_unique<SnapKvSelector>(SnapKvParams::read(params)); }};
+      .make = [](const SelectorParams& params) {
+        return std::make_unique<SnapKvSelector>(SnapKvParams::read(params));
+      }};
   return info;
 }
 

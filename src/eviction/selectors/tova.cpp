@@ -33,13 +33,16 @@ class TovaSelector final : public Selector {
     const auto run = [&](int64_t l0, int64_t l1) {
       for (int layer = static_cast<int>(l0); layer < l1; ++layer) score_layer(in, w, layer, scores);
     };
-    if (in.pool) in.pool->parallel_for(s.n_layers, run, int64_t{s.n_layers} * s.n_kv_heads * in.n_candidates * s.head_dim);
-    else run(0, s.n_layers);
+    if (in.pool)
+      in.pool->parallel_for(s.n_layers, run, int64_t{s.n_layers} * s.n_kv_heads * in.n_candidates * s.head_dim);
+    else
+      run(0, s.n_layers);
   }
 
  private:
   void score_layer(const RoundInput& in, const QueryWindowState& w, int layer, std::span<float> scores) const {
-    if (w.count(layer) == 0) throw Error(fmt::format("tova: layer {} has observed no query before an eviction round", layer));
+    if (w.count(layer) == 0)
+      throw Error(fmt::format("tova: layer {} has observed no query before an eviction round", layer));
     const KvShape& s = in.kv.shape();
     const int group = w.group_size(), hd = s.head_dim;
     const int64_t n = in.n_candidates, n_slots = in.kv.length(layer);
@@ -57,7 +60,8 @@ class TovaSelector final : public Selector {
       // the same slots); check it, since a mismatch would average unrelated tokens.
       for (int kvh = 1; kvh < s.n_kv_heads; ++kvh)
         if (!std::equal(in.kv.positions(layer, 0), in.kv.positions(layer, 0) + n, in.kv.positions(layer, kvh)))
-          throw Error(fmt::format("tova_scope=layer: KV heads 0 and {} of layer {} hold different positions", kvh, layer));
+          throw Error(
+              fmt::format("tova_scope=layer: KV heads 0 and {} of layer {} hold different positions", kvh, layer));
       for (int64_t i = 0; i < n; ++i) {
         double m = 0.0;
         for (int kvh = 0; kvh < s.n_kv_heads; ++kvh) m += mean[static_cast<size_t>(kvh * n + i)];

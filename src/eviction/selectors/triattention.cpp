@@ -45,10 +45,10 @@ class TriAttentionSelector final : public Selector {
   std::unique_ptr<SelectorState> make_state(const KvShape& shape) const override {
     // The engine calls this once per sequence: the earliest place to reject another model's file.
     if (shape.n_layers != st_.n_layers || shape.n_kv_heads != st_.n_kv_heads || shape.head_dim != st_.head_dim)
-      throw Error(fmt::format("triattention: statistics for {} layers x {} KV heads x head_dim {} ({}) do not fit "
-                              "this model ({} x {} x {})",
-                              st_.n_layers, st_.n_kv_heads, st_.head_dim, st_.model, shape.n_layers, shape.n_kv_heads,
-                              shape.head_dim));
+      throw Error(fmt::format(
+          "triattention: statistics for {} layers x {} KV heads x head_dim {} ({}) do not fit "
+          "this model ({} x {} x {})",
+          st_.n_layers, st_.n_kv_heads, st_.head_dim, st_.model, shape.n_layers, shape.n_kv_heads, shape.head_dim));
     return nullptr;
   }
 
@@ -59,25 +59,30 @@ class TriAttentionSelector final : public Selector {
     const auto& inv_freq = in.rope->inv_freq();
     const int F = st_.n_bands();
     if (static_cast<int>(inv_freq.size()) != F || std::abs(in.rope->theta() / st_.rope_theta - 1.0) > 1e-6)
-      throw Error(fmt::format("triattention: statistics were calibrated with rope_theta {} ({}), which is not this "
-                              "model's RoPE", st_.rope_theta, st_.model));
+      throw Error(
+          fmt::format("triattention: statistics were calibrated with rope_theta {} ({}), which is not this "
+                      "model's RoPE",
+                      st_.rope_theta, st_.model));
     // Per-round constants: e^{itω_f}·C_f.
-    const double t = in.positions == PositionMode::Logical ? static_cast<double>(in.n_seen)
-                                                          : static_cast<double>(in.kv.length(0));
+    const double t =
+        in.positions == PositionMode::Logical ? static_cast<double>(in.n_seen) : static_cast<double>(in.kv.length(0));
     std::vector<cplx> phase(static_cast<size_t>(F));
     for (int f = 0; f < F; ++f) {
       const double w = inv_freq[static_cast<size_t>(f)];
       cplx c = 0.0;
       for (int64_t d = 1; d <= kMaxOffset; d *= 2) c += std::polar(1.0, static_cast<double>(d) * w);
-      phase[static_cast<size_t>(f)] = std::polar(1.0, std::fmod(t * w, 2.0 * std::numbers::pi)) * c / static_cast<double>(kOffsets);
+      phase[static_cast<size_t>(f)] =
+          std::polar(1.0, std::fmod(t * w, 2.0 * std::numbers::pi)) * c / static_cast<double>(kOffsets);
     }
     // Candidates at positions >= pin_extent form the normalisation set (the prompt pin, §2.5).
     const int64_t pin_extent = in.budget > 0 ? std::min(in.prompt_len, in.k_sel() - 1) : in.prompt_len;
     const auto run = [&](int64_t h0, int64_t h1) {
       for (int kvh = static_cast<int>(h0); kvh < h1; ++kvh) score_kv_head(in, kvh, phase, pin_extent, scores);
     };
-    if (in.pool) in.pool->parallel_for(s.n_kv_heads, run, int64_t{s.n_kv_heads} * in.n_candidates * s.head_dim);
-    else run(0, s.n_kv_heads);
+    if (in.pool)
+      in.pool->parallel_for(s.n_kv_heads, run, int64_t{s.n_kv_heads} * in.n_candidates * s.head_dim);
+    else
+      run(0, s.n_kv_heads);
   }
 
  private:
@@ -92,20 +97,24 @@ class TriAttentionSelector final : public Selector {
     const int32_t* pos0 = in.kv.positions(0, kvh);
     for (int l = 1; l < s.n_layers; ++l)
       if (!std::equal(pos0, pos0 + n, in.kv.positions(l, kvh)))
-        throw Error(fmt::format("triattention: layer {} KV head {} holds other positions than layer 0; its keep-set "
-                                "is shared across layers and needs identical slots", l, kvh));
+        throw Error(
+            fmt::format("triattention: layer {} KV head {} holds other positions than layer 0; its keep-set "
+                        "is shared across layers and needs identical slots",
+                        l, kvh));
     std::vector<double> total(static_cast<size_t>(n), 0.0), best(static_cast<size_t>(n)), sh(static_cast<size_t>(n));
     std::vector<double> kabs(static_cast<size_t>(n * F));
     std::vector<cplx> coef(static_cast<size_t>(F));
     std::vector<double> extra(static_cast<size_t>(F));
     // Band f is (k[re[f]], k[im[f]]): adjacent pairs or NEOX halves (model/rope.h).
     std::vector<int> re(static_cast<size_t>(F)), im(static_cast<size_t>(F));
-    for (int f = 0; f < F; ++f) re[static_cast<size_t>(f)] = in.rope->band_re(f), im[static_cast<size_t>(f)] = in.rope->band_im(f);
+    for (int f = 0; f < F; ++f)
+      re[static_cast<size_t>(f)] = in.rope->band_re(f), im[static_cast<size_t>(f)] = in.rope->band_im(f);
     for (int l = 0; l < s.n_layers; ++l) {
       const float* keys = in.kv.keys(l, kvh);
       for (int64_t i = 0; i < n; ++i)
         for (int f = 0; f < F; ++f)
-          kabs[static_cast<size_t>(i * F + f)] = std::hypot(double{keys[i * hd + re[static_cast<size_t>(f)]]}, double{keys[i * hd + im[static_cast<size_t>(f)]]});
+          kabs[static_cast<size_t>(i * F + f)] = std::hypot(double{keys[i * hd + re[static_cast<size_t>(f)]]},
+                                                            double{keys[i * hd + im[static_cast<size_t>(f)]]});
       std::fill(best.begin(), best.end(), -INFINITY);
       for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
         for (int f = 0; f < F; ++f) {
@@ -119,12 +128,13 @@ class TriAttentionSelector final : public Selector {
           double v = 0.0;
           for (int f = 0; f < F; ++f)  // Re(coef · conj(k̃_f)) + extra·|k_f|
             v += coef[static_cast<size_t>(f)].real() * k[re[static_cast<size_t>(f)]] +
-                 coef[static_cast<size_t>(f)].imag() * k[im[static_cast<size_t>(f)]] +
-                 extra[static_cast<size_t>(f)] * kabs[static_cast<size_t>(i * F + f)];
+                coef[static_cast<size_t>(f)].imag() * k[im[static_cast<size_t>(f)]] +
+                extra[static_cast<size_t>(f)] * kabs[static_cast<size_t>(i * F + f)];
           sh[static_cast<size_t>(i)] = v;
         }
         z_normalise(sh, pos0, pin_extent);
-        for (int64_t i = 0; i < n; ++i) best[static_cast<size_t>(i)] = std::max(best[static_cast<size_t>(i)], sh[static_cast<size_t>(i)]);
+        for (int64_t i = 0; i < n; ++i)
+          best[static_cast<size_t>(i)] = std::max(best[static_cast<size_t>(i)], sh[static_cast<size_t>(i)]);
       }
       for (int64_t i = 0; i < n; ++i) total[static_cast<size_t>(i)] += best[static_cast<size_t>(i)];
     }
@@ -158,7 +168,8 @@ class TriAttentionSelector final : public Selector {
 const PolicyInfo& policy_triattention() {
   static const PolicyInfo info{
       .name = "triattention",
-      .summary = "TriAttention: trigonometric future-attention score from calibrated query centres; one "
+      .summary =
+          "TriAttention: trigonometric future-attention score from calibrated query centres; one "
           "keep-set per KV head shared by all layers (needs --param stats=FILE).",
       .source = "arXiv 2604.04921 §3-4; docs/eviction-spec.md §3",
       .evicts = true,
@@ -167,7 +178,8 @@ const PolicyInfo& policy_triattention() {
       .make = [](const SelectorParams& params) {
         const std::string path = params.get_string("stats", "");
         if (path.empty())
-          throw Error("policy 'triattention' needs --param stats=FILE (query statistics written by `kvevict calibrate`)");
+          throw Error(
+              "policy 'triattention' needs --param stats=FILE (query statistics written by `kvevict calibrate`)");
         QueryStats st = load_query_stats(path);
         return std::make_unique<TriAttentionSelector>(std::move(st));
       }};

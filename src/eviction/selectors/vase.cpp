@@ -54,7 +54,8 @@ class VaseSelector final : public PerHeadSelector {
     }
     const int64_t own_sinks = std::max<int64_t>(0, kVaseSinks - in.n_pinned);
     const int64_t n_large = n_large_ >= 0 ? n_large_ : in.budget / 4;
-    const auto tier = static_cast<size_t>(std::clamp<int64_t>(n_large - own_sinks, 0, static_cast<int64_t>(open.size())));
+    const auto tier =
+        static_cast<size_t>(std::clamp<int64_t>(n_large - own_sinks, 0, static_cast<int64_t>(open.size())));
     if (tier == 0) return;
     std::vector<float> range(static_cast<size_t>(n));
     for (int32_t i : open) {

@@ -203,7 +203,8 @@ std::vector<std::string_view> BpeModel::pre_tokenize(std::string_view text) cons
   while (pos < text.size()) {
     int rc = pcre2_match(code, subject, text.size(), pos, 0, md.get(), nullptr);
     // A very long whitespace run can exhaust the JIT stack; the interpreter uses the heap.
-    if (rc == PCRE2_ERROR_JIT_STACKLIMIT) rc = pcre2_match(code, subject, text.size(), pos, PCRE2_NO_JIT, md.get(), nullptr);
+    if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
+      rc = pcre2_match(code, subject, text.size(), pos, PCRE2_NO_JIT, md.get(), nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) {
       words.push_back(text.substr(pos));  // bytes no alternative covers (invalid UTF-8)
       break;
@@ -242,7 +243,8 @@ void BpeModel::tokenize_word(std::string_view word, const PieceIndex& index, std
   std::vector<Symbol> sym(word.size());
   const auto n = static_cast<int32_t>(word.size());
   for (int32_t i = 0; i < n; ++i) {
-    sym[static_cast<size_t>(i)] = Symbol{i - 1, i + 1 < n ? i + 1 : -1, byte_ids_[static_cast<unsigned char>(word[static_cast<size_t>(i)])]};
+    sym[static_cast<size_t>(i)] =
+        Symbol{i - 1, i + 1 < n ? i + 1 : -1, byte_ids_[static_cast<unsigned char>(word[static_cast<size_t>(i)])]};
   }
   std::priority_queue<Bigram, std::vector<Bigram>, BigramGreater> queue;
   const auto try_add = [&](int32_t left, int32_t right) {

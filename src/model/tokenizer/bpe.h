@@ -73,9 +73,9 @@ class BpeModel {
   void tokenize_word(std::string_view word, const PieceIndex& index, std::string& mapped,
                      std::vector<int32_t>& out) const;
 
-  std::shared_ptr<void> code_;  ///< pcre2_code_8, freed with pcre2_code_free_8
+  std::shared_ptr<void> code_;                 ///< pcre2_code_8, freed with pcre2_code_free_8
   std::unordered_map<uint64_t, Merge> ranks_;  ///< (left id << 32 | right id) -> merge
-  std::array<int32_t, 256> byte_ids_{};       ///< token of each single byte (-1: none)
+  std::array<int32_t, 256> byte_ids_{};        ///< token of each single byte (-1: none)
   bool ignore_merges_;
 };
 
