@@ -5,6 +5,7 @@
 // newest r kept, pins kept, seeded draws independent of the thread count) and §3 (parameter
 // defaults and ranges).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <set>
@@ -57,7 +58,7 @@ std::vector<std::string> required_params(const LlamaModel& m, const std::string&
         static const std::string path = [&] {
           ThreadPool pool(1);
           const auto tokens = story(m, 256);
-          const std::string f = ::testing::TempDir() + "/registry_test.stats.json";
+          const std::string f = ::testing::TempDir() + "/registry_test.stats." + std::to_string(::getpid()) + ".json";
           save_query_stats(calibrate_query_stats(m, tokens, 128, pool), f);
           return f;
         }();

@@ -2,10 +2,12 @@
 // /v1/completions and /v1/chat/completions (tests/serve_openai_client.py) on the project's own
 // model and stories260K, and SIGTERM with requests in flight (exit 0, every request answered).
 #include <gtest/gtest.h>
+
 #include <httplib.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 
 #include <cstdio>
 #include <cstdlib>
@@ -172,6 +174,22 @@ TEST(ServeProcess, BadOptionsExitWithOneLineError) {
   const int rc = pclose(p);
   EXPECT_EQ(WEXITSTATUS(rc), 2);
   EXPECT_EQ(out, "kvevict: error: --kv-memory 'lots': expected a positive size such as 268435456, 256MiB or 2GiB\n");
+}
+
+TEST(ServeProcess, PoolThatHoldsNoSequenceIsRefusedAtStart) {
+  // 10 bytes cannot hold one (B + r)-slot sequence: refuse to start (exit 2, one line) instead of
+  // reporting healthy and answering every request with 400.
+  const std::string cmd = test::kvevict_binary() + " serve -m '" + reasoner_path() +
+      "' --port 0 --policy random --budget 64 --buffer 16 --kv-memory 10 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  const int rc = pclose(p);
+  EXPECT_EQ(WEXITSTATUS(rc), 2) << out;
+  EXPECT_EQ(out.rfind("kvevict: error: --kv-memory 10 bytes holds no sequence of policy random", 0), 0u) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "serve/text_stream.h"
 #include "util/error.h"
 #include "util/rng.h"
+#include "util/utf8.h"
 
 namespace kvevict {
 namespace {
@@ -63,10 +64,10 @@ TEST(ServeText, IncompleteUtf8IsHeldUntilComplete) {
   EXPECT_EQ(t.push("\xA9"), "\xC3\xA9");
   EXPECT_EQ(t.push("\xE2\x82"), "");
   EXPECT_EQ(t.flush(), "");  // a character that never completed is dropped, not sent broken
-  EXPECT_TRUE(serve::utf8_valid("a\xC3\xA9\xE2\x82\xAC"));
-  EXPECT_FALSE(serve::utf8_valid("\xFF"));
-  EXPECT_FALSE(serve::utf8_valid("\xC0\xAF"));      // overlong '/'
-  EXPECT_FALSE(serve::utf8_valid("\xED\xA0\x80"));  // surrogate U+D800
+  EXPECT_TRUE(utf8_valid("a\xC3\xA9\xE2\x82\xAC"));
+  EXPECT_FALSE(utf8_valid("\xFF"));
+  EXPECT_FALSE(utf8_valid("\xC0\xAF"));      // overlong '/'
+  EXPECT_FALSE(utf8_valid("\xED\xA0\x80"));  // surrogate U+D800
 }
 
 TEST(ServePool, ReservesOnlyWhatFitsAndRefusesOverRelease) {
@@ -432,6 +433,12 @@ TEST(Serve, EveryBadRequestGetsItsStatusAndErrorObject) {
                        R"({"prompt": "A", "kv_policy": "random", "kv_budget": 16, "kv_buffer": 4, "kv_sinks": 99})", J),
                400, "sinks");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "seed": -3})", J), 400, "seed");
+  // A number that overflows a double is malformed JSON (400), not a server error (was 500).
+  expect_error(c->Post("/v1/completions", R"({"prompt": "A", "temperature": 1e999})", J), 400, "not valid JSON");
+  // kv_budget has the CLI's upper bound on token counts (2^20), checked before admission.
+  expect_error(c->Post("/v1/completions",
+                       R"({"prompt": "A", "kv_policy": "random", "kv_budget": 100000000, "kv_buffer": 8})", J),
+               400, "kv_budget");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "stream_options": {"include_usage": true}})", J), 400,
                "stream");
   // A model without a chat template: 400 naming the problem.

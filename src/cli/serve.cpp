@@ -139,15 +139,19 @@ int run_serve(const ServeArgs& a) {
   }
   ao.retry_after_s = 1;
 
-  serve::Scheduler sched(*model, so);
-  serve::ApiServer api(sched, ao);
-  const int port = api.bind(a.host, a.port);
-
   // Sequences the pool admits at once for the server's default policy: B + r slots each for a
   // bounded policy (a prompt up to B), --max-tokens for `full` (prompt + max_tokens <= that).
   const int64_t slots = policy.evicts ? cfg.budget + cfg.recent : ao.max_tokens_limit;
   const int64_t per_seq = kv_bytes_for_capacity(shape, slots);
   const int64_t fit = std::min<int64_t>(pool_bytes / per_seq, a.max_seqs);
+  if (fit < 1)
+    throw Error(
+        fmt::format("--kv-memory {} bytes holds no sequence of policy {}: one needs {} bytes ({} slots x {} "
+                    "bytes/slot); raise --kv-memory or lower --budget/--max-tokens",
+                    pool_bytes, policy.name, per_seq, slots, shape.bytes_per_token()));
+  serve::Scheduler sched(*model, so);
+  serve::ApiServer api(sched, ao);
+  const int port = api.bind(a.host, a.port);
   fmt::print(
       "kvevict serve: listening on http://{}:{} | model {} ({} layers, {} KV heads) | policy {}{} | KV pool {} bytes "
       "({:.1f} MiB{}) | admits up to {} concurrent sequences ({} slots x {} bytes/slot each; --max-seqs {}) | chat "

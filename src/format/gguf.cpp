@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "util/error.h"
+#include "util/utf8.h"
 
 namespace kvevict {
 namespace {
@@ -42,38 +43,6 @@ constexpr TypedArrayKey kTypedArrays[] = {
     {"tokenizer.ggml.token_type", GgufValueType::INT32},    {"tokenizer.ggml.merges", GgufValueType::STRING},
     {"tokenizer.ggml.added_tokens", GgufValueType::STRING},
 };
-
-// True when s is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, <= U+10FFFF).
-bool valid_utf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t len = 0;
-    uint32_t cp = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      len = 2, cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3, cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4, cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + len > s.size()) return false;
-    for (size_t k = 1; k < len; ++k) {
-      const auto cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    static constexpr uint32_t kMinCp[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMinCp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += len;
-  }
-  return true;
-}
 
 template <class... A>
 std::string cat(const A&... parts) {
@@ -310,7 +279,7 @@ void GgufFile::parse() {
     c.context = cat("metadata entry #", i);
     std::string key = c.read_string("key");
     if (key.empty()) c.fail(cat(c.context, " has an empty key"));
-    if (!valid_utf8(key)) c.fail(cat(c.context, " has a key that is not valid UTF-8"));
+    if (!utf8_valid(key)) c.fail(cat(c.context, " has a key that is not valid UTF-8"));
     c.context = "key '" + key + "'";
     const GgufValueType type = c.read_value_type("value type");
     GgufValue value = c.read_value(type, 0);
@@ -323,7 +292,7 @@ void GgufFile::parse() {
     c.context = cat("tensor info #", i);
     t.name = c.read_string("name");
     if (t.name.empty()) c.fail(cat(c.context, " has an empty name"));
-    if (!valid_utf8(t.name)) c.fail(cat(c.context, " has a name that is not valid UTF-8"));
+    if (!utf8_valid(t.name)) c.fail(cat(c.context, " has a name that is not valid UTF-8"));
     c.context = "tensor '" + t.name + "'";
     const uint32_t n_dims = c.read<uint32_t>("n_dims");
     if (n_dims == 0 || n_dims > kMaxDims)

@@ -12,6 +12,7 @@
 #include "model/tokenizer/bpe.h"
 #include "model/tokenizer/spm.h"
 #include "util/error.h"
+#include "util/utf8.h"
 
 namespace kvevict {
 
@@ -88,24 +89,6 @@ constexpr std::string_view kFimOtherTexts[] = {
     "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>",
     "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>",  "<SUF>", "▁<SUF>", "<|code_suffix|>",
     "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>",   "<MID>", "▁<MID>", "<|code_middle|>"};
-
-// Length of an incomplete UTF-8 sequence at the end of `s` (0 when it ends on a boundary).
-size_t incomplete_utf8_tail(const std::string& s) {
-  const size_t n = s.size();
-  for (size_t back = 1; back <= std::min<size_t>(3, n); ++back) {
-    const auto c = static_cast<unsigned char>(s[n - back]);
-    if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
-    size_t need = 1;
-    if ((c & 0xE0) == 0xC0)
-      need = 2;
-    else if ((c & 0xF0) == 0xE0)
-      need = 3;
-    else if ((c & 0xF8) == 0xF0)
-      need = 4;
-    return need > back ? back : 0;
-  }
-  return 0;  // no lead byte within 3 bytes: invalid anyway, nothing to wait for
-}
 
 }  // namespace
 
@@ -475,7 +458,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool special) con
 
 std::string TokenTextStream::push(int32_t id) {
   pending_ += tok_->piece(id, special_);
-  const size_t hold = incomplete_utf8_tail(pending_);
+  const size_t hold = utf8_incomplete_tail(pending_);
   std::string ready = pending_.substr(0, pending_.size() - hold);
   pending_.erase(0, pending_.size() - hold);
   return ready;

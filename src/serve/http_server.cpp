@@ -14,6 +14,7 @@
 #include "serve/text_stream.h"
 #include "util/error.h"
 #include "util/rng.h"
+#include "util/utf8.h"
 
 namespace kvevict::serve {
 namespace {
@@ -60,6 +61,10 @@ void send_error(httplib::Response& res, const ApiError& e, int retry_after_s = 0
 ApiError bad(const std::string& param, const std::string& msg) {
   return ApiError{400, fmt::format("{}: {}", param, msg), param};
 }
+
+// Largest kv_budget / kv_buffer / kv_sinks a request may ask for: the CLI's bound on token
+// counts (limits::kTokens, 2^20), so a request cannot ask for what `generate` would refuse.
+constexpr int64_t kMaxKvTokens = int64_t{1} << 20;
 
 std::optional<int64_t> get_int(const json& body, const std::string& key, int64_t lo, int64_t hi) {
   auto it = body.find(key);
@@ -254,7 +259,7 @@ struct ApiServer::Impl {
 
     // Per-request eviction settings, validated as the CLI validates --policy/--budget/--buffer/--sinks.
     const auto policy_name = get_string(body, "kv_policy");
-    const auto sinks = get_int(body, "kv_sinks", 0, 1 << 20);
+    const auto sinks = get_int(body, "kv_sinks", 0, kMaxKvTokens);
     if ((!policy_name || *policy_name == opt.policy.name) && !sinks) {
       g.policy = opt.policy;  // the server's policy, with its --param values (e.g. TriAttention's stats)
     } else {
@@ -270,8 +275,8 @@ struct ApiServer::Impl {
         throw bad("kv_sinks", e.what());
       }
     }
-    g.eviction.budget = get_int(body, "kv_budget", 1, 1LL << 30).value_or(opt.budget);
-    g.eviction.recent = get_int(body, "kv_buffer", 1, 1LL << 30).value_or(opt.recent);
+    g.eviction.budget = get_int(body, "kv_budget", 1, kMaxKvTokens).value_or(opt.budget);
+    g.eviction.recent = get_int(body, "kv_buffer", 1, kMaxKvTokens).value_or(opt.recent);
     g.eviction.long_prompt = opt.long_prompt;
     g.eviction.seed = seed;
     if (g.policy.evicts && g.eviction.budget == 0)
@@ -324,7 +329,7 @@ struct ApiServer::Impl {
     json body;
     try {
       body = json::parse(hreq.body);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // syntax errors, and numbers that overflow a double (1e999)
       return send_error(res, {400, fmt::format("the request body is not valid JSON: {}", e.what()), ""});
     }
     Parsed p;
@@ -332,6 +337,8 @@ struct ApiServer::Impl {
       p = parse(body, ep);
     } catch (const ApiError& e) {
       return send_error(res, e);
+    } catch (const json::exception& e) {  // a field of an unexpected JSON type the checks did not name
+      return send_error(res, {400, fmt::format("invalid request field: {}", e.what()), ""});
     }
     auto req = std::make_shared<Request>(p.gen);
     switch (sched.submit(req)) {
@@ -347,11 +354,13 @@ struct ApiServer::Impl {
         return send_error(
             res,
             {400,
-             fmt::format(
-                 "the request needs {} bytes of KV memory ({} sequence(s) of {} bytes) but the "
-                 "KV pool holds {} bytes (--kv-memory); lower max_tokens, n or the prompt, or use a bounded kv_policy",
-                 sched.sequence_bytes(p.gen) * p.gen.n, p.gen.n, sched.sequence_bytes(p.gen), sched.pool().capacity()),
-             "max_tokens"});
+             fmt::format("the request needs {} bytes of KV memory ({} sequence(s) of {} bytes) but the "
+                         "KV pool holds {} bytes (--kv-memory); {}",
+                         sched.sequence_bytes(p.gen) * p.gen.n, p.gen.n, sched.sequence_bytes(p.gen),
+                         sched.pool().capacity(),
+                         p.gen.policy.evicts ? "lower kv_budget, kv_buffer, n or the prompt"
+                                             : "lower max_tokens, n or the prompt, or use a bounded kv_policy"),
+             p.gen.policy.evicts ? "kv_budget" : "max_tokens"});
       case Admission::QueueFull:
         sched.metrics().requests_rejected += 1;
         return send_error(

@@ -40,8 +40,4 @@ class TextStream {
 /// an incomplete trailing multi-byte sequence (at most 3 bytes are cut).
 size_t utf8_complete_prefix(const std::string& s);
 
-/// True when `s` is well-formed UTF-8 (RFC 3629: no overlong forms, surrogates or values above
-/// U+10FFFF).
-bool utf8_valid(const std::string& s);
-
 }  // namespace kvevict::serve
