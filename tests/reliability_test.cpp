@@ -5,8 +5,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "cli_run.h"
+#include "eval/perplexity.h"
 #include "eviction/registry.h"
 #include "eviction/schedule.h"
 #include "model/llama.h"
@@ -101,4 +103,28 @@ TEST_F(PerplexityCli, DirectoryMissingMarkersAndLongContextAreReported) {
 }
 
 }  // namespace
+
+TEST(GutenbergBody, BothMarkerSpellingsAndAWrappedTitle) {
+  // Expected values written by hand from the two marker forms in ../shared's PG-19 books:
+  // "*** START OF ... ***" on one line (10321.txt) and "***START OF ... IN\nST. PAUL***" (10146.txt).
+  EXPECT_EQ(gutenberg_body("head\n*** START OF THE BOOK ***\nbody line\n*** END OF THE BOOK ***\nlicence"),
+            "body line\n");
+  EXPECT_EQ(gutenberg_body("head\n***START OF THE EBOOK REMINISCENCES IN\nST. PAUL***\n\nbody\n***END OF THE EBOOK\nx"),
+            "\nbody\n");
+  // A START line without closing stars: the body starts on the next line, not at a later "***".
+  EXPECT_EQ(gutenberg_body("***START OF X\nbody\n* * *\nmore *** stars\n***END OF X"), "body\n* * *\nmore *** stars\n");
+  EXPECT_EQ(gutenberg_body("no markers here"), "no markers here");
+}
+
+TEST(GutenbergBody, SharedBookWithUnspacedMarkersIsStripped) {
+  const std::string path = test::shared_dir() + "/data/gutenberg-pg19-test-books/10146.txt";
+  std::ifstream in(path);
+  if (!in) KVEVICT_SKIP_UNLESS_CI("missing " + path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string body = gutenberg_body(text);
+  EXPECT_LT(body.size(), text.size());
+  EXPECT_EQ(body.find("Project Gutenberg License"), std::string::npos);  // the licence is outside the body
+  EXPECT_EQ(body.find("START OF THE PROJECT"), std::string::npos);
+}
+
 }  // namespace kvevict

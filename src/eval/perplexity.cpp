@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <string_view>
 
 #include "util/error.h"
 
@@ -92,11 +93,30 @@ ChunkedPerplexity perplexity_chunked(Engine& engine, const Policy& policy, const
   return r;
 }
 
+namespace {
+// Offset of a "***" that is followed (after optional spaces) by `word`, or npos. Project
+// Gutenberg files write both "*** START OF" and "***START OF".
+size_t find_gutenberg_marker(const std::string& text, std::string_view word) {
+  for (size_t at = text.find("***"); at != std::string::npos; at = text.find("***", at + 3)) {
+    size_t i = at + 3;
+    while (i < text.size() && text[i] == ' ') ++i;
+    if (text.compare(i, word.size(), word) == 0) return at;
+  }
+  return std::string::npos;
+}
+}  // namespace
+
 std::string gutenberg_body(const std::string& text) {
-  const auto start = text.find("*** START OF");
-  const auto end = text.find("*** END OF");
+  const size_t start = find_gutenberg_marker(text, "START OF");
+  const size_t end = find_gutenberg_marker(text, "END OF");
   if (start == std::string::npos || end == std::string::npos || end <= start) return text;
-  const auto body = text.find('\n', start);
+  // The START marker may wrap onto a second line ("...DAYS IN\nST. PAUL***"): the body begins
+  // after the line holding its closing "***" (or after the marker's own line without one).
+  const size_t line1 = text.find('\n', start);
+  const size_t line2 = line1 == std::string::npos ? std::string::npos : text.find('\n', line1 + 1);
+  size_t close = text.find("***", start + 3);
+  if (close == std::string::npos || close >= end || close > line2) close = start;
+  const size_t body = text.find('\n', close);
   if (body == std::string::npos || body >= end) return text;
   return text.substr(body + 1, end - body - 1);
 }

@@ -51,8 +51,9 @@ ChunkedPerplexity perplexity_chunked(Engine& engine, const Policy& policy, const
                                      std::span<const int32_t> tokens, int64_t n_ctx, int64_t chunks,
                                      const std::function<void(int64_t, double)>& progress = {});
 
-/// Returns the text between Project Gutenberg's "*** START OF" and "*** END OF" marker lines,
-/// or the whole text when the markers are absent.
+/// Returns the text between Project Gutenberg's "*** START OF" and "*** END OF" marker lines
+/// (also written "***START OF", and with the START title wrapped over two lines), or the whole
+/// text when the markers are absent. Never throws.
 std::string gutenberg_body(const std::string& text);
 
 }  // namespace kvevict
