@@ -204,6 +204,16 @@ inline __m256i sum_i8x32(__m256i q) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
 }
 
+// One block of an affine type (Q4_1, Q5_1: w = d * q + m, q unsigned) against a Q8_0 block:
+// acc += d * dx * sum(q * x), accm += m * dx * sum(x).
+inline void add_affine_block(uint16_t d, uint16_t m, __m256i q_unsigned, const BlockQ8& x, __m256& acc, __m256& accm) {
+  const __m256i qb = load32(x.qs);
+  const float dx = _cvtsh_ss(x.d);
+  const __m256i prod = _mm256_madd_epi16(dot_u8_i8_pairs(q_unsigned, qb), _mm256_set1_epi16(1));
+  acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(d) * dx), _mm256_cvtepi32_ps(prod), acc);
+  accm = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(m) * dx), _mm256_cvtepi32_ps(sum_i8x32(qb)), accm);
+}
+
 // Low / high nibbles of 16 bytes as 32 bytes: elements 0..15 low nibbles, 16..31 high.
 inline __m256i nibbles_32(const uint8_t* qs) {
   const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
@@ -218,13 +228,7 @@ float dot_q4_1_q8_0(const void* w, const void* xq, int64_t n) {
   const auto* a = static_cast<const ggml::BlockQ4_1*>(w);
   const auto* b = static_cast<const BlockQ8*>(xq);
   __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    const __m256i qa = nibbles_32(a[i].qs), qb = load32(b[i].qs);
-    const float dx = _cvtsh_ss(b[i].d);
-    const __m256i prod = _mm256_madd_epi16(dot_u8_i8_pairs(qa, qb), _mm256_set1_epi16(1));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].d) * dx), _mm256_cvtepi32_ps(prod), acc);
-    accm = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].m) * dx), _mm256_cvtepi32_ps(sum_i8x32(qb)), accm);
-  }
+  for (int64_t i = 0; i < n / kQK; ++i) add_affine_block(a[i].d, a[i].m, nibbles_32(a[i].qs), b[i], acc, accm);
   return hsum8(_mm256_add_ps(acc, accm));
 #else
   return dot_dequantised(GgmlType::Q4_1, w, ActivationQuant::Q8_0, xq, n);
@@ -255,11 +259,7 @@ float dot_q5_1_q8_0(const void* w, const void* xq, int64_t n) {
   __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQK; ++i) {
     const __m256i hi = _mm256_and_si256(bytes_from_bits(a[i].qh), _mm256_set1_epi8(0x10));
-    const __m256i qa = _mm256_or_si256(nibbles_32(a[i].qs), hi), qb = load32(b[i].qs);
-    const float dx = _cvtsh_ss(b[i].d);
-    const __m256i prod = _mm256_madd_epi16(dot_u8_i8_pairs(qa, qb), _mm256_set1_epi16(1));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].d) * dx), _mm256_cvtepi32_ps(prod), acc);
-    accm = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].m) * dx), _mm256_cvtepi32_ps(sum_i8x32(qb)), accm);
+    add_affine_block(a[i].d, a[i].m, _mm256_or_si256(nibbles_32(a[i].qs), hi), b[i], acc, accm);
   }
   return hsum8(_mm256_add_ps(acc, accm));
 #else
