@@ -25,7 +25,8 @@ std::vector<std::string> texts() {
   std::ifstream in(test::shared_path("reference/tiny-random-qwen2.json"));
   if (!in) throw std::runtime_error("cannot open reference/tiny-random-qwen2.json");
   std::vector<std::string> out;
-  for (const json& e : json::parse(in).at("tokenize")) out.push_back(e.at("text").get<std::string>());
+  const json ref = json::parse(in);  // named: a range-for over parse(in).at(...) would outlive the temporary
+  for (const json& e : ref.at("tokenize")) out.push_back(e.at("text").get<std::string>());
   for (const char* t : {"HelloWorld ABCdef XMLHttpRequest", "I'M HERE, don't WON'T you'll", "path/to\n/file //x",
                         "Ünïcödé ÇA ça", "numbers 1234567 and 3.14159", "tabs\t\tand  \n\n  spaces   ",
                         "combining e\xCC\x81 marks", "日本語のテキスト", "한국어 텍스트"}) {
