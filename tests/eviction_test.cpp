@@ -138,23 +138,9 @@ Trace run(const LlamaModel& m, const std::string& policy, int64_t B, int64_t r, 
   return tr;
 }
 
-std::vector<int32_t> story_tokens(const LlamaModel& m, int n_total) {
-  // A prompt plus the model's own greedy continuation (computed with `full`).
-  auto ids = m.tokenizer().encode("Once upon a time, Lily and Ben found a small red box", true);
-  Engine engine(m, 1);
-  auto seq = engine.new_sequence(0, make_policy("full"), {}, static_cast<int64_t>(ids.size()), n_total);
-  std::vector<float> logits;
-  engine.prefill(*seq, ids, logits);
-  while (static_cast<int>(ids.size()) < n_total) {
-    ids.push_back(argmax(logits));
-    engine.decode(*seq, ids.back(), logits);
-  }
-  return ids;
-}
-
 TEST(Eviction, InvariantsAfterEveryRound) {
   KVEVICT_REQUIRE_MODEL(m);
-  const auto tokens = story_tokens(*m, 300);
+  const auto tokens = test::greedy_story_tokens(*m, 300);
   // The first 13 tokens are the prompt (prefilled); K_sel = 32 > 13, so all of it is pinned.
   const int64_t P = 13, B = 48, r = 16;
   for (const char* pol : {"random", "random-unprotected", "recency", "streaming"}) {
@@ -187,7 +173,7 @@ TEST(Eviction, InvariantsAfterEveryRound) {
 
 TEST(Eviction, RandomDiffersAcrossHeadsAndIsSeeded) {
   KVEVICT_REQUIRE_MODEL(m);
-  const auto tokens = story_tokens(*m, 200);
+  const auto tokens = test::greedy_story_tokens(*m, 200);
   const auto a = run(*m, "random", 48, 16, 1, 5, tokens, 13);
   const auto b = run(*m, "random", 48, 16, 2, 5, tokens, 13);  // same seed, 2 threads
   const auto c = run(*m, "random", 48, 16, 1, 6, tokens, 13);  // another seed
@@ -212,7 +198,7 @@ TEST(Eviction, BudgetAboveLengthEqualsFull) {
   KVEVICT_REQUIRE_MODEL(m);
   // Expected: `full` on the same tokens. With B >= length no round fires, so every logit must
   // agree within 1e-5 relative.
-  const auto tokens = story_tokens(*m, 120);
+  const auto tokens = test::greedy_story_tokens(*m, 120);
   const auto full = run(*m, "full", 0, 64, 2, 1, tokens, 13);
   for (const char* pol : {"random", "recency", "streaming", "random-unprotected"}) {
     const auto t = run(*m, pol, 128, 64, 2, 1, tokens, 13);
@@ -229,7 +215,7 @@ TEST(Eviction, CompactedCacheEqualsMaskedFullCache) {
   // mask that hides, for every later token, exactly the positions evicted from each
   // (layer, KV head) by then. Interior slots are evicted (random), so this checks compaction,
   // GQA sharing and logical RoPE positions together.
-  const auto tokens = story_tokens(*m, 110);
+  const auto tokens = test::greedy_story_tokens(*m, 110);
   const int64_t P = 13, B = 40, r = 8;
   Engine engine(*m, 2);
   EvictionConfig cfg;
@@ -276,7 +262,7 @@ TEST(Eviction, CachePositionModeRerotatesKeys) {
   // Expected: right after the first round both modes hold the same slots (random keep-sets do
   // not depend on contents, and before it both modes rotate by the same positions); in cache
   // mode each kept key must equal the logical-mode key rotated by (new slot - position).
-  const auto tokens = story_tokens(*m, 64 + 13);
+  const auto tokens = test::greedy_story_tokens(*m, 64 + 13);
   const int64_t P = 13, B = 48, r = 16;
   Engine engine(*m, 1);
   EvictionConfig cfg;
@@ -309,7 +295,7 @@ TEST(Eviction, CachePositionModeRerotatesKeys) {
 TEST(Eviction, LongPromptModes) {
   KVEVICT_REQUIRE_MODEL(m);
   // Spec §2.5: prompt (40 tokens) longer than K_sel - 1 (= 15 at B = 24, r = 8).
-  const auto tokens = story_tokens(*m, 140);
+  const auto tokens = test::greedy_story_tokens(*m, 140);
   const auto pin = run(*m, "random", 24, 8, 1, 3, tokens, 40);
   EXPECT_GT(pin.stats.rounds, 0);
   EXPECT_EQ(pin.stats.peak_slots, 40 + 8);  // max(B, P) + r before the first round

@@ -3,9 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
+#include <vector>
 
+#include "engine/engine.h"
+#include "eviction/registry.h"
 #include "model/llama.h"
 #include "test_paths.h"
 
@@ -16,6 +20,21 @@ inline const LlamaModel* stories_model() {
     return std::filesystem::exists(stories260k()) ? LlamaModel::load(stories260k()) : nullptr;
   }();
   return m.get();
+}
+
+/// `n_total` token ids: a fixed story prompt (with BOS) plus the model's own greedy continuation
+/// computed with `full`, so every policy under test decodes the same, natural tokens.
+inline std::vector<int32_t> greedy_story_tokens(const LlamaModel& m, int n_total) {
+  auto ids = m.tokenizer().encode("Once upon a time, Lily and Ben found a small red box", true);
+  Engine engine(m, 1);
+  auto seq = engine.new_sequence(0, make_policy("full"), {}, static_cast<int64_t>(ids.size()), n_total);
+  std::vector<float> logits;
+  engine.prefill(*seq, ids, logits);
+  while (static_cast<int>(ids.size()) < n_total) {
+    ids.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    engine.decode(*seq, ids.back(), logits);
+  }
+  return ids;
 }
 
 #define KVEVICT_REQUIRE_MODEL(var)                                     \

@@ -23,20 +23,6 @@
 namespace kvevict {
 namespace {
 
-/// Greedy continuation of a fixed prompt with `full` (the tokens every policy then decodes).
-std::vector<int32_t> story(const LlamaModel& m, int n_total) {
-  auto ids = m.tokenizer().encode("Once upon a time, Lily and Ben found a small red box", true);
-  Engine engine(m, 1);
-  auto seq = engine.new_sequence(0, make_policy("full"), {}, static_cast<int64_t>(ids.size()), n_total);
-  std::vector<float> logits;
-  engine.prefill(*seq, ids, logits);
-  while (static_cast<int>(ids.size()) < n_total) {
-    ids.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
-    engine.decode(*seq, ids.back(), logits);
-  }
-  return ids;
-}
-
 /// Every registered policy, and each with +prompt.
 std::vector<std::string> every_policy() {
   std::vector<std::string> out;
@@ -57,7 +43,7 @@ std::vector<std::string> required_params(const LlamaModel& m, const std::string&
       if (s.name == "stats") {
         static const std::string path = [&] {
           ThreadPool pool(1);
-          const auto tokens = story(m, 256);
+          const auto tokens = test::greedy_story_tokens(m, 256);
           const std::string f = ::testing::TempDir() + "/registry_test.stats." + std::to_string(::getpid()) + ".json";
           save_query_stats(calibrate_query_stats(m, tokens, 128, pool), f);
           return f;
@@ -98,7 +84,7 @@ std::vector<std::vector<std::vector<int32_t>>> rounds_of(const LlamaModel& m, co
 TEST(Registry, EveryPolicyKeepsTheScheduleInvariants) {
   KVEVICT_REQUIRE_MODEL(m);
   const int64_t P = 13, B = 48, r = 16, n = 240;
-  const auto tokens = story(*m, static_cast<int>(n));
+  const auto tokens = test::greedy_story_tokens(*m, static_cast<int>(n));
   for (const std::string& name : every_policy()) {
     SCOPED_TRACE(name);
     const Policy p = make_policy(name, std::nullopt, std::nullopt, SelectorParams::parse(required_params(*m, name)));
