@@ -497,34 +497,6 @@ float dot_quantised_ref(GgmlType t, const void* w, const void* xq, int64_t n) {
   return dot_dequantised(t, w, activation_quant(t), xq, n);
 }
 
-namespace {
-
-// Four weight rows (row r at w + r * row_bytes) against one Q8_0 activation row at once: the
-// activation block and its scale are loaded once for the four. Each row's operations are those
-// of its one-row kernel in the same order, so each output equals the one-row kernel's bit for bit.
-// unpack(block) returns the block's 32 signed values.
-#ifdef KVEVICT_KERNELS_AVX2
-template <class Block, class Unpack>
-void dot4_q8_0_act(const uint8_t* w, int64_t row_bytes, const void* xq, int64_t n, float* out, Unpack unpack) {
-  const auto* b = static_cast<const BlockQ8*>(xq);
-  const Block* rows[4];
-  for (int r = 0; r < 4; ++r) rows[r] = reinterpret_cast<const Block*>(w + r * row_bytes);
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs));
-    const float dx = _cvtsh_ss(b[i].d);
-    for (int r = 0; r < 4; ++r) {
-      const Block& a = rows[r][i];
-      const __m256 d = _mm256_set1_ps(_cvtsh_ss(a.d) * dx);
-      acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8x32(unpack(a), qb)), acc[r]);
-    }
-  }
-  for (int r = 0; r < 4; ++r) out[r] = hsum8(acc[r]);
-}
-#endif
-
-}  // namespace
-
 void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, ThreadPool& pool, MatmulScratch& scratch,
                  bool allow_blas) {
   if (jobs.empty() || T <= 0) return;
@@ -586,35 +558,6 @@ void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, Thr
         continue;
       }
       int64_t r = r0;
-#ifdef KVEVICT_KERNELS_AVX2
-      // Groups of four rows for the 32-element types (same results as one row at a time).
-      if (W.type == GgmlType::Q8_0 || W.type == GgmlType::Q4_0 || W.type == GgmlType::Q5_0) {
-        float out4[4];
-        for (; r + 4 <= r1; r += 4) {
-          const uint8_t* w = W.data + r * W.row_bytes;
-          for (int64_t t = 0; t < T; ++t) {
-            const uint8_t* xt = xq + t * q_row_bytes;
-            if (W.type == GgmlType::Q8_0) {
-              dot4_q8_0_act<BlockQ8>(w, W.row_bytes, xt, cols, out4, [](const BlockQ8& a) {
-                return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
-              });
-            } else if (W.type == GgmlType::Q4_0) {
-              dot4_q8_0_act<BlockQ4>(w, W.row_bytes, xt, cols, out4, [](const BlockQ4& a) {
-                const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs));
-                const __m256i both = _mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes);
-                return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
-              });
-            } else {
-              dot4_q8_0_act<ggml::BlockQ5_0>(w, W.row_bytes, xt, cols, out4, [](const ggml::BlockQ5_0& a) {
-                const __m256i hi = _mm256_and_si256(bytes_from_bits(a.qh), _mm256_set1_epi8(0x10));
-                return _mm256_sub_epi8(_mm256_or_si256(nibbles_32(a.qs), hi), _mm256_set1_epi8(16));
-              });
-            }
-            for (int k = 0; k < 4; ++k) y[t * W.rows + r + k] = out4[k];
-          }
-        }
-      }
-#endif
       for (; r < r1; ++r) {
         const uint8_t* w = W.data + r * W.row_bytes;
         switch (W.type) {
