@@ -40,6 +40,24 @@ inline __m256i dot_i8x32(__m256i a, __m256i b) {
   const __m256i pairs = _mm256_maddubs_epi16(ua, sb);
   return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 }
+
+// acc + Σ u_i · s_i of 32 unsigned by 32 signed bytes, in 8 int32 lanes (lane k: bytes 4k..4k+3,
+// the grouping of dot_i8x32). One VNNI instruction where the CPU has it, else maddubs + madd,
+// which is exact only while no int16 pair sum saturates: callers keep u <= 63 (2 · 63 · 127 < 2^15).
+inline __m256i dpbusd_small(__m256i acc, __m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(acc, u, s);
+#elif defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+// Σ over the 32 signed bytes of a Q8_0 block as 8 int32 lanes (same grouping).
+inline __m256i sum_i8x32(__m256i q) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
+}
 #endif
 
 // Chunk of output rows one work item computes: at least kRowChunk rows and about kChunkBytes of
@@ -124,28 +142,6 @@ float dot_q8_0_q8_0(const void* w, const void* xq, int64_t n) {
 #endif
 }
 
-float dot_q4_0_q8_0(const void* w, const void* xq, int64_t n) {
-#ifdef KVEVICT_KERNELS_AVX2
-  const auto* a = static_cast<const BlockQ4*>(w);
-  const auto* b = static_cast<const BlockQ8*>(xq);
-  const int64_t nb = n / kQK;
-  const __m256i mask = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i].qs));
-    // Low 128 bits: low nibbles (elements 0..15); high 128 bits: high nibbles (16..31).
-    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes);
-    const __m256i qa = _mm256_sub_epi8(_mm256_and_si256(both, mask), eight);
-    const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs));
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(a[i].d) * _cvtsh_ss(b[i].d));
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8x32(qa, qb)), acc);
-  }
-  return hsum8(acc);
-#else
-  return dot_q4_0_q8_0_ref(w, xq, n);
-#endif
-}
-
 void quantize_rows_q8_k(const float* x, int64_t T, int64_t n, uint8_t* dst) {
   const int64_t row_bytes = n / kQKK * static_cast<int64_t>(sizeof(BlockQ8_K));
   for (int64_t t = 0; t < T; ++t) quantize_row_q8_k(x + t * n, dst + t * row_bytes, n);
@@ -199,21 +195,6 @@ inline __m256i scale16(__m256i pairs, int a, int b) {
 
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
-// Σ over the 32 signed bytes of a Q8_0 block as 8 int32 lanes.
-inline __m256i sum_i8x32(__m256i q) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
-}
-
-// One block of an affine type (Q4_1, Q5_1: w = d * q + m, q unsigned) against a Q8_0 block:
-// acc += d * dx * sum(q * x), accm += m * dx * sum(x).
-inline void add_affine_block(uint16_t d, uint16_t m, __m256i q_unsigned, const BlockQ8& x, __m256& acc, __m256& accm) {
-  const __m256i qb = load32(x.qs);
-  const float dx = _cvtsh_ss(x.d);
-  const __m256i prod = _mm256_madd_epi16(dot_u8_i8_pairs(q_unsigned, qb), _mm256_set1_epi16(1));
-  acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(d) * dx), _mm256_cvtepi32_ps(prod), acc);
-  accm = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(m) * dx), _mm256_cvtepi32_ps(sum_i8x32(qb)), accm);
-}
-
 // Low / high nibbles of 16 bytes as 32 bytes: elements 0..15 low nibbles, 16..31 high.
 inline __m256i nibbles_32(const uint8_t* qs) {
   const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
@@ -221,15 +202,176 @@ inline __m256i nibbles_32(const uint8_t* qs) {
 }
 #endif
 
+#ifdef KVEVICT_KERNELS_AVX2
+// Lane sums (sum_i8x32) of the activation blocks: computed from the block (one-off dots) or
+// read from a table computed once per matmul (matmul_jobs: every weight row reuses them).
+struct LaneSumsFromBlocks {
+  const BlockQ8* x;
+  __m256i operator()(int64_t i) const { return sum_i8x32(load32(x[i].qs)); }
+};
+struct LaneSumsTable {
+  const int32_t* ls;  // 8 per block
+  __m256i operator()(int64_t i) const { return load32(ls + 8 * i); }
+};
+
+// Symmetric 32-element types (Q4_0: w = d · (q − 8), Q5_0: w = d · (q − 16), q unsigned): the
+// integer sum Σ (q − o) x is computed as Σ q x − o Σ x, lane by lane, so it equals the
+// dot_i8x32 lanes of the reference exactly and the float steps are the reference's.
+// noinline: inlined into matmul_jobs' row loop, GCC 12 ran short of registers and kept the
+// block pointers in vector registers (a loop-carried round trip per block, half the speed).
+template <int kOffset, class Block, class Unpack, class LaneSums>
+[[gnu::noinline]] float dot_offset_q8_0(const Block* a, const BlockQ8* b, int64_t nb, Unpack unpack, LaneSums lane_sums) {
+  constexpr int kShift = kOffset == 8 ? 3 : 4;
+  static_assert(kOffset == 8 || kOffset == 16);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const __m256i corr = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(lane_sums(i), kShift));
+    const __m256i lanes = dpbusd_small(corr, unpack(a[i]), load32(b[i].qs));
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(a[i].d) * _cvtsh_ss(b[i].d));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc);
+  }
+  return hsum8(acc);
+}
+
+// Affine 32-element types (Q4_1, Q5_1: w = d · q + m, q unsigned) against Q8_0 blocks:
+// acc += d · dx · Σ q x, accm += m · dx · Σ x.
+template <class Block, class Unpack, class LaneSums>
+[[gnu::noinline]] float dot_affine_q8_0(const Block* a, const BlockQ8* b, int64_t nb, Unpack unpack, LaneSums lane_sums) {
+  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const float dx = _cvtsh_ss(b[i].d);
+    const __m256i prod = dpbusd_small(_mm256_setzero_si256(), unpack(a[i]), load32(b[i].qs));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].d) * dx), _mm256_cvtepi32_ps(prod), acc);
+    accm = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].m) * dx), _mm256_cvtepi32_ps(lane_sums(i)), accm);
+  }
+  return hsum8(_mm256_add_ps(acc, accm));
+}
+
+// Unsigned values (0..15 or 0..31) of one block.
+struct UnpackQ4_0 {
+  __m256i operator()(const BlockQ4& a) const { return nibbles_32(a.qs); }
+};
+struct UnpackQ4_1 {
+  __m256i operator()(const ggml::BlockQ4_1& a) const { return nibbles_32(a.qs); }
+};
+template <class B>
+struct UnpackQ5 {
+  __m256i operator()(const B& a) const {
+    return _mm256_or_si256(nibbles_32(a.qs), _mm256_and_si256(bytes_from_bits(a.qh), _mm256_set1_epi8(0x10)));
+  }
+};
+
+// The four dots above for weight type t, with lane sums from `lane_sums`.
+template <class LaneSums>
+float dot_q8_0_act(GgmlType t, const void* w, const BlockQ8* b, int64_t nb, LaneSums lane_sums) {
+  switch (t) {
+    case GgmlType::Q4_0:
+      return dot_offset_q8_0<8>(static_cast<const BlockQ4*>(w), b, nb, UnpackQ4_0{}, lane_sums);
+    case GgmlType::Q5_0:
+      return dot_offset_q8_0<16>(static_cast<const ggml::BlockQ5_0*>(w), b, nb, UnpackQ5<ggml::BlockQ5_0>{}, lane_sums);
+    case GgmlType::Q4_1:
+      return dot_affine_q8_0(static_cast<const ggml::BlockQ4_1*>(w), b, nb, UnpackQ4_1{}, lane_sums);
+    case GgmlType::Q5_1:
+      return dot_affine_q8_0(static_cast<const ggml::BlockQ5_1*>(w), b, nb, UnpackQ5<ggml::BlockQ5_1>{}, lane_sums);
+    default:
+      throw Error("dot_q8_0_act: not a 32-element offset/affine type");
+  }
+}
+
+// Row groups: kRows weight rows against one activation row at once. One row's blocks form a
+// dependent chain of float FMAs (4 cycles each), so a single row runs at ~1.3 ns per block
+// whatever the integer work; kRows independent chains overlap, and each activation block and
+// its lane sums are loaded once for all of them. Each row's operations are exactly its one-row
+// kernel's (dot_q8_0_q8_0, dot_offset_q8_0, dot_affine_q8_0), so the outputs are bit-identical.
+constexpr int kGroupRows = 4;
+
+struct GroupQ8_0 {
+  using Block = BlockQ8;
+  static constexpr bool kAffine = false;
+  static __m256i shared(__m256i) { return _mm256_setzero_si256(); }
+  static __m256i ints(const Block& a, __m256i qb, __m256i) { return dot_i8x32(load32(a.qs), qb); }
+};
+template <int kOffset, class B, class Unpack>
+struct GroupOffset {
+  using Block = B;
+  static constexpr bool kAffine = false;
+  static __m256i shared(__m256i ls) {
+    return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(ls, kOffset == 8 ? 3 : 4));
+  }
+  static __m256i ints(const Block& a, __m256i qb, __m256i corr) { return dpbusd_small(corr, Unpack{}(a), qb); }
+};
+template <class B, class Unpack>
+struct GroupAffine {
+  using Block = B;
+  static constexpr bool kAffine = true;
+  static __m256i shared(__m256i) { return _mm256_setzero_si256(); }
+  static __m256i ints(const Block& a, __m256i qb, __m256i zero) { return dpbusd_small(zero, Unpack{}(a), qb); }
+};
+
+template <class G>
+[[gnu::noinline]] void dot_row_group(const uint8_t* w, int64_t row_bytes, const BlockQ8* b, const int32_t* ls,
+                                     int64_t nb, float* out) {
+  const typename G::Block* rows[kGroupRows];
+  for (int r = 0; r < kGroupRows; ++r) rows[r] = reinterpret_cast<const typename G::Block*>(w + r * row_bytes);
+  __m256 acc[kGroupRows], accm[kGroupRows];
+  for (int r = 0; r < kGroupRows; ++r) acc[r] = accm[r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const __m256i qb = load32(b[i].qs);
+    const __m256i lsum = load32(ls + 8 * i);
+    const __m256i shared = G::shared(lsum);
+    const float dx = _cvtsh_ss(b[i].d);
+    for (int r = 0; r < kGroupRows; ++r) {
+      const auto& a = rows[r][i];
+      const __m256i ints = G::ints(a, qb, shared);
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a.d) * dx), _mm256_cvtepi32_ps(ints), acc[r]);
+      if constexpr (G::kAffine)
+        accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a.m) * dx), _mm256_cvtepi32_ps(lsum), accm[r]);
+    }
+  }
+  for (int r = 0; r < kGroupRows; ++r) out[r] = G::kAffine ? hsum8(_mm256_add_ps(acc[r], accm[r])) : hsum8(acc[r]);
+}
+
+// kGroupRows rows of type t from w (row r at w + r · row_bytes) against one Q8_0 activation row
+// b with lane sums ls (every type whose activation_quant is Q8_0).
+void dot_row_group_q8_0(GgmlType t, const uint8_t* w, int64_t row_bytes, const BlockQ8* b, const int32_t* ls,
+                        int64_t nb, float* out) {
+  switch (t) {
+    case GgmlType::Q8_0:
+      dot_row_group<GroupQ8_0>(w, row_bytes, b, ls, nb, out);
+      return;
+    case GgmlType::Q4_0:
+      dot_row_group<GroupOffset<8, BlockQ4, UnpackQ4_0>>(w, row_bytes, b, ls, nb, out);
+      return;
+    case GgmlType::Q5_0:
+      dot_row_group<GroupOffset<16, ggml::BlockQ5_0, UnpackQ5<ggml::BlockQ5_0>>>(w, row_bytes, b, ls, nb, out);
+      return;
+    case GgmlType::Q4_1:
+      dot_row_group<GroupAffine<ggml::BlockQ4_1, UnpackQ4_1>>(w, row_bytes, b, ls, nb, out);
+      return;
+    case GgmlType::Q5_1:
+      dot_row_group<GroupAffine<ggml::BlockQ5_1, UnpackQ5<ggml::BlockQ5_1>>>(w, row_bytes, b, ls, nb, out);
+      return;
+    default:
+      throw Error("dot_row_group_q8_0: not a Q8_0-activation type");
+  }
+}
+#endif
+
 }  // namespace
+
+float dot_q4_0_q8_0(const void* w, const void* xq, int64_t n) {
+#ifdef KVEVICT_KERNELS_AVX2
+  const auto* b = static_cast<const BlockQ8*>(xq);
+  return dot_q8_0_act(GgmlType::Q4_0, w, b, n / kQK, LaneSumsFromBlocks{b});
+#else
+  return dot_q4_0_q8_0_ref(w, xq, n);
+#endif
+}
 
 float dot_q4_1_q8_0(const void* w, const void* xq, int64_t n) {
 #ifdef KVEVICT_KERNELS_AVX2
-  const auto* a = static_cast<const ggml::BlockQ4_1*>(w);
   const auto* b = static_cast<const BlockQ8*>(xq);
-  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / kQK; ++i) add_affine_block(a[i].d, a[i].m, nibbles_32(a[i].qs), b[i], acc, accm);
-  return hsum8(_mm256_add_ps(acc, accm));
+  return dot_q8_0_act(GgmlType::Q4_1, w, b, n / kQK, LaneSumsFromBlocks{b});
 #else
   return dot_dequantised(GgmlType::Q4_1, w, ActivationQuant::Q8_0, xq, n);
 #endif
@@ -237,16 +379,8 @@ float dot_q4_1_q8_0(const void* w, const void* xq, int64_t n) {
 
 float dot_q5_0_q8_0(const void* w, const void* xq, int64_t n) {
 #ifdef KVEVICT_KERNELS_AVX2
-  const auto* a = static_cast<const ggml::BlockQ5_0*>(w);
   const auto* b = static_cast<const BlockQ8*>(xq);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    const __m256i hi = _mm256_and_si256(bytes_from_bits(a[i].qh), _mm256_set1_epi8(0x10));
-    const __m256i qa = _mm256_sub_epi8(_mm256_or_si256(nibbles_32(a[i].qs), hi), _mm256_set1_epi8(16));
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(a[i].d) * _cvtsh_ss(b[i].d));
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8x32(qa, load32(b[i].qs))), acc);
-  }
-  return hsum8(acc);
+  return dot_q8_0_act(GgmlType::Q5_0, w, b, n / kQK, LaneSumsFromBlocks{b});
 #else
   return dot_dequantised(GgmlType::Q5_0, w, ActivationQuant::Q8_0, xq, n);
 #endif
@@ -254,14 +388,8 @@ float dot_q5_0_q8_0(const void* w, const void* xq, int64_t n) {
 
 float dot_q5_1_q8_0(const void* w, const void* xq, int64_t n) {
 #ifdef KVEVICT_KERNELS_AVX2
-  const auto* a = static_cast<const ggml::BlockQ5_1*>(w);
   const auto* b = static_cast<const BlockQ8*>(xq);
-  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    const __m256i hi = _mm256_and_si256(bytes_from_bits(a[i].qh), _mm256_set1_epi8(0x10));
-    add_affine_block(a[i].d, a[i].m, _mm256_or_si256(nibbles_32(a[i].qs), hi), b[i], acc, accm);
-  }
-  return hsum8(_mm256_add_ps(acc, accm));
+  return dot_q8_0_act(GgmlType::Q5_1, w, b, n / kQK, LaneSumsFromBlocks{b});
 #else
   return dot_dequantised(GgmlType::Q5_1, w, ActivationQuant::Q8_0, xq, n);
 #endif
@@ -520,6 +648,15 @@ void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, Thr
   if (need_q8_0 && !blas) {
     scratch.xq.resize(static_cast<size_t>(T * q_row_bytes));
     quantize_rows_q8_0(x, T, cols, scratch.xq.data());
+#ifdef KVEVICT_KERNELS_AVX2
+    // Lane sums of every activation block, once: the offset/affine kernels need them per block
+    // and every weight row would otherwise recompute them.
+    const int64_t nb = T * (cols / kQK);
+    scratch.xls.resize(static_cast<size_t>(nb * 8));
+    const auto* xb = reinterpret_cast<const BlockQ8*>(scratch.xq.data());
+    for (int64_t i = 0; i < nb; ++i)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(scratch.xls.data() + 8 * i), sum_i8x32(load32(xb[i].qs)));
+#endif
   }
   if (need_q8_k && !blas) {
     scratch.xqk.resize(static_cast<size_t>(T * qk_row_bytes));
@@ -558,6 +695,19 @@ void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, Thr
         continue;
       }
       int64_t r = r0;
+#ifdef KVEVICT_KERNELS_AVX2
+      if (need_q8_0 && activation_quant(W.type) == ActivationQuant::Q8_0) {
+        float out[kGroupRows];
+        const int64_t nb = cols / kQK;
+        for (; r + kGroupRows <= r1; r += kGroupRows)
+          for (int64_t t = 0; t < T; ++t) {
+            dot_row_group_q8_0(W.type, W.data + r * W.row_bytes, W.row_bytes,
+                               reinterpret_cast<const BlockQ8*>(xq + t * q_row_bytes), scratch.xls.data() + t * nb * 8,
+                               nb, out);
+            for (int k = 0; k < kGroupRows; ++k) y[t * W.rows + r + k] = out[k];
+          }
+      }
+#endif
       for (; r < r1; ++r) {
         const uint8_t* w = W.data + r * W.row_bytes;
         switch (W.type) {
@@ -565,12 +715,17 @@ void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, Thr
             for (int64_t t = 0; t < T; ++t) y[t * W.rows + r] = dot_q8_0_q8_0(w, xq + t * q_row_bytes, cols);
             break;
           case GgmlType::Q4_0:
-            for (int64_t t = 0; t < T; ++t) y[t * W.rows + r] = dot_q4_0_q8_0(w, xq + t * q_row_bytes, cols);
-            break;
           case GgmlType::Q4_1:
           case GgmlType::Q5_0:
           case GgmlType::Q5_1:
+#ifdef KVEVICT_KERNELS_AVX2
+            for (int64_t t = 0; t < T; ++t)
+              y[t * W.rows + r] =
+                  dot_q8_0_act(W.type, w, reinterpret_cast<const BlockQ8*>(xq + t * q_row_bytes), cols / kQK,
+                               LaneSumsTable{scratch.xls.data() + t * (cols / kQK) * 8});
+#else
             for (int64_t t = 0; t < T; ++t) y[t * W.rows + r] = dot_quantised(W.type, w, xq + t * q_row_bytes, cols);
+#endif
             break;
           case GgmlType::Q2_K:
           case GgmlType::Q3_K:
