@@ -278,83 +278,6 @@ float dot_q8_0_act(GgmlType t, const void* w, const BlockQ8* b, int64_t nb, Lane
   }
 }
 
-// Row groups: kRows weight rows against one activation row at once. One row's blocks form a
-// dependent chain of float FMAs (4 cycles each), so a single row runs at ~1.3 ns per block
-// whatever the integer work; kRows independent chains overlap, and each activation block and
-// its lane sums are loaded once for all of them. Each row's operations are exactly its one-row
-// kernel's (dot_q8_0_q8_0, dot_offset_q8_0, dot_affine_q8_0), so the outputs are bit-identical.
-constexpr int kGroupRows = 4;
-
-struct GroupQ8_0 {
-  using Block = BlockQ8;
-  static constexpr bool kAffine = false;
-  static __m256i shared(__m256i) { return _mm256_setzero_si256(); }
-  static __m256i ints(const Block& a, __m256i qb, __m256i) { return dot_i8x32(load32(a.qs), qb); }
-};
-template <int kOffset, class B, class Unpack>
-struct GroupOffset {
-  using Block = B;
-  static constexpr bool kAffine = false;
-  static __m256i shared(__m256i ls) {
-    return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(ls, kOffset == 8 ? 3 : 4));
-  }
-  static __m256i ints(const Block& a, __m256i qb, __m256i corr) { return dpbusd_small(corr, Unpack{}(a), qb); }
-};
-template <class B, class Unpack>
-struct GroupAffine {
-  using Block = B;
-  static constexpr bool kAffine = true;
-  static __m256i shared(__m256i) { return _mm256_setzero_si256(); }
-  static __m256i ints(const Block& a, __m256i qb, __m256i zero) { return dpbusd_small(zero, Unpack{}(a), qb); }
-};
-
-template <class G>
-[[gnu::noinline]] void dot_row_group(const uint8_t* w, int64_t row_bytes, const BlockQ8* b, const int32_t* ls,
-                                     int64_t nb, float* out) {
-  const typename G::Block* rows[kGroupRows];
-  for (int r = 0; r < kGroupRows; ++r) rows[r] = reinterpret_cast<const typename G::Block*>(w + r * row_bytes);
-  __m256 acc[kGroupRows], accm[kGroupRows];
-  for (int r = 0; r < kGroupRows; ++r) acc[r] = accm[r] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const __m256i qb = load32(b[i].qs);
-    const __m256i lsum = load32(ls + 8 * i);
-    const __m256i shared = G::shared(lsum);
-    const float dx = _cvtsh_ss(b[i].d);
-    for (int r = 0; r < kGroupRows; ++r) {
-      const auto& a = rows[r][i];
-      const __m256i ints = G::ints(a, qb, shared);
-      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a.d) * dx), _mm256_cvtepi32_ps(ints), acc[r]);
-      if constexpr (G::kAffine)
-        accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a.m) * dx), _mm256_cvtepi32_ps(lsum), accm[r]);
-    }
-  }
-  for (int r = 0; r < kGroupRows; ++r) out[r] = G::kAffine ? hsum8(_mm256_add_ps(acc[r], accm[r])) : hsum8(acc[r]);
-}
-
-// kGroupRows rows of type t from w (row r at w + r · row_bytes) against one Q8_0 activation row
-// b with lane sums ls (every type whose activation_quant is Q8_0).
-void dot_row_group_q8_0(GgmlType t, const uint8_t* w, int64_t row_bytes, const BlockQ8* b, const int32_t* ls,
-                        int64_t nb, float* out) {
-  switch (t) {
-    case GgmlType::Q8_0:
-      dot_row_group<GroupQ8_0>(w, row_bytes, b, ls, nb, out);
-      return;
-    case GgmlType::Q4_0:
-      dot_row_group<GroupOffset<8, BlockQ4, UnpackQ4_0>>(w, row_bytes, b, ls, nb, out);
-      return;
-    case GgmlType::Q5_0:
-      dot_row_group<GroupOffset<16, ggml::BlockQ5_0, UnpackQ5<ggml::BlockQ5_0>>>(w, row_bytes, b, ls, nb, out);
-      return;
-    case GgmlType::Q4_1:
-      dot_row_group<GroupAffine<ggml::BlockQ4_1, UnpackQ4_1>>(w, row_bytes, b, ls, nb, out);
-      return;
-    case GgmlType::Q5_1:
-      dot_row_group<GroupAffine<ggml::BlockQ5_1, UnpackQ5<ggml::BlockQ5_1>>>(w, row_bytes, b, ls, nb, out);
-      return;
-    default:
-      throw Error("dot_row_group_q8_0: not a Q8_0-activation type");
-  }
-}
 #endif
 
 }  // namespace
@@ -695,19 +618,6 @@ void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, Thr
         continue;
       }
       int64_t r = r0;
-#ifdef KVEVICT_KERNELS_AVX2
-      if (need_q8_0 && activation_quant(W.type) == ActivationQuant::Q8_0) {
-        float out[kGroupRows];
-        const int64_t nb = cols / kQK;
-        for (; r + kGroupRows <= r1; r += kGroupRows)
-          for (int64_t t = 0; t < T; ++t) {
-            dot_row_group_q8_0(W.type, W.data + r * W.row_bytes, W.row_bytes,
-                               reinterpret_cast<const BlockQ8*>(xq + t * q_row_bytes), scratch.xls.data() + t * nb * 8,
-                               nb, out);
-            for (int k = 0; k < kGroupRows; ++k) y[t * W.rows + r + k] = out[k];
-          }
-      }
-#endif
       for (; r < r1; ++r) {
         const uint8_t* w = W.data + r * W.row_bytes;
         switch (W.type) {
