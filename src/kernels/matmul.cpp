@@ -84,10 +84,14 @@ void quantize_rows_q8_0(const float* x, int64_t T, int64_t n, uint8_t* dst) {
 
 // Block sums are accumulated the way the AVX2 kernels do, so SIMD and scalar agree bit for bit:
 // lane k (0..7) of a block's integer sum covers elements 4k..4k+3; each lane accumulates
-// fma(d_w * d_x, lane sum, acc[k]) over the blocks; the 8 lanes are then added as
+// fma(d_w * d_x, lane sum, acc[k]) over the blocks, even blocks and odd blocks in two separate
+// accumulators (two independent FMA chains: one chain bounds a row at 4 cycles per block),
+// added lane by lane at the end; the 8 lanes are then added as
 // ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
 namespace {
-float reduce_lanes(const float* a) {
+float reduce_lanes(const float (&acc)[2][8]) {
+  float a[8];
+  for (int k = 0; k < 8; ++k) a[k] = acc[0][k] + acc[1][k];
   const float s0 = a[0] + a[4], s1 = a[1] + a[5], s2 = a[2] + a[6], s3 = a[3] + a[7];
   return (s0 + s2) + (s1 + s3);
 }
@@ -103,23 +107,23 @@ void accumulate_block_ref(float* acc, float d, const int8_t* a, const int8_t* b)
 float dot_q8_0_q8_0_ref(const void* w, const void* xq, int64_t n) {
   const auto* a = static_cast<const BlockQ8*>(w);
   const auto* b = static_cast<const BlockQ8*>(xq);
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  float acc[2][8] = {};
   for (int64_t i = 0; i < n / kQK; ++i)
-    accumulate_block_ref(acc, fp16_to_fp32(a[i].d) * fp16_to_fp32(b[i].d), a[i].qs, b[i].qs);
+    accumulate_block_ref(acc[i & 1], fp16_to_fp32(a[i].d) * fp16_to_fp32(b[i].d), a[i].qs, b[i].qs);
   return reduce_lanes(acc);
 }
 
 float dot_q4_0_q8_0_ref(const void* w, const void* xq, int64_t n) {
   const auto* a = static_cast<const BlockQ4*>(w);
   const auto* b = static_cast<const BlockQ8*>(xq);
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  float acc[2][8] = {};
   for (int64_t i = 0; i < n / kQK; ++i) {
     int8_t q[kQK];
     for (int j = 0; j < kQK / 2; ++j) {
       q[j] = static_cast<int8_t>((a[i].qs[j] & 0x0F) - 8);
       q[j + kQK / 2] = static_cast<int8_t>((a[i].qs[j] >> 4) - 8);
     }
-    accumulate_block_ref(acc, fp16_to_fp32(a[i].d) * fp16_to_fp32(b[i].d), q, b[i].qs);
+    accumulate_block_ref(acc[i & 1], fp16_to_fp32(a[i].d) * fp16_to_fp32(b[i].d), q, b[i].qs);
   }
   return reduce_lanes(acc);
 }
@@ -129,14 +133,20 @@ float dot_q8_0_q8_0(const void* w, const void* xq, int64_t n) {
   const auto* a = static_cast<const BlockQ8*>(w);
   const auto* b = static_cast<const BlockQ8*>(xq);
   const int64_t nb = n / kQK;
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
+  const auto block = [&](int64_t i, __m256 acc) {
     const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].qs));
     const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs));
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(a[i].d) * _cvtsh_ss(b[i].d));
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8x32(qa, qb)), acc);
+    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8x32(qa, qb)), acc);
+  };
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 1 < nb; i += 2) {
+    acc0 = block(i, acc0);
+    acc1 = block(i + 1, acc1);
   }
-  return hsum8(acc);
+  if (i < nb) acc0 = block(i, acc0);
+  return hsum8(_mm256_add_ps(acc0, acc1));
 #else
   return dot_q8_0_q8_0_ref(w, xq, n);
 #endif
@@ -223,28 +233,42 @@ template <int kOffset, class Block, class Unpack, class LaneSums>
 [[gnu::noinline]] float dot_offset_q8_0(const Block* a, const BlockQ8* b, int64_t nb, Unpack unpack, LaneSums lane_sums) {
   constexpr int kShift = kOffset == 8 ? 3 : 4;
   static_assert(kOffset == 8 || kOffset == 16);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
+  const auto block = [&](int64_t i, __m256 acc) {
     const __m256i corr = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(lane_sums(i), kShift));
     const __m256i lanes = dpbusd_small(corr, unpack(a[i]), load32(b[i].qs));
     const __m256 d = _mm256_set1_ps(_cvtsh_ss(a[i].d) * _cvtsh_ss(b[i].d));
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc);
+    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc);
+  };
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 1 < nb; i += 2) {
+    acc0 = block(i, acc0);
+    acc1 = block(i + 1, acc1);
   }
-  return hsum8(acc);
+  if (i < nb) acc0 = block(i, acc0);
+  return hsum8(_mm256_add_ps(acc0, acc1));
 }
 
 // Affine 32-element types (Q4_1, Q5_1: w = d · q + m, q unsigned) against Q8_0 blocks:
 // acc += d · dx · Σ q x, accm += m · dx · Σ x.
 template <class Block, class Unpack, class LaneSums>
 [[gnu::noinline]] float dot_affine_q8_0(const Block* a, const BlockQ8* b, int64_t nb, Unpack unpack, LaneSums lane_sums) {
-  __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
+  // acc += d · dx · Σ q x and accm += m · dx · Σ x, even and odd blocks in separate chains.
+  const auto block = [&](int64_t i, __m256& acc, __m256& accm) {
     const float dx = _cvtsh_ss(b[i].d);
     const __m256i prod = dpbusd_small(_mm256_setzero_si256(), unpack(a[i]), load32(b[i].qs));
     acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].d) * dx), _mm256_cvtepi32_ps(prod), acc);
     accm = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].m) * dx), _mm256_cvtepi32_ps(lane_sums(i)), accm);
+  };
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), accm0 = _mm256_setzero_ps(),
+         accm1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 1 < nb; i += 2) {
+    block(i, acc0, accm0);
+    block(i + 1, acc1, accm1);
   }
-  return hsum8(_mm256_add_ps(acc, accm));
+  if (i < nb) block(i, acc0, accm0);
+  return hsum8(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(accm0, accm1)));
 }
 
 // Unsigned values (0..15 or 0..31) of one block.
