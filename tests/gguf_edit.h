@@ -69,8 +69,7 @@ inline void rewrite_gguf(const std::string& src, const std::string& dst, const G
   const GgufFile f = GgufFile::open(src);
   GgufWriter w;
   for (const auto& [key, v] : f.metadata()) {
-    if (e.drop_keys.count(key) || e.set_uint.count(key) || e.set_float.count(key) || e.set_string.count(key))
-      continue;
+    if (e.drop_keys.count(key) || e.set_uint.count(key) || e.set_float.count(key) || e.set_string.count(key)) continue;
     copy_gguf_value(w, key, v);
   }
   for (const auto& [k, v] : e.set_uint) w.add_uint32(k, v);

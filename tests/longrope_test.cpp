@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <span>
@@ -203,8 +204,8 @@ TEST(LongRope, ForwardRotatesLayer0QueriesAndKeysByTheFormula) {
   ForwardBuffers buf;
   std::vector<float> logits;
   const Rope rope(c.rope);
-  llama_forward(*m, rope, kv, tokens, pos0, PositionMode::Logical, LogitsWanted::Last, logits, &obs, false, true,
-                pool, buf);
+  llama_forward(*m, rope, kv, tokens, pos0, PositionMode::Logical, LogitsWanted::Last, logits, &obs, false, true, pool,
+                buf);
   double worst = 0, worst_short = 0;
   for (size_t t = 0; t < tokens.size(); ++t) {
     const PreRope pre = layer0_pre_rope(f, tokens[t]);
@@ -222,8 +223,8 @@ TEST(LongRope, ForwardRotatesLayer0QueriesAndKeysByTheFormula) {
     for (int h = 0; h < c.n_kv_heads; ++h) {
       const auto want = embed_ref(head(pre.k, h), pos, kLong, kAttn);
       for (int i = 0; i < kHd; ++i)
-        worst = std::max(worst, std::abs(double(kv.keys(0, h)[t * kHd + static_cast<size_t>(i)]) -
-                                         want[static_cast<size_t>(i)]));
+        worst = std::max(
+            worst, std::abs(double(kv.keys(0, h)[t * kHd + static_cast<size_t>(i)]) - want[static_cast<size_t>(i)]));
     }
   }
   EXPECT_LT(worst, 1e-4);
@@ -262,13 +263,11 @@ TEST(LongRope, RealFactorsChangeLogitsAndEqualTheNaiveReference) {
   float differ = 0;
   for (size_t i = 0; i < la.back().size(); ++i) differ = std::max(differ, std::abs(la.back()[i] - lb.back()[i]));
   EXPECT_GT(differ, 1e-2);
-  const auto ref = test::ReferenceLlama(*ma).with_rope_factors(kLong, kAttn).run(tokens, [](int, int, int, int) {
-    return true;
-  });
+  const auto ref =
+      test::ReferenceLlama(*ma).with_rope_factors(kLong, kAttn).run(tokens, [](int, int, int, int) { return true; });
   // Dropping the attention factor (a = 1) would be visible: the reference then differs.
-  const auto no_attn = test::ReferenceLlama(*ma).with_rope_factors(kLong, 1.0).run(tokens, [](int, int, int, int) {
-    return true;
-  });
+  const auto no_attn =
+      test::ReferenceLlama(*ma).with_rope_factors(kLong, 1.0).run(tokens, [](int, int, int, int) { return true; });
   float attn_matters = 0;
   for (size_t i = 0; i < la.back().size(); ++i)
     attn_matters = std::max(attn_matters, std::abs(la.back()[i] - no_attn.back()[i]));
@@ -347,30 +346,44 @@ TEST(LongRope, InconsistentFilesAreRefusedNamingTheTensorOrKey) {
     std::string expect;
   };
   const std::vector<Case> cases = {
-      {good, {.drop_tensors = {"rope_factors_short.weight"}},
+      {good,
+       {.drop_tensors = {"rope_factors_short.weight"}},
        "tensor 'rope_factors_long.weight' is present but 'rope_factors_short.weight' is missing"},
-      {good, {.drop_tensors = {"rope_factors_long.weight"}},
+      {good,
+       {.drop_tensors = {"rope_factors_long.weight"}},
        "tensor 'rope_factors_short.weight' is present but 'rope_factors_long.weight' is missing"},
-      {good, {.f32_tensors = {{"rope_factors_long.weight", {1, 2, 3, 4, 5}}}},
+      {good,
+       {.f32_tensors = {{"rope_factors_long.weight", {1, 2, 3, 4, 5}}}},
        "tensor 'rope_factors_long.weight' has 5 elements, expected 6"},
-      {good, {.f32_tensors = {{"rope_factors_short.weight", {1, 1, 1, 1, 1, 1, 1, 1}}}},
+      {good,
+       {.f32_tensors = {{"rope_factors_short.weight", {1, 1, 1, 1, 1, 1, 1, 1}}}},
        "tensor 'rope_factors_short.weight' has 8 elements, expected 6"},
-      {good, {.f32_tensors = {{"rope_factors_short.weight", {1, 1, 0, 1, 1, 1}}}},
+      {good,
+       {.f32_tensors = {{"rope_factors_short.weight", {1, 1, 0, 1, 1, 1}}}},
        "tensor 'rope_factors_short.weight' holds 0 at band 2; LongRoPE factors must be finite and > 0"},
-      {good, {.f32_tensors = {{"rope_factors_long.weight", {1, 2, 4, -8, 16, 32}}}},
+      {good,
+       {.f32_tensors = {{"rope_factors_long.weight", {1, 2, 4, -8, 16, 32}}}},
        "tensor 'rope_factors_long.weight' holds -8 at band 3"},
-      {good, {.f32_tensors = {{"rope_factors_long.weight", {1, 2, 4, 8, 16, nan}}}},
+      {good,
+       {.f32_tensors = {{"rope_factors_long.weight", {1, 2, 4, 8, 16, nan}}}},
        "tensor 'rope_factors_long.weight' holds nan at band 5"},
-      {good, {.set_float = {{"phi3.rope.scaling.attn_factor", 0.0f}}},
+      {good,
+       {.set_float = {{"phi3.rope.scaling.attn_factor", 0.0f}}},
        "phi3.rope.scaling.attn_factor = 0 must be a finite value > 0"},
-      {good, {.set_float = {{"phi3.rope.scaling.attn_factor", -1.5f}}},
+      {good,
+       {.set_float = {{"phi3.rope.scaling.attn_factor", -1.5f}}},
        "phi3.rope.scaling.attn_factor = -1.5 must be a finite value > 0"},
-      {good, {.set_uint = {{"phi3.rope.scaling.original_context_length", 0}}},
+      {good,
+       {.set_uint = {{"phi3.rope.scaling.original_context_length", 0}}},
        "key 'phi3.rope.scaling.original_context_length' = 0 is out of range"},
-      {good, {.set_float = {{"phi3.rope.scaling.factor", 4.0f}}},
+      {good,
+       {.set_float = {{"phi3.rope.scaling.factor", 4.0f}}},
        "phi3.rope.scaling.factor = 4 (linear scaling) together with LongRoPE factor tensors is not supported"},
-      {good, {.set_string = {{"phi3.rope.scaling.type", "yarn"}}}, "phi3.rope.scaling.type = 'yarn' is not implemented"},
-      {plain, {.set_string = {{"phi3.rope.scaling.type", "longrope"}}},
+      {good,
+       {.set_string = {{"phi3.rope.scaling.type", "yarn"}}},
+       "phi3.rope.scaling.type = 'yarn' is not implemented"},
+      {plain,
+       {.set_string = {{"phi3.rope.scaling.type", "longrope"}}},
        "phi3.rope.scaling.type = 'longrope' but the file has no 'rope_factors_short.weight' / "
        "'rope_factors_long.weight' tensors"},
       {qwen_path,
@@ -519,6 +532,50 @@ TEST(LongRope, SelectorsIncludingTriAttentionRunWithinBudget) {
   std::filesystem::remove(path);
 }
 
+TEST(LongRope, TriAttentionRefusesStatisticsOfTheOtherFactorSet) {
+  // Statistics record ω_f; calibrated with the long set (default context), they are refused by a
+  // model loaded for a 4096-token context (short set) instead of scoring with wrong phases.
+  const std::string path = write_phi3("tri_sets", phi3_shape(true));
+  const auto long_model = load(path), short_model = load(path, 4096);
+  const auto tokens = some_tokens(120);
+  ThreadPool pool(1);
+  const QueryStats st = calibrate_query_stats(*long_model, std::span<const int32_t>(tokens).first(100), 0, pool);
+  ASSERT_EQ(st.rope_inv_freq.size(), static_cast<size_t>(kHd / 2));
+  // Recorded ω_f: 1 / (f_i · 10000^(2i/12)) for the long set, 0 for the unrotated tail.
+  for (int i = 0; i < kHd / 2; ++i) {
+    const double want =
+        i < kBands ? 1.0 / (double(kLong[static_cast<size_t>(i)]) * std::pow(10000.0, 2.0 * i / kRot)) : 0.0;
+    EXPECT_NEAR(st.rope_inv_freq[static_cast<size_t>(i)], want, 1e-12 + 1e-9 * want) << i;
+  }
+  const std::string stats = temp_path("tri_sets.json");
+  save_query_stats(st, stats);
+  EXPECT_EQ(load_query_stats(stats).rope_inv_freq, st.rope_inv_freq);
+  const auto run = [&](const LlamaModel& m) {
+    Engine engine(m, 1);
+    EvictionConfig cfg;
+    cfg.budget = 24;
+    cfg.recent = 4;
+    auto seq = engine.new_sequence(
+        0, make_policy("triattention", std::nullopt, std::nullopt, SelectorParams::parse({"stats=" + stats})), cfg, 8,
+        40);
+    std::vector<float> lg;
+    engine.prefill(*seq, std::span<const int32_t>(tokens).first(8), lg);
+    for (size_t t = 8; t < 48; ++t) engine.decode(*seq, tokens[t], lg);
+    return seq->stats.rounds;
+  };
+  EXPECT_GT(run(*long_model), 0);
+  try {
+    run(*short_model);
+    ADD_FAILURE() << "statistics of the long set accepted by the short-set model";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("triattention: statistics were calibrated with RoPE frequency"),
+              std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove(stats);
+  std::filesystem::remove(path);
+}
+
 // ---- tools synth-gguf --longrope ----
 
 TEST(LongRope, SynthGgufWritesALongRopeFileAndTheLoaderSaysWhichSet) {
@@ -536,6 +593,19 @@ TEST(LongRope, SynthGgufWritesALongRopeFileAndTheLoaderSaysWhichSet) {
   EXPECT_NEAR(f.get_float("phi3.rope.scaling.attn_factor"), kAttn, 1e-6);
   EXPECT_EQ(f.get_uint("phi3.rope.scaling.original_context_length"), 4096u);
   EXPECT_EQ(f.get_uint("phi3.context_length"), 131072u);
+  // perplexity -c N runs N-token chunks, as llama-perplexity -c does, and picks the set by N.
+  const std::string text = temp_path("ppl.txt");
+  {
+    std::ofstream t(text);
+    for (int i = 0; i < 12; ++i) t << "the quick brown fox jumps over the lazy dog. ";
+  }
+  const auto ppl = test::run_cli("perplexity -t 1 -m " + out + " -f " + text + " -c 64");
+  EXPECT_EQ(ppl.code, 0) << ppl.out;
+  EXPECT_NE(ppl.out.find("LongRoPE: context size 64 <= original context 4096 "
+                         "(phi3.rope.scaling.original_context_length): using the short factors"),
+            std::string::npos)
+      << ppl.out;
+  std::filesystem::remove(text);
   const auto bad = test::run_cli("tools synth-gguf --shape tiny-qwen3 --longrope -o " + out + ".q");
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.out.find("LongRoPE factors are a phi3 feature"), std::string::npos) << bad.out;

@@ -16,7 +16,7 @@ namespace {
 struct SynthArgs {
   std::string shape, type = "q8_0", out;
   uint64_t seed = 0;
-  std::string arch;  ///< family; empty: the shape's own
+  std::string arch;       ///< family; empty: the shape's own
   bool longrope = false;  ///< phi3: add LongRoPE factor sets (synth_add_longrope)
 };
 

@@ -209,8 +209,8 @@ void LlamaModel::read_rope() {
   // state no type at all.
   const std::string type = f.has(a + "rope.scaling.type") ? f.get_string(a + "rope.scaling.type") : "linear";
   if (type != "none" && type != "linear" && type != "longrope")
-    throw Error(fmt::format(
-        "{}: {}rope.scaling.type = '{}' is not implemented (supported: none, linear, longrope)", path, a, type));
+    throw Error(fmt::format("{}: {}rope.scaling.type = '{}' is not implemented (supported: none, linear, longrope)",
+                            path, a, type));
   double factor = f.get_float_or(a + "rope.scaling.factor", f.get_float_or(a + "rope.scale_linear", 0.0));
   if (type == "none") factor = 0.0;
   if (!(std::isfinite(factor) && factor >= 0.0))
@@ -231,8 +231,8 @@ std::vector<float> read_factor_set(TensorReader& tr, const std::string& path, co
   try {
     v = tr.vector_f32(name, n_rot / 2);
   } catch (const Error& e) {
-    throw Error(fmt::format("{} (LongRoPE factors: one per rotated band, rope.dimension_count {} / 2)", e.what(),
-                            n_rot));
+    throw Error(
+        fmt::format("{} (LongRoPE factors: one per rotated band, rope.dimension_count {} / 2)", e.what(), n_rot));
   }
   for (size_t i = 0; i < v.size(); ++i)
     if (!(std::isfinite(v[i]) && v[i] > 0.0f))
@@ -253,21 +253,22 @@ void read_longrope(const GgufFile& f, TensorReader& tr, const ArchInfo& arch, co
   const std::string type = f.has(a + "rope.scaling.type") ? f.get_string(a + "rope.scaling.type") : "";
   if (!has_short && !has_long) {
     if (type == "longrope")
-      throw Error(fmt::format("{}: {}rope.scaling.type = 'longrope' but the file has no '{}' / '{}' tensors", path,
-                              a, kShort, kLong));
+      throw Error(fmt::format("{}: {}rope.scaling.type = 'longrope' but the file has no '{}' / '{}' tensors", path, a,
+                              kShort, kLong));
     return;
   }
   for (const char* t : {kShort, kLong})
     if (tr.has(t) && !arch.longrope)
-      throw Error(fmt::format("{}: tensor '{}' is not used by architecture '{}' (refused rather than ignored)", path,
-                              t, c.arch));
+      throw Error(fmt::format("{}: tensor '{}' is not used by architecture '{}' (refused rather than ignored)", path, t,
+                              c.arch));
   if (has_short != has_long)
     throw Error(fmt::format("{}: tensor '{}' is present but '{}' is missing; LongRoPE needs both factor sets", path,
                             has_short ? kShort : kLong, has_short ? kLong : kShort));
   if (c.rope.freq_scale != 1.0)
-    throw Error(fmt::format("{}: {}rope.scaling.factor = {} (linear scaling) together with LongRoPE factor tensors "
-                            "is not supported",
-                            path, a, 1.0 / c.rope.freq_scale));
+    throw Error(
+        fmt::format("{}: {}rope.scaling.factor = {} (linear scaling) together with LongRoPE factor tensors "
+                    "is not supported",
+                    path, a, 1.0 / c.rope.freq_scale));
   if (options.context_size < 0)
     throw Error(fmt::format("{}: context size {} must be >= 0 (0: the file's {}context_length {})", path,
                             options.context_size, a, c.context_length));
@@ -275,19 +276,20 @@ void read_longrope(const GgufFile& f, TensorReader& tr, const ArchInfo& arch, co
   lr.short_factors = read_factor_set(tr, path, kShort, c.rope.n_rot);
   lr.long_factors = read_factor_set(tr, path, kLong, c.rope.n_rot);
   lr.original_context = f.has(a + "rope.scaling.original_context_length")
-                            ? positive(f, a + "rope.scaling.original_context_length")
-                            : c.context_length;  // llama.cpp: n_ctx_orig_yarn defaults to n_ctx_train
+      ? positive(f, a + "rope.scaling.original_context_length")
+      : c.context_length;  // llama.cpp: n_ctx_orig_yarn defaults to n_ctx_train
   lr.context_size = options.context_size > 0 ? options.context_size : c.context_length;
   // llama.cpp get_rope_factors: long iff n_ctx_per_seq > n_ctx_orig_yarn.
   lr.use_long = lr.context_size > lr.original_context;
   c.rope.freq_factors = lr.use_long ? lr.long_factors : lr.short_factors;
   const bool orig_key = f.has(a + "rope.scaling.original_context_length");
-  note = fmt::format("{}: LongRoPE: context size {}{} {} original context {} ({}): using the {} factors ({}), "
-                     "attention factor {:.6g}",
-                     path, lr.context_size, options.context_size > 0 ? "" : fmt::format(" ({}context_length)", a),
-                     lr.use_long ? ">" : "<=", lr.original_context,
-                     orig_key ? a + "rope.scaling.original_context_length" : a + "context_length",
-                     lr.use_long ? "long" : "short", lr.use_long ? kLong : kShort, c.rope.attn_factor);
+  note = fmt::format(
+      "{}: LongRoPE: context size {}{} {} original context {} ({}): using the {} factors ({}), "
+      "attention factor {:.6g}",
+      path, lr.context_size, options.context_size > 0 ? "" : fmt::format(" ({}context_length)", a),
+      lr.use_long ? ">" : "<=", lr.original_context,
+      orig_key ? a + "rope.scaling.original_context_length" : a + "context_length", lr.use_long ? "long" : "short",
+      lr.use_long ? kLong : kShort, c.rope.attn_factor);
 }
 
 }  // namespace

@@ -54,7 +54,7 @@ struct LlamaConfig {
   float rms_eps = 1e-5f;                                   ///< RMSNorm epsilon
   float rope_theta = 10000.0f;                             ///< RoPE base frequency (also rope.theta)
   RopeConfig rope;                                         ///< full RoPE description (style, n_rot, factors, scaling)
-  LongRopeInfo longrope;                                   ///< LongRoPE sets (phi3); rope.freq_factors holds the one in use
+  LongRopeInfo longrope;                                   ///< LongRoPE sets (phi3); the one in use is in rope
   int group_size() const { return n_heads / n_kv_heads; }  ///< query heads per KV head
 };
 

@@ -186,8 +186,8 @@ uint32_t SynthTypes::file_type() const {
 
 void synth_add_longrope(SynthShape& s) {
   if (s.arch != "phi3")
-    throw Error(fmt::format("synth shape '{}': LongRoPE factors are a phi3 feature (architecture is '{}')", s.name,
-                            s.arch));
+    throw Error(
+        fmt::format("synth shape '{}': LongRoPE factors are a phi3 feature (architecture is '{}')", s.name, s.arch));
   const int hd = s.head_dim_or_default(), n_rot = s.n_rot > 0 ? s.n_rot : hd, R = n_rot / 2;
   const double scale = 32.0;
   s.original_context_length = s.context_length;
@@ -229,10 +229,12 @@ void write_synth_gguf(const SynthShape& s, const SynthTypes& wtypes, uint64_t se
   const bool longrope = !s.rope_factors_short.empty() || !s.rope_factors_long.empty();
   if (longrope && !arch.longrope)
     throw Error(fmt::format("synth shape '{}': LongRoPE factors are not part of architecture '{}'", s.name, s.arch));
-  if (longrope && (s.rope_factors_short.size() != static_cast<size_t>(n_rot / 2) ||
-                   s.rope_factors_long.size() != static_cast<size_t>(n_rot / 2)))
-    throw Error(fmt::format("synth shape '{}': LongRoPE needs short and long factor sets of n_rot / 2 = {} (got {}, {})",
-                            s.name, n_rot / 2, s.rope_factors_short.size(), s.rope_factors_long.size()));
+  if (longrope &&
+      (s.rope_factors_short.size() != static_cast<size_t>(n_rot / 2) ||
+       s.rope_factors_long.size() != static_cast<size_t>(n_rot / 2)))
+    throw Error(
+        fmt::format("synth shape '{}': LongRoPE needs short and long factor sets of n_rot / 2 = {} (got {}, {})",
+                    s.name, n_rot / 2, s.rope_factors_short.size(), s.rope_factors_long.size()));
 
   GgufWriter w;
   w.add_string("general.architecture", s.arch);
@@ -295,9 +297,8 @@ void write_synth_gguf(const SynthShape& s, const SynthTypes& wtypes, uint64_t se
   };
   if (longrope) {
     const auto f32 = [&](const char* name, const std::vector<float>& v) {
-      w.add_tensor(name, {static_cast<int64_t>(v.size())}, GgmlType::F32, [v](uint8_t* dst, int64_t n) {
-        std::memcpy(dst, v.data(), static_cast<size_t>(n));
-      });
+      w.add_tensor(name, {static_cast<int64_t>(v.size())}, GgmlType::F32,
+                   [v](uint8_t* dst, int64_t n) { std::memcpy(dst, v.data(), static_cast<size_t>(n)); });
     };
     f32("rope_factors_long.weight", s.rope_factors_long);
     f32("rope_factors_short.weight", s.rope_factors_short);
