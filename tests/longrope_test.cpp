@@ -14,11 +14,13 @@
 //  - layer-0 pre-RoPE q/k computed from the file's own tensors (GGUF reader only);
 //  - the naive masked reference (reference_model.h) given the expected factors explicitly.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -32,9 +34,11 @@
 #include "eval/calibrate.h"
 #include "eviction/query_stats.h"
 #include "gguf_edit.h"
+#include "model/arch.h"
 #include "model/forward.h"
 #include "model/synth.h"
 #include "reference_model.h"
+#include "test_paths.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -573,6 +577,40 @@ TEST(LongRope, TriAttentionRefusesStatisticsOfTheOtherFactorSet) {
         << e.what();
   }
   std::filesystem::remove(stats);
+  std::filesystem::remove(path);
+}
+
+TEST(LongRope, NamesAndValuesAgreeWithTheGgufPackage) {
+  // llama.cpp's Python package (tests/longrope_gguf_reference.py) states the tensor and key names
+  // and which architectures carry the factor sets, and reads back what we wrote.
+  if (std::system("python3 -c 'import gguf' >/dev/null 2>&1") != 0)
+    KVEVICT_SKIP_UNLESS_CI("python3 with the `gguf` package not found (pip install gguf numpy)");
+  const std::string path = write_phi3("pyref", phi3_shape(true));
+  const std::string out = temp_path("pyref.json");
+  const std::string script = std::string(KVEVICT_SOURCE_DIR) + "/tests/longrope_gguf_reference.py";
+  const std::string cmd = "python3 '" + script + "' '" + path + "' '" + out + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(out);
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["tensor_long"], tensor_name::kRopeFactorsLong);
+  EXPECT_EQ(j["tensor_short"], tensor_name::kRopeFactorsShort);
+  std::vector<std::string> ours;
+  for (const std::string& a : supported_architectures())
+    if (arch_info(a, "test").longrope) ours.push_back(a);
+  EXPECT_EQ(j["archs_with_longrope"].get<std::vector<std::string>>(), ours);
+  const auto m = load(path);
+  const LongRopeInfo& lr = m->config().longrope;
+  EXPECT_EQ(j["file"]["long"].get<std::vector<float>>(), lr.long_factors);
+  EXPECT_EQ(j["file"]["short"].get<std::vector<float>>(), lr.short_factors);
+  EXPECT_EQ(j["file"]["long"].get<std::vector<float>>(), kLong);
+  EXPECT_EQ(j["file"]["original_context"].get<int>(), lr.original_context);
+  EXPECT_EQ(j["file"]["context_length"].get<int>(), m->config().context_length);
+  EXPECT_EQ(static_cast<float>(j["file"]["attn_factor"].get<double>()),
+            static_cast<float>(m->config().rope.attn_factor));
+  // The key names the loader reads are the package's (the file carries them, the loader used them).
+  EXPECT_NE(m->rope_note().find(j["key_original_context"].get<std::string>()), std::string::npos) << m->rope_note();
+  EXPECT_TRUE(m->gguf().has(j["key_attn_factor"].get<std::string>()));
+  std::filesystem::remove(out);
   std::filesystem::remove(path);
 }
 
