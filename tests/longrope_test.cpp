@@ -45,10 +45,27 @@
 namespace kvevict {
 namespace {
 
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("kvevict_longrope_" + std::to_string(::getpid()) + "_" + name))
-      .string();
+// Temporary files of the running test; the fixture removes them even when an assertion returns
+// early.
+std::vector<std::string>& created_files() {
+  static std::vector<std::string> files;
+  return files;
 }
+std::string temp_path(const std::string& name) {
+  const std::string p =
+      (std::filesystem::temp_directory_path() / ("kvevict_longrope_" + std::to_string(::getpid()) + "_" + name))
+          .string();
+  created_files().push_back(p);
+  return p;
+}
+
+class LongRope : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    for (const std::string& p : created_files()) std::filesystem::remove(p);
+    created_files().clear();
+  }
+};
 
 // tiny-phi3: head_dim 16, n_rot 12 (6 rotated bands), 4 heads, 2 KV heads, 2 layers, vocab 320,
 // context 4096. The LongRoPE variant states its own factors (not synth_add_longrope's, so the
@@ -168,7 +185,7 @@ std::vector<int32_t> some_tokens(int n) {
 
 // ---- (a) RoPE against the published formula ----
 
-TEST(LongRope, RopeEmbeddingEqualsThePublishedFormula) {
+TEST_F(LongRope, RopeEmbeddingEqualsThePublishedFormula) {
   // Rope with the long set and attention factor, NEOX, partial rotary (12 of 16), at several
   // positions; and rotate() stays a pure rotation: moving an embedded vector by d equals
   // embedding it at p + d (the attention factor is applied once).
@@ -191,7 +208,7 @@ TEST(LongRope, RopeEmbeddingEqualsThePublishedFormula) {
   }
 }
 
-TEST(LongRope, ForwardRotatesLayer0QueriesAndKeysByTheFormula) {
+TEST_F(LongRope, ForwardRotatesLayer0QueriesAndKeysByTheFormula) {
   // The loaded model (default context = the file's 131072 > original 4096: long set, factor a)
   // runs 6 tokens at logical positions 5000..5005; its layer-0 post-RoPE queries (observer) and
   // cached keys equal the formula applied to pre-RoPE q/k computed here from the file.
@@ -239,7 +256,7 @@ TEST(LongRope, ForwardRotatesLayer0QueriesAndKeysByTheFormula) {
 
 // ---- (b) model level ----
 
-TEST(LongRope, UnitFactorsAndUnitAttentionFactorEqualThePlainFile) {
+TEST_F(LongRope, UnitFactorsAndUnitAttentionFactorEqualThePlainFile) {
   // All factors 1 and a = 1 is RoPE without scaling: logits bit-identical to the same weights
   // without LongRoPE tensors (same seed, same tensor streams).
   const std::vector<float> ones(kBands, 1.0f);
@@ -256,7 +273,7 @@ TEST(LongRope, UnitFactorsAndUnitAttentionFactorEqualThePlainFile) {
   std::filesystem::remove(b);
 }
 
-TEST(LongRope, RealFactorsChangeLogitsAndEqualTheNaiveReference) {
+TEST_F(LongRope, RealFactorsChangeLogitsAndEqualTheNaiveReference) {
   // With real factors the logits differ from the plain file, and equal the naive reference
   // given the long set and a = sqrt(1 + ln 32 / ln 4096) explicitly (its own float RoPE).
   const std::string a = write_phi3("real", phi3_shape(true));
@@ -284,7 +301,7 @@ TEST(LongRope, RealFactorsChangeLogitsAndEqualTheNaiveReference) {
 
 // ---- (c) which set: llama.cpp's rule on the context size ----
 
-TEST(LongRope, FactorSetFollowsTheContextSize) {
+TEST_F(LongRope, FactorSetFollowsTheContextSize) {
   const std::string p = write_phi3("select", phi3_shape(true));
   struct Case {
     int64_t context_size;
@@ -337,7 +354,7 @@ TEST(LongRope, FactorSetFollowsTheContextSize) {
 
 // ---- (d) refusals ----
 
-TEST(LongRope, InconsistentFilesAreRefusedNamingTheTensorOrKey) {
+TEST_F(LongRope, InconsistentFilesAreRefusedNamingTheTensorOrKey) {
   const std::string good = write_phi3("good", phi3_shape(true));
   const std::string plain = write_phi3("plain3", phi3_shape(false));
   SynthShape qwen = synth_shape("tiny-qwen3");
@@ -423,7 +440,7 @@ TEST(LongRope, InconsistentFilesAreRefusedNamingTheTensorOrKey) {
 
 // ---- eviction with LongRoPE ----
 
-TEST(LongRope, InteriorEvictionEqualsTheMaskedFullCache) {
+TEST_F(LongRope, InteriorEvictionEqualsTheMaskedFullCache) {
   // As families_test's CompactedCacheEqualsMaskedFullCache, on a LongRoPE file: random evicts
   // interior slots; every later token equals the naive reference (long set and a given
   // explicitly) with the evicted positions masked out.
@@ -471,7 +488,7 @@ TEST(LongRope, InteriorEvictionEqualsTheMaskedFullCache) {
   std::filesystem::remove(path);
 }
 
-TEST(LongRope, CacheModeRerotationKeepsTheAttentionFactorOnce) {
+TEST_F(LongRope, CacheModeRerotationKeepsTheAttentionFactorOnce) {
   // PositionMode::Cache re-rotates kept keys to their new slot. Each layer-0 key at slot j must
   // equal the formula applied to its token's pre-RoPE key at position j (long set, factor a
   // once): re-rotation that scaled by a again, or used other frequencies, fails here.
@@ -504,7 +521,7 @@ TEST(LongRope, CacheModeRerotationKeepsTheAttentionFactorOnce) {
   std::filesystem::remove(path);
 }
 
-TEST(LongRope, SelectorsIncludingTriAttentionRunWithinBudget) {
+TEST_F(LongRope, SelectorsIncludingTriAttentionRunWithinBudget) {
   // Selectors reading queries, probabilities and calibrated pre-RoPE statistics (calibrated
   // here on this LongRoPE model, so with the same frequencies) run within the budget.
   const std::string path = write_phi3("selectors", phi3_shape(true));
@@ -536,7 +553,7 @@ TEST(LongRope, SelectorsIncludingTriAttentionRunWithinBudget) {
   std::filesystem::remove(path);
 }
 
-TEST(LongRope, TriAttentionRefusesStatisticsOfTheOtherFactorSet) {
+TEST_F(LongRope, TriAttentionRefusesStatisticsOfTheOtherFactorSet) {
   // Statistics record ω_f; calibrated with the long set (default context), they are refused by a
   // model loaded for a 4096-token context (short set) instead of scoring with wrong phases.
   const std::string path = write_phi3("tri_sets", phi3_shape(true));
@@ -580,7 +597,7 @@ TEST(LongRope, TriAttentionRefusesStatisticsOfTheOtherFactorSet) {
   std::filesystem::remove(path);
 }
 
-TEST(LongRope, NamesAndValuesAgreeWithTheGgufPackage) {
+TEST_F(LongRope, NamesAndValuesAgreeWithTheGgufPackage) {
   // llama.cpp's Python package (tests/longrope_gguf_reference.py) states the tensor and key names
   // and which architectures carry the factor sets, and reads back what we wrote.
   if (std::system("python3 -c 'import gguf' >/dev/null 2>&1") != 0)
@@ -616,7 +633,7 @@ TEST(LongRope, NamesAndValuesAgreeWithTheGgufPackage) {
 
 // ---- tools synth-gguf --longrope ----
 
-TEST(LongRope, SynthGgufWritesALongRopeFileAndTheLoaderSaysWhichSet) {
+TEST_F(LongRope, SynthGgufWritesALongRopeFileAndTheLoaderSaysWhichSet) {
   const std::string out = temp_path("cli.gguf");
   const auto r = test::run_cli("tools synth-gguf --shape tiny-phi3 --type f32 --longrope -o " + out);
   ASSERT_EQ(r.code, 0) << r.out;
