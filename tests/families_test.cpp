@@ -601,7 +601,7 @@ TEST(FamilyFiles, BadFilesAreRefusedNamingTheProblem) {
        "llama.rope.scaling.type = 'yarn' is not implemented"},
       {"tiny-phi3", set_string({{"phi3.rope.scaling.type", "longrope"}}), "phi3.rope.scaling.type = 'longrope'"},
       {"tiny-phi3", add_tensor("rope_factors_long.weight"),
-       "'rope_factors_long.weight' (longrope scaling) is not implemented"},
+       "tensor 'rope_factors_long.weight' is present but 'rope_factors_short.weight' is missing"},
       {"tiny-qwen2", set_uint({{"qwen2.attention.sliding_window", 4096}}), "qwen2.attention.sliding_window = 4096"},
       {"tiny-qwen3", add_tensor("blk.0.attn_q.bias"), "tensor 'blk.0.attn_q.bias' is not used by architecture 'qwen3'"},
       {"tiny-qwen2", add_tensor("rope_freqs.weight"), "'rope_freqs.weight' is not used by architecture 'qwen2'"},

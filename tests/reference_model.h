@@ -11,6 +11,7 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "format/gguf.h"
@@ -20,7 +21,16 @@ namespace kvevict::test {
 
 class ReferenceLlama {
  public:
-  explicit ReferenceLlama(const LlamaModel& m) : m_(m), c_(m.config()) {}
+  explicit ReferenceLlama(const LlamaModel& m)
+      : m_(m), c_(m.config()), factors_(c_.rope.freq_factors), attn_factor_(c_.rope.attn_factor) {}
+
+  /// Uses these per-band frequency divisors [n_rot / 2] and attention factor instead of the
+  /// loader's (LongRoPE tests state the expected set and factor themselves).
+  ReferenceLlama& with_rope_factors(std::vector<float> factors, double attn_factor) {
+    factors_ = std::move(factors);
+    attn_factor_ = attn_factor;
+    return *this;
+  }
 
   /// Mask: may token t (0-based, its logical position) see the key/value of position p (p <= t)
   /// in (layer, kv_head)?
@@ -117,14 +127,14 @@ class ReferenceLlama {
   }
   // RoPE as llama.cpp's ggml_rope_ext computes it (float angles): the first n_rot coordinates
   // rotate, pair i is (2i, 2i+1) in mode NORM and (i, i + n_rot/2) in mode NEOX, angle
-  // pos · freq_scale · base^(-2i/n_rot) / freq_factor[i].
+  // pos · freq_scale · base^(-2i/n_rot) / freq_factor[i], cos and sin times attn_factor (mscale).
   void rope(float* x, int pos) const {
     const RopeConfig& r = c_.rope;
     const int n_rot = r.n_rot > 0 ? r.n_rot : c_.head_dim;
     for (int i = 0; i < n_rot / 2; ++i) {
       float theta = pos * float(r.freq_scale) * std::pow(c_.rope_theta, -2.0f * i / n_rot);
-      if (!r.freq_factors.empty()) theta /= r.freq_factors[i];
-      const float c = std::cos(theta), s = std::sin(theta);
+      if (!factors_.empty()) theta /= factors_[static_cast<size_t>(i)];
+      const float c = std::cos(theta) * float(attn_factor_), s = std::sin(theta) * float(attn_factor_);
       const int ia = r.style == RopeStyle::Neox ? i : 2 * i,
                 ib = r.style == RopeStyle::Neox ? i + n_rot / 2 : 2 * i + 1;
       const float a = x[ia], b = x[ib];
@@ -134,6 +144,8 @@ class ReferenceLlama {
   }
   const LlamaModel& m_;
   const LlamaConfig& c_;
+  std::vector<float> factors_;
+  double attn_factor_ = 1.0;
 };
 
 }  // namespace kvevict::test

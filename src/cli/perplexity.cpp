@@ -59,7 +59,11 @@ int run_perplexity(const PerplexityArgs& a) {
   if (std::filesystem::is_directory(a.file))
     throw Error(fmt::format("-f {}: is a directory, expected a text file", a.file));
   if (a.smooth < 0) throw Error(fmt::format("--smooth {}: must be >= 0", a.smooth));
-  const auto model = LlamaModel::load(a.model);
+  // Chunked mode runs n_ctx-token sequences, as llama-perplexity -c does, so LongRoPE picks its
+  // factor set by that size (model/llama.h); token-by-token mode runs up to context_length.
+  LoadOptions lo;
+  lo.context_size = a.ctx;
+  const auto model = LlamaModel::load(a.model, lo);
   std::string text = read_file(a.file);
   if (a.gutenberg) {
     const size_t before = text.size();

@@ -16,13 +16,15 @@ namespace {
 struct SynthArgs {
   std::string shape, type = "q8_0", out;
   uint64_t seed = 0;
-  std::string arch;  ///< family; empty: the shape's own
+  std::string arch;       ///< family; empty: the shape's own
+  bool longrope = false;  ///< phi3: add LongRoPE factor sets (synth_add_longrope)
 };
 
 int run_synth(const SynthArgs& a) {
   if (a.shape.empty() && a.arch.empty()) throw Error("tools synth-gguf: give --shape, --arch or both");
   SynthShape shape = synth_shape(a.shape.empty() ? synth_default_shape(a.arch) : a.shape);
   if (!a.arch.empty()) shape.arch = a.arch;
+  if (a.longrope) synth_add_longrope(shape);
   const SynthTypes types = parse_synth_types(a.type);
   const auto t0 = std::chrono::steady_clock::now();
   write_synth_gguf(shape, types, a.seed, a.out);
@@ -53,6 +55,9 @@ void add_tools(CLI::App& root, std::vector<Command>& out) {
       ->capture_default_str();
   synth->add_option("--seed", a->seed, "Seed of the random weights")->check(seed_value())->capture_default_str();
   synth->add_option("-o,--output", a->out, "Output GGUF path")->required();
+  synth->add_flag("--longrope", a->longrope,
+                  "phi3 only: add LongRoPE (rope_factors_short/long.weight, rope.scaling.original_context_length = "
+                  "the shape's context, context_length 32 x that, rope.scaling.attn_factor), as in Phi-3.5-mini");
   out.push_back({tools, [a, synth] {
                    if (synth->parsed()) return run_synth(*a);
                    return 2;

@@ -93,6 +93,7 @@ QueryStats calibrate_query_stats(const LlamaModel& model, std::span<const int32_
   s.n_kv_heads = c.n_kv_heads;
   s.head_dim = c.head_dim;
   s.rope_theta = c.rope_theta;
+  s.rope_inv_freq = rope.inv_freq();
   s.tokens = n;
   sums.means(s, n);
   return s;

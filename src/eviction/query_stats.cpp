@@ -62,6 +62,11 @@ void QueryStats::validate(const std::string& what) const {
   if (mean_re.size() != n || mean_im.size() != n || mean_abs.size() != n)
     throw Error(fmt::format("{}: statistics arrays hold {}/{}/{} values, expected {}", what, mean_re.size(),
                             mean_im.size(), mean_abs.size(), n));
+  if (!rope_inv_freq.empty() && rope_inv_freq.size() != static_cast<size_t>(n_bands()))
+    throw Error(fmt::format("{}: rope_inv_freq holds {} values, expected {}", what, rope_inv_freq.size(), n_bands()));
+  for (size_t f = 0; f < rope_inv_freq.size(); ++f)
+    if (!(std::isfinite(rope_inv_freq[f]) && rope_inv_freq[f] >= 0))
+      throw Error(fmt::format("{}: rope_inv_freq[{}] = {} must be finite and >= 0", what, f, rope_inv_freq[f]));
   for (size_t i = 0; i < n; ++i)
     if (!std::isfinite(mean_re[i]) || !std::isfinite(mean_im[i]) || !std::isfinite(mean_abs[i]) || mean_abs[i] < 0)
       throw Error(fmt::format("{}: non-finite or negative statistic at flat index {}", what, i));
@@ -79,6 +84,7 @@ void save_query_stats(const QueryStats& s, const std::string& path) {
   j["n_kv_heads"] = s.n_kv_heads;
   j["head_dim"] = s.head_dim;
   j["rope_theta"] = s.rope_theta;
+  if (!s.rope_inv_freq.empty()) j["rope_inv_freq"] = s.rope_inv_freq;
   j["tokens"] = s.tokens;
   j["q_mean_re"] = nest(s, s.mean_re);
   j["q_mean_im"] = nest(s, s.mean_im);
@@ -112,6 +118,7 @@ QueryStats load_query_stats(const std::string& path) {
     s.head_dim = j.at("head_dim").get<int>();
     s.rope_theta = j.at("rope_theta").get<double>();
     s.tokens = j.at("tokens").get<int64_t>();
+    if (j.contains("rope_inv_freq")) s.rope_inv_freq = j.at("rope_inv_freq").get<std::vector<double>>();
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("{}: missing or mistyped header field ({})", path, e.what()));
   }

@@ -14,7 +14,11 @@
 //   "format": "kvevict-query-stats", "version": 1,
 //   "model", "source": provenance strings (file names),
 //   "n_layers", "n_heads", "n_kv_heads", "head_dim", "rope_theta", "tokens",
-//   "q_mean_re", "q_mean_im", "q_abs_mean": arrays [n_layers][n_heads][head_dim / 2].
+//   "q_mean_re", "q_mean_im", "q_abs_mean": arrays [n_layers][n_heads][head_dim / 2],
+//   optional "rope_inv_freq": [head_dim / 2] ω_f of the RoPE the queries were un-rotated with
+//   (absent in files written before it was recorded; then only rope_theta is checked).
+// The statistics carry the model's RoPE attention factor (LongRoPE files): un-rotation is a
+// pure rotation, so the rotated bands keep it, exactly as the cached keys they are scored against.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +34,9 @@ struct QueryStats {
   int n_kv_heads = 0;
   int head_dim = 0;  ///< bands = head_dim / 2
   double rope_theta = 0;
+  /// ω_f per band [head_dim / 2] (radians per token) of the calibration model's RoPE: LongRoPE
+  /// factor set, rope_freqs and linear scaling included. Empty: not recorded (older files).
+  std::vector<double> rope_inv_freq;
   int64_t tokens = 0;  ///< query tokens averaged (per layer and head)
   std::string model;   ///< model file the statistics came from (provenance only)
   std::string source;  ///< corpus file (provenance only)
@@ -43,7 +50,8 @@ struct QueryStats {
         static_cast<size_t>(band);
   }
   /// Throws kvevict::Error (prefixed with `what`) unless the shape is positive and consistent
-  /// (even head_dim, n_heads a multiple of n_kv_heads, array sizes) and every value is finite.
+  /// (even head_dim, n_heads a multiple of n_kv_heads, array sizes, rope_inv_freq empty or of
+  /// head_dim / 2 values >= 0) and every value is finite.
   void validate(const std::string& what) const;
 };
 

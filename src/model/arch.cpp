@@ -8,12 +8,12 @@ namespace kvevict {
 namespace {
 
 const std::vector<ArchInfo>& table() {
-  // name, rope style, QKV bias, Q/K norm, fused QKV, fused gate/up, rope_freqs, ignore SWA
+  // name, rope style, QKV bias, Q/K norm, fused QKV, fused gate/up, rope_freqs, ignore SWA, longrope
   static const std::vector<ArchInfo> t = {
-      {"llama", RopeStyle::Adjacent, TensorUse::Optional, false, false, false, true, false},
-      {"qwen2", RopeStyle::Neox, TensorUse::Required, false, false, false, false, false},
-      {"qwen3", RopeStyle::Neox, TensorUse::None, true, false, false, false, false},
-      {"phi3", RopeStyle::Neox, TensorUse::None, false, true, true, false, true},
+      {"llama", RopeStyle::Adjacent, TensorUse::Optional, false, false, false, true, false, false},
+      {"qwen2", RopeStyle::Neox, TensorUse::Required, false, false, false, false, false, false},
+      {"qwen3", RopeStyle::Neox, TensorUse::None, true, false, false, false, false, false},
+      {"phi3", RopeStyle::Neox, TensorUse::None, false, true, true, false, true, true},
   };
   return t;
 }

@@ -7,7 +7,9 @@
 //   qwen2  — Qwen2/2.5, DeepSeek-R1-Distill-Qwen: Q/K/V biases required, NEOX RoPE.
 //   qwen3  — Qwen3: per-head RMSNorm of Q and K before RoPE, head_dim from key_length, NEOX RoPE.
 //   phi3   — Phi-3/3.5, Phi-4(-mini, -reasoning): fused `attn_qkv` [Q|K|V] and fused `ffn_up`
-//            [gate|up], NEOX RoPE over `rope.dimension_count` dims (partial rotary).
+//            [gate|up], NEOX RoPE over `rope.dimension_count` dims (partial rotary), optional
+//            LongRoPE (`rope_factors_short/long.weight` + `rope.scaling.attn_factor`,
+//            Phi-3.5 / Phi-4-mini; model/llama.h says which set is used).
 // Common to all: pre-norm RMSNorm blocks, SwiGLU FFN, GQA, tied output when `output.weight` is
 // absent.
 //
@@ -38,6 +40,8 @@ struct ArchInfo {
   /// `<arch>.attention.sliding_window` is accepted and ignored (full attention) as llama.cpp
   /// does for phi3; for other families the key is refused.
   bool ignore_sliding_window = false;
+  /// May carry LongRoPE factor sets rope_factors_short.weight and rope_factors_long.weight.
+  bool longrope = false;
 };
 
 /// Description of architecture `name`. Throws kvevict::Error naming `general.architecture`, the

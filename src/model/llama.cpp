@@ -187,8 +187,9 @@ void LlamaModel::read_config() {
   }
 }
 
-// RoPE: style from the architecture, rotated dims, linear scaling, rope_freqs; refuses the
-// scaling types that are not implemented, naming the key.
+// RoPE: style from the architecture, rotated dims, linear scaling, attention factor; refuses the
+// scaling types that are not implemented, naming the key. Factor tensors (rope_freqs, LongRoPE)
+// are read in load() through the TensorReader.
 void LlamaModel::read_rope() {
   const GgufFile& f = file_;
   const std::string& path = f.path();
@@ -203,22 +204,95 @@ void LlamaModel::read_rope() {
     throw Error(fmt::format("{}: {}rope.dimension_count = {} must be even and in [2, head_dim {}]", path, a, n_rot,
                             c.head_dim));
   r.n_rot = static_cast<int>(n_rot);
-  // llama.cpp's default scaling type is linear; a factor of 0 or 1 means none.
+  // llama.cpp's default scaling type is linear; a factor of 0 or 1 means none. "longrope" is
+  // accepted when the factor tensors are there (checked in load()); converted Phi-3.5 files
+  // state no type at all.
   const std::string type = f.has(a + "rope.scaling.type") ? f.get_string(a + "rope.scaling.type") : "linear";
-  if (type != "none" && type != "linear")
-    throw Error(
-        fmt::format("{}: {}rope.scaling.type = '{}' is not implemented (supported: none, linear)", path, a, type));
+  if (type != "none" && type != "linear" && type != "longrope")
+    throw Error(fmt::format("{}: {}rope.scaling.type = '{}' is not implemented (supported: none, linear, longrope)",
+                            path, a, type));
   double factor = f.get_float_or(a + "rope.scaling.factor", f.get_float_or(a + "rope.scale_linear", 0.0));
   if (type == "none") factor = 0.0;
   if (!(std::isfinite(factor) && factor >= 0.0))
     throw Error(fmt::format("{}: {}rope.scaling.factor = {} must be a finite value >= 0", path, a, factor));
   r.freq_scale = factor == 0.0 ? 1.0 : 1.0 / factor;
-  if (f.has(a + "rope.scaling.attn_factor") && f.get_float(a + "rope.scaling.attn_factor") != 1.0)
-    throw Error(fmt::format("{}: {}rope.scaling.attn_factor = {} is not implemented", path, a,
-                            f.get_float(a + "rope.scaling.attn_factor")));
-  for (const char* t : {tensor_name::kRopeFactorsLong, tensor_name::kRopeFactorsShort})
-    if (f.find_tensor(t)) throw Error(fmt::format("{}: tensor '{}' (longrope scaling) is not implemented", path, t));
+  // llama.cpp multiplies cos/sin by this for every file that states it (cparams.yarn_attn_factor
+  // *= hparams.rope_attn_factor; ext_factor is 0 outside yarn, so nothing else scales them).
+  r.attn_factor = f.get_float_or(a + "rope.scaling.attn_factor", 1.0);
+  if (!(std::isfinite(r.attn_factor) && r.attn_factor > 0.0))
+    throw Error(fmt::format("{}: {}rope.scaling.attn_factor = {} must be a finite value > 0", path, a, r.attn_factor));
 }
+
+namespace {
+
+// One LongRoPE factor set: n_rot / 2 finite positive divisors.
+std::vector<float> read_factor_set(TensorReader& tr, const std::string& path, const char* name, int n_rot) {
+  std::vector<float> v;
+  try {
+    v = tr.vector_f32(name, n_rot / 2);
+  } catch (const Error& e) {
+    throw Error(
+        fmt::format("{} (LongRoPE factors: one per rotated band, rope.dimension_count {} / 2)", e.what(), n_rot));
+  }
+  for (size_t i = 0; i < v.size(); ++i)
+    if (!(std::isfinite(v[i]) && v[i] > 0.0f))
+      throw Error(fmt::format("{}: tensor '{}' holds {} at band {}; LongRoPE factors must be finite and > 0", path,
+                              name, v[i], i));
+  return v;
+}
+
+// LongRoPE (phi3): both factor sets, the original context length, and the set for the context
+// size the model runs with (LongRopeInfo). Refuses inconsistent files, naming the tensor/key.
+void read_longrope(const GgufFile& f, TensorReader& tr, const ArchInfo& arch, const LoadOptions& options,
+                   LlamaConfig& c, std::string& note) {
+  const std::string& path = f.path();
+  const std::string a = c.arch + ".";
+  const char* const kShort = tensor_name::kRopeFactorsShort;
+  const char* const kLong = tensor_name::kRopeFactorsLong;
+  const bool has_short = tr.has(kShort), has_long = tr.has(kLong);
+  const std::string type = f.has(a + "rope.scaling.type") ? f.get_string(a + "rope.scaling.type") : "";
+  if (!has_short && !has_long) {
+    if (type == "longrope")
+      throw Error(fmt::format("{}: {}rope.scaling.type = 'longrope' but the file has no '{}' / '{}' tensors", path, a,
+                              kShort, kLong));
+    return;
+  }
+  for (const char* t : {kShort, kLong})
+    if (tr.has(t) && !arch.longrope)
+      throw Error(fmt::format("{}: tensor '{}' is not used by architecture '{}' (refused rather than ignored)", path, t,
+                              c.arch));
+  if (has_short != has_long)
+    throw Error(fmt::format("{}: tensor '{}' is present but '{}' is missing; LongRoPE needs both factor sets", path,
+                            has_short ? kShort : kLong, has_short ? kLong : kShort));
+  if (c.rope.freq_scale != 1.0)
+    throw Error(
+        fmt::format("{}: {}rope.scaling.factor = {} (linear scaling) together with LongRoPE factor tensors "
+                    "is not supported",
+                    path, a, 1.0 / c.rope.freq_scale));
+  if (options.context_size < 0)
+    throw Error(fmt::format("{}: context size {} must be >= 0 (0: the file's {}context_length {})", path,
+                            options.context_size, a, c.context_length));
+  LongRopeInfo& lr = c.longrope;
+  lr.short_factors = read_factor_set(tr, path, kShort, c.rope.n_rot);
+  lr.long_factors = read_factor_set(tr, path, kLong, c.rope.n_rot);
+  lr.original_context = f.has(a + "rope.scaling.original_context_length")
+      ? positive(f, a + "rope.scaling.original_context_length")
+      : c.context_length;  // llama.cpp: n_ctx_orig_yarn defaults to n_ctx_train
+  lr.context_size = options.context_size > 0 ? options.context_size : c.context_length;
+  // llama.cpp get_rope_factors: long iff n_ctx_per_seq > n_ctx_orig_yarn.
+  lr.use_long = lr.context_size > lr.original_context;
+  c.rope.freq_factors = lr.use_long ? lr.long_factors : lr.short_factors;
+  const bool orig_key = f.has(a + "rope.scaling.original_context_length");
+  note = fmt::format(
+      "{}: LongRoPE: context size {}{} {} original context {} ({}): using the {} factors ({}), "
+      "attention factor {:.6g}",
+      path, lr.context_size, options.context_size > 0 ? "" : fmt::format(" ({}context_length)", a),
+      lr.use_long ? ">" : "<=", lr.original_context,
+      orig_key ? a + "rope.scaling.original_context_length" : a + "context_length", lr.use_long ? "long" : "short",
+      lr.use_long ? kLong : kShort, c.rope.attn_factor);
+}
+
+}  // namespace
 
 std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, const LoadOptions& options) {
   std::unique_ptr<LlamaModel> m(new LlamaModel(GgufFile::open(path)));
@@ -238,6 +312,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, const Load
         throw Error(fmt::format("{}: tensor '{}' holds {}; frequency factors must be finite and > 0", path,
                                 tensor_name::kRopeFreqs, v));
   }
+  read_longrope(f, tr, arch, options, c, m->rope_note_);
 
   c.n_vocab = static_cast<int>(tr.rows_of(tensor_name::kTokenEmbd));
   if (options.tokenizer) {
@@ -256,8 +331,10 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, const Load
   int64_t bytes = 0;
   for (const GgufTensor& t : f.tensors()) bytes += t.n_bytes;
   m->weight_bytes_ = bytes;
-  if (options.print_warnings)
+  if (options.print_warnings) {
     for (const std::string& w : m->warnings_) std::fprintf(stderr, "kvevict: warning: %s\n", w.c_str());
+    if (!m->rope_note_.empty()) std::fprintf(stderr, "kvevict: %s\n", m->rope_note_.c_str());
+  }
   return m;
 }
 

@@ -21,6 +21,25 @@
 
 namespace kvevict {
 
+/// LongRoPE as a file states it (phi3: Phi-3.5, Phi-4-mini). Two sets of per-band frequency
+/// divisors; one is chosen at load for the context size the model is run with, as llama.cpp's
+/// get_rope_factors does: the long set when that context size exceeds the original (pre-extension)
+/// context length, else the short set. The choice is fixed for the model's lifetime, so every
+/// key of a cache is rotated with the same frequencies (re-rotation and TriAttention's
+/// statistics included). HF transformers switches per forward call by sequence length instead
+/// (long when seq_len > original), which re-rotates nothing already cached.
+/// Source: llama.cpp get_rope_factors / n_ctx_orig_yarn, convert_hf_to_gguf.py Phi3MiniModel
+/// (tensors, `rope.scaling.original_context_length`, attn_factor = sqrt(1 + ln s / ln original),
+/// s = context_length / original); LongRoPE (arXiv 2402.13753) §3.
+struct LongRopeInfo {
+  std::vector<float> short_factors;  ///< rope_factors_short.weight [n_rot / 2]; empty: no LongRoPE
+  std::vector<float> long_factors;   ///< rope_factors_long.weight [n_rot / 2]
+  int original_context = 0;          ///< `rope.scaling.original_context_length` (tokens), else context_length
+  int64_t context_size = 0;          ///< context size the set was chosen for (tokens)
+  bool use_long = false;             ///< context_size > original_context
+  bool present() const { return !short_factors.empty(); }
+};
+
 /// Hyper-parameters of a model (any supported architecture).
 struct LlamaConfig {
   std::string arch = "llama";                              ///< `general.architecture`
@@ -35,6 +54,7 @@ struct LlamaConfig {
   float rms_eps = 1e-5f;                                   ///< RMSNorm epsilon
   float rope_theta = 10000.0f;                             ///< RoPE base frequency (also rope.theta)
   RopeConfig rope;                                         ///< full RoPE description (style, n_rot, factors, scaling)
+  LongRopeInfo longrope;                                   ///< LongRoPE sets (phi3); the one in use is in rope
   int group_size() const { return n_heads / n_kv_heads; }  ///< query heads per KV head
 };
 
@@ -64,8 +84,13 @@ struct LoadOptions {
   /// vocabulary type the tokenizer does not read yet (byte-level BPE, `tokenizer.ggml.model =
   /// "gpt2"`) pass false and feed token ids directly; tokenizer() then throws.
   bool tokenizer = true;
-  /// Print load warnings (ignored metadata such as phi3's sliding window) to stderr.
+  /// Print load warnings (ignored metadata such as phi3's sliding window) and the LongRoPE
+  /// choice to stderr.
   bool print_warnings = true;
+  /// Context size (tokens) the model will be run with; picks the LongRoPE factor set (see
+  /// LongRopeInfo). 0 means the file's `context_length`, which is also the longest sequence the
+  /// CLI runs without eviction (llama.cpp's `-c 0`). Files without LongRoPE ignore it.
+  int64_t context_size = 0;
 };
 
 /// A loaded model. Keeps the GGUF mapping alive; weights point into it.
@@ -74,8 +99,12 @@ class LlamaModel {
   /// Loads `path`. Throws kvevict::Error (naming file and key/tensor) when the file is not GGUF,
   /// `general.architecture` is not supported (model/arch.h), a required key or tensor is
   /// missing, a tensor has the wrong shape, head counts or head_dim are inconsistent, or the file
-  /// asks for a computation that is not implemented (rope scaling yarn/longrope, sliding window
-  /// outside phi3, experts), naming the key.
+  /// asks for a computation that is not implemented (rope scaling yarn, sliding window outside
+  /// phi3, experts), naming the key, or carries inconsistent LongRoPE data (one factor tensor
+  /// without the other, a set of other than n_rot / 2 entries, a factor that is not finite and
+  /// > 0, `rope.scaling.attn_factor` not finite and > 0, `rope.scaling.type = longrope` without
+  /// factor tensors, LongRoPE combined with a linear `rope.scaling.factor`), naming the tensor or
+  /// key. A negative options.context_size is refused too.
   static std::unique_ptr<LlamaModel> load(const std::string& path, const LoadOptions& options = {});
 
   const LlamaConfig& config() const { return config_; }
@@ -87,6 +116,9 @@ class LlamaModel {
   const Tokenizer& tokenizer() const;
   /// Metadata the loader accepted but does not apply, one line each (also printed at load).
   const std::vector<std::string>& warnings() const { return warnings_; }
+  /// One line saying which LongRoPE set is in use and why (context sizes, attention factor);
+  /// empty for files without LongRoPE. Printed at load with print_warnings.
+  const std::string& rope_note() const { return rope_note_; }
   const GgufFile& gguf() const { return file_; }
   const std::vector<LlamaLayer>& layers() const { return layers_; }
   const WeightMatrix& token_embedding() const { return token_embd_; }     ///< [n_vocab, dim]
@@ -105,6 +137,7 @@ class LlamaModel {
   LlamaConfig config_;
   const ArchInfo* arch_ = nullptr;
   std::vector<std::string> warnings_;
+  std::string rope_note_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::vector<LlamaLayer> layers_;
   WeightMatrix token_embd_, output_;

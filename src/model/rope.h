@@ -12,11 +12,21 @@
 // the remaining bands — the trailing head_dim - n_rot coordinates, paired adjacently — have
 // ω_f = 0, so the same band algebra (TriAttention's statistics) covers them unchanged.
 // For a rotating band, ω_f = freq_scale · theta^(-2f / n_rot) / freq_factor[f]:
-// freq_factor is the `rope_freqs.weight` tensor (Llama-3.1 "llama3" scaling), freq_scale is
+// freq_factor is the `rope_freqs.weight` tensor (Llama-3.1 "llama3" scaling) or the LongRoPE
+// factor set in use (`rope_factors_short/long.weight`, Phi-3.5 / Phi-4-mini), freq_scale is
 // 1 / `rope.scaling.factor` for linear scaling (positions divided by the factor).
 //
+// Attention factor a (`rope.scaling.attn_factor`, LongRoPE's magnitude correction): embedding a
+// token multiplies cos and sin of every rotated band by a, for queries and keys alike, so the
+// rotated part of every q·k score grows by a² and the unrotated tail is unchanged. rotate() stays
+// a pure rotation (|x| preserved): it moves an already-embedded vector to another position
+// (re-rotation of kept keys, un-rotation in calibration) and must not apply a a second time.
+//
 // Source: RoFormer (Su et al., arXiv 2104.09864) §3.4; llama.cpp ggml_rope_ext (modes NORM and
-// NEOX, n_dims, freq_factors, freq_scale); GPT-NeoX (arXiv 2204.06745) for the half-split layout.
+// NEOX, n_dims, freq_factors, freq_scale, attn_factor as mscale on cos/sin); GPT-NeoX (arXiv
+// 2204.06745) for the half-split layout; LongRoPE (Ding et al., arXiv 2402.13753) §3 for the
+// per-frequency rescale factors; HF transformers `_compute_longrope_parameters` for the
+// attention factor's place (it scales cos and sin).
 #pragma once
 
 #include <cmath>
@@ -36,6 +46,7 @@ struct RopeConfig {
   RopeStyle style = RopeStyle::Adjacent;
   double freq_scale = 1.0;          ///< 1 / linear scaling factor (positions are multiplied by it)
   std::vector<float> freq_factors;  ///< [n_rot / 2] divisors of ω_f, or empty (all 1)
+  double attn_factor = 1.0;         ///< multiplies cos/sin when embedding (angles()); > 0
 };
 
 /// Per-band frequencies ω_f of one head, computed in double and applied in double so that
@@ -45,7 +56,7 @@ class Rope {
  public:
   Rope() = default;
   /// Full-width adjacent-pair RoPE (the classic llama layout).
-  Rope(int head_dim, float theta) : Rope(RopeConfig{head_dim, head_dim, theta, RopeStyle::Adjacent, 1.0, {}}) {}
+  Rope(int head_dim, float theta) : Rope(RopeConfig{head_dim, head_dim, theta, RopeStyle::Adjacent, 1.0, {}, 1.0}) {}
   /// Any RoPE of RopeConfig. Requires 0 < n_rot <= head_dim, both even, and freq_factors
   /// empty or of n_rot / 2 entries (the loader checks these and names the key).
   explicit Rope(const RopeConfig& c) : cfg_(c) {
@@ -79,21 +90,26 @@ class Rope {
     return cfg_.style == RopeStyle::Adjacent ? 2 * f + 1 : f + cfg_.n_rot / 2;
   }
 
-  /// cos/sin of every rotated band at position `pos`: cs[2f] = cos(pos·ω_f), cs[2f+1] = sin.
-  /// cs: [n_rot] doubles.
+  double attn_factor() const { return cfg_.attn_factor; }
+
+  /// Embedding coefficients of every rotated band at position `pos`: cs[2f] = a·cos(pos·ω_f),
+  /// cs[2f+1] = a·sin(pos·ω_f), a = attn_factor (1 for all but LongRoPE files). cs: [n_rot] doubles.
   void angles(int64_t pos, double* cs) const {
+    const double m = cfg_.attn_factor;
     for (int f = 0; f < n_rotated_bands(); ++f) {
       const double a = static_cast<double>(pos) * omega_[static_cast<size_t>(f)];
-      cs[2 * f] = std::cos(a);
-      cs[2 * f + 1] = std::sin(a);
+      cs[2 * f] = m * std::cos(a);
+      cs[2 * f + 1] = m * std::sin(a);
     }
   }
-  /// Rotates x[head_dim] by the angles of `angles()` (trigonometry done once per token).
+  /// Embeds x[head_dim] with the coefficients of `angles()` (trigonometry done once per token):
+  /// RoPE at that position, rotated bands scaled by attn_factor.
   void apply(float* x, const double* cs) const {
     for (int f = 0; f < n_rotated_bands(); ++f) rotate_band(x, f, cs[2 * f], cs[2 * f + 1]);
   }
   /// Rotates one head vector x[head_dim] in place by position `pos` (tokens; may be negative,
-  /// which un-rotates).
+  /// which un-rotates). A pure rotation: attn_factor is not applied (see the file comment), so
+  /// rotate(apply(x, angles(p)), d) == apply(x, angles(p + d)) to rounding.
   void rotate(float* x, int64_t pos) const {
     for (int f = 0; f < n_rotated_bands(); ++f) {
       const double a = static_cast<double>(pos) * omega_[static_cast<size_t>(f)];

@@ -184,6 +184,25 @@ uint32_t SynthTypes::file_type() const {
   return 0;
 }
 
+void synth_add_longrope(SynthShape& s) {
+  if (s.arch != "phi3")
+    throw Error(
+        fmt::format("synth shape '{}': LongRoPE factors are a phi3 feature (architecture is '{}')", s.name, s.arch));
+  const int hd = s.head_dim_or_default(), n_rot = s.n_rot > 0 ? s.n_rot : hd, R = n_rot / 2;
+  const double scale = 32.0;
+  s.original_context_length = s.context_length;
+  s.context_length = static_cast<int>(scale * s.context_length);
+  s.rope_factors_short.resize(static_cast<size_t>(R));
+  s.rope_factors_long.resize(static_cast<size_t>(R));
+  for (int i = 0; i < R; ++i) {
+    const double u = R > 1 ? static_cast<double>(i) / (R - 1) : 0.0;
+    s.rope_factors_short[static_cast<size_t>(i)] = static_cast<float>(1.0 + 0.1 * u);
+    s.rope_factors_long[static_cast<size_t>(i)] = static_cast<float>(std::pow(scale, u));
+  }
+  s.rope_attn_factor =
+      static_cast<float>(std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(s.original_context_length))));
+}
+
 void write_synth_gguf(const SynthShape& s, GgmlType type, uint64_t seed, const std::string& path) {
   write_synth_gguf(s, parse_synth_types(ggml_type_name(static_cast<uint32_t>(type))), seed, path);
 }
@@ -207,6 +226,15 @@ void write_synth_gguf(const SynthShape& s, const SynthTypes& wtypes, uint64_t se
     throw Error(fmt::format("synth shape '{}': vocabulary {} < 260 (specials, bytes, space)", s.name, s.n_vocab));
   const int64_t qd = int64_t{s.n_heads} * hd, kvd = int64_t{s.n_kv_heads} * hd;
   const std::string a = s.arch + ".";
+  const bool longrope = !s.rope_factors_short.empty() || !s.rope_factors_long.empty();
+  if (longrope && !arch.longrope)
+    throw Error(fmt::format("synth shape '{}': LongRoPE factors are not part of architecture '{}'", s.name, s.arch));
+  if (longrope &&
+      (s.rope_factors_short.size() != static_cast<size_t>(n_rot / 2) ||
+       s.rope_factors_long.size() != static_cast<size_t>(n_rot / 2)))
+    throw Error(
+        fmt::format("synth shape '{}': LongRoPE needs short and long factor sets of n_rot / 2 = {} (got {}, {})",
+                    s.name, n_rot / 2, s.rope_factors_short.size(), s.rope_factors_long.size()));
 
   GgufWriter w;
   w.add_string("general.architecture", s.arch);
@@ -224,6 +252,9 @@ void write_synth_gguf(const SynthShape& s, const SynthTypes& wtypes, uint64_t se
   }
   w.add_uint32(a + "rope.dimension_count", static_cast<uint32_t>(n_rot));
   w.add_float32(a + "rope.freq_base", s.rope_theta);
+  if (s.original_context_length > 0)
+    w.add_uint32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(s.original_context_length));
+  if (s.rope_attn_factor > 0.0f) w.add_float32(a + "rope.scaling.attn_factor", s.rope_attn_factor);
   w.add_float32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
   w.add_uint32(a + "vocab_size", static_cast<uint32_t>(s.n_vocab));
 
@@ -264,6 +295,14 @@ void write_synth_gguf(const SynthShape& s, const SynthTypes& wtypes, uint64_t se
   const auto bias = [&](const std::string& name, int64_t n) {
     w.add_tensor(name, {n}, GgmlType::F32, random_vector(n, 0.1f, seed, tensor++));
   };
+  if (longrope) {
+    const auto f32 = [&](const char* name, const std::vector<float>& v) {
+      w.add_tensor(name, {static_cast<int64_t>(v.size())}, GgmlType::F32,
+                   [v](uint8_t* dst, int64_t n) { std::memcpy(dst, v.data(), static_cast<size_t>(n)); });
+    };
+    f32("rope_factors_long.weight", s.rope_factors_long);
+    f32("rope_factors_short.weight", s.rope_factors_short);
+  }
   matrix("token_embd.weight", s.n_vocab, s.dim);
   w.add_tensor("output_norm.weight", {s.dim}, GgmlType::F32, ones(s.dim));
   if (!s.tied_embeddings) matrix("output.weight", s.n_vocab, s.dim);

@@ -43,11 +43,24 @@ struct SynthShape {
   std::string arch = "llama";
   int head_dim = 0;  ///< per-head width; 0 means dim / n_heads (written as attention.key_length otherwise)
   int n_rot = 0;     ///< rotated dims (rope.dimension_count); 0 means head_dim
+  /// LongRoPE (phi3 only; model/llama.h LongRopeInfo): when set, written as the F32 tensors
+  /// rope_factors_short.weight and rope_factors_long.weight [n_rot / 2] (both or neither).
+  std::vector<float> rope_factors_short{}, rope_factors_long{};
+  int original_context_length = 0;  ///< `rope.scaling.original_context_length`, written when > 0
+  float rope_attn_factor = 0.0f;    ///< `rope.scaling.attn_factor`, written when > 0
   /// head_dim, or dim / n_heads when it is 0.
   int head_dim_or_default() const { return head_dim > 0 ? head_dim : dim / n_heads; }
   /// Parameters (elements of every tensor).
   int64_t n_params() const;
 };
+
+/// Turns `shape` (a phi3 shape) into a LongRoPE model the way Phi-3.5-mini extends Phi-3-mini:
+/// original context = the shape's context_length, new context_length = 32 x that; short
+/// factors rise linearly from 1.0 to 1.1 over the rotated bands, long factors geometrically from
+/// 1 to 32 (LongRoPE stretches low frequencies most); attention factor sqrt(1 + ln 32 / ln
+/// original), convert_hf_to_gguf.py's formula for Phi-3 LongRoPE. The values are illustrative,
+/// not any real model's. Throws kvevict::Error when the shape is not phi3.
+void synth_add_longrope(SynthShape& shape);
 
 /// Names of the known shapes ("smollm2-135m", "smollm2-360m", "tinyllama-1.1b", "tiny", ...).
 std::vector<std::string> synth_shape_names();
@@ -89,8 +102,9 @@ SynthTypes parse_synth_types(const std::string& name);
 
 /// Writes the synthetic model to `path`. Throws kvevict::Error when the shape is inconsistent
 /// (dim % heads without head_dim, heads % kv_heads, odd head_dim or n_rot, quantised type with
-/// dim or FFN not a multiple of the block), the architecture is unknown, or the file cannot be
-/// written.
+/// dim or FFN not a multiple of the block, LongRoPE factors on another family than phi3, only one
+/// set, or a set of other than n_rot / 2 entries), the architecture is unknown, or the file
+/// cannot be written.
 void write_synth_gguf(const SynthShape& shape, GgmlType type, uint64_t seed, const std::string& path);
 /// As above with per-tensor types (SynthTypes).
 void write_synth_gguf(const SynthShape& shape, const SynthTypes& types, uint64_t seed, const std::string& path);

@@ -63,6 +63,16 @@ class TriAttentionSelector final : public Selector {
           fmt::format("triattention: statistics were calibrated with rope_theta {} ({}), which is not this "
                       "model's RoPE",
                       st_.rope_theta, st_.model));
+    // Same theta is not enough: LongRoPE sets, rope_freqs or linear scaling change ω_f.
+    for (int f = 0; f < F && !st_.rope_inv_freq.empty(); ++f) {
+      const double a = st_.rope_inv_freq[static_cast<size_t>(f)], b = inv_freq[static_cast<size_t>(f)];
+      if (std::abs(a - b) > 1e-9 * std::max(std::abs(a), std::abs(b)))
+        throw Error(fmt::format(
+            "triattention: statistics were calibrated with RoPE frequency {} at band {} ({}), this model runs "
+            "{} (another LongRoPE factor set, rope_freqs or linear scaling); calibrate with the same file and "
+            "context size",
+            a, f, st_.model, b));
+    }
     // Per-round constants: e^{itω_f}·C_f.
     const double t =
         in.positions == PositionMode::Logical ? static_cast<double>(in.n_seen) : static_cast<double>(in.kv.length(0));
