@@ -598,11 +598,61 @@ nlohmann::json bench_evict_round(const EvictBenchConfig& cfg) {
 
 namespace {
 
+// Wraps a selector so that the forward pass computes attention probabilities for it (needs()
+// adds `attention`) while selection is the inner selector's, unchanged: the probabilities are
+// counted and dropped, the inner state sees exactly what it asked for.
+class ProbsForcingState final : public SelectorState {
+ public:
+  ProbsForcingState(std::unique_ptr<SelectorState> inner, SelectorNeeds inner_needs)
+      : inner_(std::move(inner)), needs_(inner_needs) {}
+  void observe(const AttentionObservation& obs) override {
+    if (obs.probs) ++prob_observations;
+    if (!inner_ || !needs_.any()) return;
+    AttentionObservation o = obs;
+    if (!needs_.attention) o.probs = nullptr;
+    inner_->observe(o);
+  }
+  void on_compact(int layer, int kv_head, std::span<const int32_t> keep) override {
+    if (inner_) inner_->on_compact(layer, kv_head, keep);
+  }
+  SelectorState* inner() { return inner_.get(); }
+  int64_t prob_observations = 0;  ///< (token, layer) observations that carried probabilities
+
+ private:
+  std::unique_ptr<SelectorState> inner_;
+  SelectorNeeds needs_;
+};
+
+class ProbsForcingSelector final : public Selector {
+ public:
+  explicit ProbsForcingSelector(std::shared_ptr<const Selector> inner) : inner_(std::move(inner)) {}
+  SelectorNeeds needs() const override {
+    SelectorNeeds n = inner_->needs();
+    n.attention = true;
+    return n;
+  }
+  std::unique_ptr<SelectorState> make_state(const KvShape& shape) const override {
+    return std::make_unique<ProbsForcingState>(inner_->make_state(shape), inner_->needs());
+  }
+  void score(const RoundInput& in, SelectorState* state, std::span<float> scores) const override {
+    inner_->score(in, state ? static_cast<ProbsForcingState*>(state)->inner() : nullptr, scores);
+  }
+
+ private:
+  std::shared_ptr<const Selector> inner_;
+};
+
+int64_t prob_observations(const Sequence& s) {
+  const auto* st = dynamic_cast<const ProbsForcingState*>(s.state.get());
+  return st ? st->prob_observations : 0;
+}
+
 struct ThroughputRun {
   double tok_per_s = 0;
   double round_ms_per_step = 0;    ///< eviction rounds (score + compact), all sequences, per timed step
   int64_t rounds_timed = 0;        ///< eviction rounds inside the timed steps, all sequences
   double observe_ms_per_step = 0;  ///< selectors' per-token observation work, per timed step
+  int64_t forced_prob_observations = 0;  ///< probability observations a forcing wrapper saw (timed steps)
   Summary step_ms;
   int64_t kv_bytes_per_seq = 0;
 };
@@ -639,8 +689,11 @@ ThroughputRun run_batch(Engine& engine, const Policy& pol, const ThroughputBench
     return t;
   };
   const double round0 = selector_ms(true), observe0 = selector_ms(false);
-  int64_t rounds0 = 0;
-  for (const Sequence* s : ptrs) rounds0 += s->stats.rounds;
+  int64_t rounds0 = 0, probs0 = 0;
+  for (const Sequence* s : ptrs) {
+    rounds0 += s->stats.rounds;
+    probs0 += prob_observations(*s);
+  }
   std::vector<double> ms;
   for (int r = 0; r < cfg.common.reps; ++r) {
     const auto t0 = Clock::now();
@@ -650,6 +703,8 @@ ThroughputRun run_batch(Engine& engine, const Policy& pol, const ThroughputBench
   ThroughputRun out;
   for (const Sequence* s : ptrs) out.rounds_timed += s->stats.rounds;
   out.rounds_timed -= rounds0;
+  for (const Sequence* s : ptrs) out.forced_prob_observations += prob_observations(*s);
+  out.forced_prob_observations -= probs0;
   const double timed_steps = static_cast<double>(cfg.common.reps) * cfg.steps;
   out.round_ms_per_step = (selector_ms(true) - round0) / timed_steps;
   out.observe_ms_per_step = (selector_ms(false) - observe0) / timed_steps;
@@ -664,6 +719,11 @@ ThroughputRun run_batch(Engine& engine, const Policy& pol, const ThroughputBench
 nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
   if (cfg.batch < 1 || cfg.steps < 1 || cfg.max_batch < 1 || cfg.pool_bytes <= 0)
     throw Error("bench throughput: --batch, --steps, --max-batch and --pool-mib must be positive");
+  for (const std::string& name : cfg.probs_kernel)
+    if (!policy_with_params(name, cfg.params).selector)
+      throw Error(fmt::format("bench throughput: --probs-kernel policy '{}' has no selector to force "
+                              "attention probabilities for (give an evicting policy)",
+                              name));
   Loaded L = load(cfg.common);
   Engine& engine = *L.engine;
   nlohmann::json out = header(cfg.common, *L.model, engine);
@@ -685,11 +745,21 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
         "| policy | tok/s | step ms (min-max) | of which rounds ms | of which observing ms | KV MiB/seq "
         "|\n|---|---|---|---|---|---|\n");
   }
-  for (const std::string& name : cfg.iso_batch ? policy_list(cfg.policies, false) : std::vector<std::string>{}) {
+  // The listed policies, then the ones re-run with the probability kernel forced.
+  std::vector<std::pair<std::string, bool>> iso_batch_rows;
+  if (cfg.iso_batch) {
+    for (const std::string& name : policy_list(cfg.policies, false)) iso_batch_rows.emplace_back(name, false);
+    for (const std::string& name : cfg.probs_kernel) iso_batch_rows.emplace_back(name, true);
+  }
+  for (const auto& [name, forced] : iso_batch_rows) {
     try {
-      const Policy pol = policy_with_params(name, cfg.params);
+      Policy pol = policy_with_params(name, cfg.params);
+      if (forced) pol.selector = std::make_shared<ProbsForcingSelector>(pol.selector);
+      const std::string label = forced ? pol.name + " [probs kernel]" : pol.name;
       const ThroughputRun r = run_batch(engine, pol, cfg, cfg.batch);
       iso_batch.push_back({{"policy", pol.name},
+                           {"probs_kernel_forced", forced},
+                           {"forced_prob_observations", r.forced_prob_observations},
                            {"batch", cfg.batch},
                            {"tok_per_s", r.tok_per_s},
                            {"round_ms_per_step", r.round_ms_per_step},
@@ -702,13 +772,13 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
                    "kvevict: warning: bench throughput: no eviction round fell inside the {} timed steps of '{}' "
                    "(a round comes every r = {} steps per sequence): its rounds cost is not measured\n",
                    int64_t{cfg.common.reps} * cfg.steps, pol.name, cfg.common.recent);
-      fmt::print("| {} | {:.2f} | {:.2f} ({:.2f}-{:.2f}) | {:.2f} | {:.2f} | {:.1f} |\n", pol.name, r.tok_per_s,
+      fmt::print("| {} | {:.2f} | {:.2f} ({:.2f}-{:.2f}) | {:.2f} | {:.2f} | {:.1f} |\n", label, r.tok_per_s,
                  r.step_ms.median, r.step_ms.min, r.step_ms.max, r.round_ms_per_step, r.observe_ms_per_step,
                  static_cast<double>(r.kv_bytes_per_seq) / (1 << 20));
       std::fflush(stdout);
-      if (cfg.common.on_cell) cfg.common.on_cell("iso-batch " + pol.name);
+      if (cfg.common.on_cell) cfg.common.on_cell("iso-batch " + label);
     } catch (const Error& e) {
-      skipped.push_back({{"policy", name}, {"table", "iso-batch"}, {"reason", e.what()}});
+      skipped.push_back({{"policy", name}, {"table", "iso-batch"}, {"probs_kernel_forced", forced}, {"reason", e.what()}});
       fmt::print("| {} | skipped: {} | | |\n", name, e.what());
     }
   }
