@@ -102,6 +102,11 @@ TEST(Bench, ProbsKernelRowForcesProbabilitiesEveryStepAndLayer) {
   const nlohmann::json h = bench_throughput(c);
   ASSERT_EQ(h["iso_batch"].size(), 2u) << h.dump(2);
   EXPECT_EQ(h["iso_batch"][1]["forced_prob_observations"].get<int64_t>(), 3 * 32 * n_layers);
+  // needs_*: what each selector declares (h2o reads probabilities; random reads nothing).
+  EXPECT_TRUE(h["iso_batch"][0]["needs_probs"].get<bool>());
+  EXPECT_FALSE(plain["needs_probs"].get<bool>());
+  EXPECT_FALSE(forced["needs_probs"].get<bool>());
+  EXPECT_FALSE(plain["needs_queries"].get<bool>());
   // `full` has no selector to wrap: refused before anything runs.
   c.probs_kernel = {"full"};
   EXPECT_THROW(bench_throughput(c), Error);

@@ -754,11 +754,15 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
   for (const auto& [name, forced] : iso_batch_rows) {
     try {
       Policy pol = policy_with_params(name, cfg.params);
+      const SelectorNeeds pol_needs = pol.selector ? pol.selector->needs() : SelectorNeeds{};
       if (forced) pol.selector = std::make_shared<ProbsForcingSelector>(pol.selector);
       const std::string label = forced ? pol.name + " [probs kernel]" : pol.name;
       const ThroughputRun r = run_batch(engine, pol, cfg, cfg.batch);
       iso_batch.push_back({{"policy", pol.name},
                            {"probs_kernel_forced", forced},
+                           // What the unwrapped selector asks of the forward pass (model/observer.h).
+                           {"needs_probs", pol_needs.attention},
+                           {"needs_queries", pol_needs.queries},
                            {"forced_prob_observations", r.forced_prob_observations},
                            {"batch", cfg.batch},
                            {"tok_per_s", r.tok_per_s},
