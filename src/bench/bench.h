@@ -105,11 +105,12 @@ struct ThroughputBenchConfig {
   std::vector<std::string> policies;      ///< empty: every policy of the registry
   std::vector<std::string> params;
   bool iso_batch = true, iso_memory = true;  ///< which tables to run
-  /// Policies run a second time in the iso-batch table with the attention kernel forced to
-  /// compute and hand out probabilities (then ignored): the same selection and rounds, only the
-  /// two-pass probability kernel (attend_probs) instead of the online-softmax one. The step-time
-  /// difference to the plain row is what a policy that reads attention probabilities (H2O) pays
-  /// in the kernel alone. Each must be an evicting policy (Error otherwise: `full` has no selector).
+  /// Policies whose probability kernel is measured in pairs (table "probability kernel"): two
+  /// batches of the policy, one with the attention kernel forced to compute and hand out
+  /// probabilities (then ignored), timed in alternating blocks of steps. Selection and rounds are
+  /// the same, only the two-pass kernel (attend_probs) replaces the online-softmax one, so the
+  /// difference is what a policy that reads attention probabilities (H2O) pays in the kernel
+  /// alone. Each must be an evicting policy (Error before measuring: `full` has no selector).
   std::vector<std::string> probs_kernel;
 };
 

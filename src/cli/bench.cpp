@@ -209,8 +209,9 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
                      "Selector parameter [POLICY:]NAME=VALUE (repeatable; with POLICY: only that policy)");
   auto probs_kernel = std::make_shared<std::string>();
   tp_cmd->add_option("--probs-kernel", *probs_kernel,
-                     "Iso-batch: also run these policies (comma-separated) with the attention kernel forced to "
-                     "compute probabilities (ignored): the kernel's cost for the same selection");
+                     "Also measure these policies (comma-separated) with and without the attention kernel forced "
+                     "to compute probabilities (ignored), in alternating blocks of 8 steps: the probability "
+                     "kernel's cost for the same selection");
   auto tables = std::make_shared<std::string>("iso-batch,iso-memory");
   tp_cmd->add_option("--tables", *tables, "Tables to run: iso-batch, iso-memory (comma-separated)")
       ->capture_default_str();
@@ -266,7 +267,7 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
                      auto progress = std::make_shared<Progress>(
                          "bench throughput",
                          n_pol * (tc->iso_batch + tc->iso_memory) +
-                             (tc->iso_batch ? static_cast<int64_t>(tc->probs_kernel.size()) : 0),
+                             static_cast<int64_t>(tc->probs_kernel.size()),
                          "cells", 0, false);
                      tc->common.on_cell = [progress](const std::string& label) { progress->add(1, label); };
                      const std::string note = wait_for_load(*ta);
