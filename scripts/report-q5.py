@@ -229,9 +229,10 @@ def main(doc, wall):
       "stored) unless a selector asks for probabilities; then the same step runs a two-pass kernel that writes them "
       "(`attend_probs`). Only H2O asks (`needs_probs`); SnapKV, R-KV, VaSE, TOVA and random-beacon ask for the "
       "post-RoPE queries and recompute their window's attention inside the round (counted under scoring); "
-      "TriAttention and random ask for nothing. `random [probs kernel]` is random with probabilities forced on "
-      "and ignored (`--probs-kernel random`): same selection, only the kernel differs, so its step-time difference "
-      "to `random` is the probability kernel's cost, measured directly.\n")
+      "TriAttention and random ask for nothing. The probability kernel's cost is measured directly (`--probs-kernel "
+      "random`, below each table): `random` with probabilities forced on and ignored against plain `random`, same "
+      "selection, timed in alternating blocks; the table charges that difference to the policies that need "
+      "probabilities.\n")
     for title, tb in (("SmolLM2-135M shape, iso-batch 4, B = 1024, from 4096 tokens", ib),
                       ("reasoner, iso-batch 16, B = 128, from 600 tokens", rib)):
         plain = rows_by_policy(tb["iso_batch"])
