@@ -649,9 +649,9 @@ int64_t prob_observations(const Sequence& s) {
 
 struct ThroughputRun {
   double tok_per_s = 0;
-  double round_ms_per_step = 0;    ///< eviction rounds (score + compact), all sequences, per timed step
-  int64_t rounds_timed = 0;        ///< eviction rounds inside the timed steps, all sequences
-  double observe_ms_per_step = 0;  ///< selectors' per-token observation work, per timed step
+  double round_ms_per_step = 0;          ///< eviction rounds (score + compact), all sequences, per timed step
+  int64_t rounds_timed = 0;              ///< eviction rounds inside the timed steps, all sequences
+  double observe_ms_per_step = 0;        ///< selectors' per-token observation work, per timed step
   int64_t forced_prob_observations = 0;  ///< probability observations a forcing wrapper saw (timed steps)
   Summary step_ms;
   int64_t kv_bytes_per_seq = 0;
@@ -744,8 +744,8 @@ ThroughputRun run_batch(Engine& engine, const Policy& pol, const ThroughputBench
 /// kernel forced to produce probabilities, timed in alternating blocks of kPairBlock steps
 /// (A B, then B A, ...), so slow drifts of a shared machine's load hit both alike.
 struct PairedRun {
-  ThroughputRun plain, forced;   ///< step_ms: per-block ms per step
-  Summary diff_ms;               ///< forced - plain, per pair of blocks, ms per step
+  ThroughputRun plain, forced;  ///< step_ms: per-block ms per step
+  Summary diff_ms;              ///< forced - plain, per pair of blocks, ms per step
 };
 constexpr int kPairBlock = 8;
 
@@ -785,9 +785,10 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
     throw Error("bench throughput: --batch, --steps, --max-batch and --pool-mib must be positive");
   for (const std::string& name : cfg.probs_kernel)
     if (!policy_with_params(name, cfg.params).selector)
-      throw Error(fmt::format("bench throughput: --probs-kernel policy '{}' has no selector to force "
-                              "attention probabilities for (give an evicting policy)",
-                              name));
+      throw Error(
+          fmt::format("bench throughput: --probs-kernel policy '{}' has no selector to force "
+                      "attention probabilities for (give an evicting policy)",
+                      name));
   Loaded L = load(cfg.common);
   Engine& engine = *L.engine;
   nlohmann::json out = header(cfg.common, *L.model, engine);
@@ -869,8 +870,8 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
                             {"plain", side(r.plain)},
                             {"forced", side(r.forced)},
                             {"diff_ms_per_step", r.diff_ms.to_json()}});
-    fmt::print("| {} | {:.2f} ({:.2f}-{:.2f}) | {:.2f} ({:.2f}-{:.2f}) | {:.2f} ({:.2f}-{:.2f}) | {:.1f}% |\n", plain.name,
-               r.plain.step_ms.median, r.plain.step_ms.min, r.plain.step_ms.max, r.forced.step_ms.median,
+    fmt::print("| {} | {:.2f} ({:.2f}-{:.2f}) | {:.2f} ({:.2f}-{:.2f}) | {:.2f} ({:.2f}-{:.2f}) | {:.1f}% |\n",
+               plain.name, r.plain.step_ms.median, r.plain.step_ms.min, r.plain.step_ms.max, r.forced.step_ms.median,
                r.forced.step_ms.min, r.forced.step_ms.max, r.diff_ms.median, r.diff_ms.min, r.diff_ms.max,
                100.0 * r.diff_ms.median / r.plain.step_ms.median);
     std::fflush(stdout);

@@ -266,8 +266,7 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
                                                                 : static_cast<int64_t>(tc->policies.size());
                      auto progress = std::make_shared<Progress>(
                          "bench throughput",
-                         n_pol * (tc->iso_batch + tc->iso_memory) +
-                             static_cast<int64_t>(tc->probs_kernel.size()),
+                         n_pol * (tc->iso_batch + tc->iso_memory) + static_cast<int64_t>(tc->probs_kernel.size()),
                          "cells", 0, false);
                      tc->common.on_cell = [progress](const std::string& label) { progress->add(1, label); };
                      const std::string note = wait_for_load(*ta);
