@@ -13,8 +13,9 @@ POOL=${POOL:-64MiB} CLIENTS=${CLIENTS:-10} REQUESTS=${REQUESTS:-10} PROMPT=${PRO
 MAX_TOKENS=${MAX_TOKENS:-256} BUDGET=${BUDGET:-128} BUFFER=${BUFFER:-32} THREADS=${THREADS:-2}
 POLICIES=${POLICIES:-full,random,random-shared,h2o,tova,snapkv,triattention} PORT=${PORT:-18089}
 mkdir -p "$OUT"
-MODEL="$OUT/smollm2-360m-q8_0.gguf"
-[ -f "$MODEL" ] || "$KVEVICT" tools synth-gguf --shape smollm2-360m --type q8_0 -o "$MODEL"
+SHAPE=${SHAPE:-smollm2-360m}
+MODEL="$OUT/$SHAPE-q8_0.gguf"
+[ -f "$MODEL" ] || "$KVEVICT" tools synth-gguf --shape "$SHAPE" --type q8_0 -o "$MODEL"
 "$KVEVICT" serve -m "$MODEL" --port "$PORT" --kv-memory "$POOL" --max-seqs 64 -t "$THREADS" \
   --max-tokens "$MAX_TOKENS" >"$OUT/serve.log" 2>&1 &
 SERVER=$!

@@ -75,6 +75,38 @@ TEST(Bench, ThroughputCountsTheRoundsInsideTheTimedSteps) {
   EXPECT_GT(none["iso_batch"][0]["tok_per_s"].get<double>(), 0.0);
 }
 
+TEST(Bench, ProbsKernelPairForcesProbabilitiesEveryStepAndLayer) {
+  // The forced batch must see one probability observation per (sequence, timed step, layer):
+  // 3 sequences x 32 steps (4 blocks of 8) x the model's layers (from the JSON header, i.e. the
+  // GGUF); the plain batch requests none. The schedule is the same, so both batches hold 2 rounds
+  // per sequence in the timed steps (see the test above for why 32 steps at r = 16 hold two).
+  ThroughputBenchConfig c = tiny_throughput(32);
+  c.policies = {"random", "h2o"};
+  c.probs_kernel = {"random", "h2o"};
+  const nlohmann::json j = bench_throughput(c);
+  ASSERT_EQ(j["probs_kernel"].size(), 2u) << j.dump(2);
+  const int64_t n_layers = j["n_layers"].get<int64_t>();
+  ASSERT_GT(n_layers, 0);
+  const auto& random = j["probs_kernel"][0];
+  EXPECT_EQ(random["policy"], "random");
+  EXPECT_EQ(random["blocks"], 4);
+  EXPECT_EQ(random["plain"]["forced_prob_observations"], 0);
+  EXPECT_EQ(random["forced"]["forced_prob_observations"].get<int64_t>(), 3 * 32 * n_layers);
+  EXPECT_EQ(random["plain"]["rounds_timed"], 6);
+  EXPECT_EQ(random["forced"]["rounds_timed"], 6);
+  EXPECT_EQ(random["diff_ms_per_step"]["samples"].size(), 4u);
+  // A selector that itself reads probabilities (h2o) still gets them through the wrapper.
+  EXPECT_EQ(j["probs_kernel"][1]["forced"]["forced_prob_observations"].get<int64_t>(), 3 * 32 * n_layers);
+  // needs_*: what each selector declares (h2o reads probabilities; random reads nothing).
+  ASSERT_EQ(j["iso_batch"].size(), 2u);
+  EXPECT_FALSE(j["iso_batch"][0]["needs_probs"].get<bool>());
+  EXPECT_FALSE(j["iso_batch"][0]["needs_queries"].get<bool>());
+  EXPECT_TRUE(j["iso_batch"][1]["needs_probs"].get<bool>());
+  // `full` has no selector to wrap: refused before anything runs.
+  c.probs_kernel = {"full"};
+  EXPECT_THROW(bench_throughput(c), Error);
+}
+
 TEST(Bench, EvictRoundTimesEveryRequestedCell) {
   EvictBenchConfig c;
   c.common.model = tiny_model();

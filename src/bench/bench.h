@@ -105,6 +105,13 @@ struct ThroughputBenchConfig {
   std::vector<std::string> policies;      ///< empty: every policy of the registry
   std::vector<std::string> params;
   bool iso_batch = true, iso_memory = true;  ///< which tables to run
+  /// Policies whose probability kernel is measured in pairs (table "probability kernel"): two
+  /// batches of the policy, one with the attention kernel forced to compute and hand out
+  /// probabilities (then ignored), timed in alternating blocks of steps. Selection and rounds are
+  /// the same, only the two-pass kernel (attend_probs) replaces the online-softmax one, so the
+  /// difference is what a policy that reads attention probabilities (H2O) pays in the kernel
+  /// alone. Each must be an evicting policy (Error before measuring: `full` has no selector).
+  std::vector<std::string> probs_kernel;
 };
 
 /// Each runner prints its table to stdout as it goes and returns everything as JSON (config,

@@ -207,6 +207,11 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
   tp_cmd->add_option("--policies", *tp, "Policies (comma-separated; default: all)");
   tp_cmd->add_option("--param", tc->params,
                      "Selector parameter [POLICY:]NAME=VALUE (repeatable; with POLICY: only that policy)");
+  auto probs_kernel = std::make_shared<std::string>();
+  tp_cmd->add_option("--probs-kernel", *probs_kernel,
+                     "Also measure these policies (comma-separated) with and without the attention kernel forced "
+                     "to compute probabilities (ignored), in alternating blocks of 8 steps: the probability "
+                     "kernel's cost for the same selection");
   auto tables = std::make_shared<std::string>("iso-batch,iso-memory");
   tp_cmd->add_option("--tables", *tables, "Tables to run: iso-batch, iso-memory (comma-separated)")
       ->capture_default_str();
@@ -247,6 +252,7 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
                      tc->common = common(*ta);
                      tc->pool_bytes = *pool_mib * (int64_t{1} << 20);
                      if (!tp->empty()) tc->policies = split_list(*tp, "--policies");
+                     if (!probs_kernel->empty()) tc->probs_kernel = split_list(*probs_kernel, "--probs-kernel");
                      tc->iso_batch = tc->iso_memory = false;
                      for (const std::string& t : split_list(*tables, "--tables")) {
                        if (t == "iso-batch")
@@ -259,7 +265,9 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
                      const int64_t n_pol = tc->policies.empty() ? static_cast<int64_t>(all_policies().size())
                                                                 : static_cast<int64_t>(tc->policies.size());
                      auto progress = std::make_shared<Progress>(
-                         "bench throughput", n_pol * (tc->iso_batch + tc->iso_memory), "cells", 0, false);
+                         "bench throughput",
+                         n_pol * (tc->iso_batch + tc->iso_memory) + static_cast<int64_t>(tc->probs_kernel.size()),
+                         "cells", 0, false);
                      tc->common.on_cell = [progress](const std::string& label) { progress->add(1, label); };
                      const std::string note = wait_for_load(*ta);
                      warn_if_loaded("before");
