@@ -2,12 +2,11 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <thread>
 
 #include "util/error.h"
+#include "util/file.h"
 #include "util/suggest.h"
 
 namespace kvevict::cli {
@@ -193,13 +192,8 @@ EvictionConfig build_eviction(const PolicyArgs& a, const Policy& p) {
 
 void warn(const std::string& msg) { fmt::print(stderr, "kvevict: warning: {}\n", msg); }
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(fmt::format("{}: cannot open file", path));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) throw Error(fmt::format("{}: read error", path));
-  return ss.str();
+std::string read_file(const std::string& path, const std::string& option) {
+  return read_file_limited(path, limits::kFileBytes, option);
 }
 
 std::vector<std::string> split_list(const std::string& s, const std::string& option) {

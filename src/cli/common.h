@@ -51,6 +51,9 @@ inline constexpr long long kReps = 1000;                 ///< bench --reps
 inline constexpr long long kBatch = 4096;                ///< bench --batch, --max-batch (sequences)
 inline constexpr int kThreadsPerCore = 4;                ///< -t <= 4 x cores unless --force-threads
 inline constexpr long long kThreadsForced = 4096;        ///< -t with --force-threads
+/// Bytes of a file read whole into memory (text of perplexity/calibrate -f, eval/tasks eval -f,
+/// probe --filler): 1 GiB, about 250M tokens, above limits::kCorpusTokens.
+inline constexpr long long kFileBytes = 1LL << 30;
 }  // namespace limits
 
 /// CLI11 check for an integer option: the value must be >= lo. The error reads
@@ -90,8 +93,10 @@ Policy build_policy(const PolicyArgs& a, const std::string& name, bool check_par
 /// Builds the schedule config. For evicting policies --budget is required (Error otherwise).
 EvictionConfig build_eviction(const PolicyArgs& a, const Policy& p);
 
-/// Reads a whole file. Throws kvevict::Error naming the path if it cannot be read.
-std::string read_file(const std::string& path);
+/// Reads a whole file given as `option` (e.g. "-f"), at most limits::kFileBytes bytes; pipes and
+/// devices are read up to the limit (read_file_limited). Throws kvevict::Error naming the option,
+/// the path and, when the file is too large, the limit.
+std::string read_file(const std::string& path, const std::string& option);
 
 /// Splits "a,b,c" into parts (empty parts rejected with an Error naming `option`).
 std::vector<std::string> split_list(const std::string& s, const std::string& option);

@@ -120,6 +120,8 @@ int run_eval(const EvalArgs& a) {
   ro.on_bad_line = a.bad_lines == "skip" ? BadLinePolicy::Skip : BadLinePolicy::Stop;
   ro.limit = a.limit;
   ro.warn = warn;
+  ro.max_bytes = limits::kFileBytes;
+  ro.option = "-f";
   const EvalTaskFile tf = read_tasks(a.tasks, ro);
   const auto model = LlamaModel::load(a.model);
   PromptOptions po;

@@ -56,11 +56,9 @@ int run_perplexity(const PerplexityArgs& a) {
   if (!a.plot.empty() && a.ctx > 0) throw Error("--plot draws the token-by-token mode; it cannot be used with -c");
   if (!a.csv.empty() && a.ctx > 0)
     throw Error("--csv writes the token-by-token mode's per-token NLL; it cannot be used with -c");
-  if (std::filesystem::is_directory(a.file))
-    throw Error(fmt::format("-f {}: is a directory, expected a text file", a.file));
   if (a.smooth < 0) throw Error(fmt::format("--smooth {}: must be >= 0", a.smooth));
+  std::string text = read_file(a.file, "-f");  // before the model: a bad file fails fast
   const auto model = LlamaModel::load(a.model);
-  std::string text = read_file(a.file);
   if (a.gutenberg) {
     const size_t before = text.size();
     text = gutenberg_body(text);

@@ -99,7 +99,7 @@ int run_probe(const ProbeArgs& a) {
   text.lead = a.lead;
   text.restatements = a.restate;
   if (!a.filler.empty()) {
-    std::string body = read_file(a.filler);
+    std::string body = read_file(a.filler, "--filler");
     if (a.gutenberg) body = gutenberg_body(body);
     text.filler = model->tokenizer().encode(body, false);
     if (text.filler.empty()) throw Error(fmt::format("{}: no filler tokens", a.filler));
