@@ -2,8 +2,12 @@
 // per-request determinism under continuous batching, disconnects, every bad request of the API
 // and a bounded load test. Servers run in-process on an ephemeral 127.0.0.1 port and are
 // stopped by the test; request loops are bounded.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -452,6 +456,64 @@ TEST(Serve, EveryBadRequestGetsItsStatusAndErrorObject) {
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200);
   EXPECT_EQ(json::parse(ok->body)["usage"]["completion_tokens"].get<int>() <= 4, true);
+}
+
+// Sends `raw` (a whole HTTP request) on a fresh connection and returns the whole answer: for
+// requests httplib's client cannot write (a POST without Content-Length).
+std::string raw_http(int port, const std::string& raw) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::send(fd, raw.data(), raw.size(), 0) == static_cast<ssize_t>(raw.size())) {
+    timeval tv{10, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[4096];
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+// Reproducers: an empty POST answered {"message": "HTTP 400"}; GET on a POST route answered 404;
+// a prompt longer than the model's context (reasoner: 2048, the GGUF's llama.context_length)
+// was run. Expected: RFC 9110's 405 with Allow, and OpenAI error objects naming the problem.
+TEST(Serve, EmptyBodyWrongMethodAndPromptOverTheContext) {
+  TestServer s(reasoner_path(), small_opts(), {});
+  auto c = s.client();
+  const std::string J = "application/json";
+  expect_error(c->Post("/v1/completions", "", J), 400, "the request body is empty");
+  expect_error(c->Post("/v1/chat/completions", " \n", J), 400, "the request body is empty");
+  const std::string no_length =
+      raw_http(s.port(), "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(no_length.rfind("HTTP/1.1 400", 0), 0u) << no_length;
+  EXPECT_NE(no_length.find("\"message\":\"the request has no body"), std::string::npos) << no_length;
+
+  auto get = c->Get("/v1/completions");
+  expect_error(get, 405, "use POST");
+  EXPECT_EQ(get->get_header_value("Allow"), "POST");
+  auto on_get_route = c->Post("/v1/models", "{}", J);
+  expect_error(on_get_route, 405, "use GET");
+  EXPECT_EQ(on_get_route->get_header_value("Allow"), "GET");
+  expect_error(c->Get("/v1/nothing"), 404, "/v1/nothing");
+
+  ASSERT_EQ(s.model().config().context_length, 2048);
+  json over = {{"prompt", std::vector<int>(2049, 5)}, {"max_tokens", 1}};
+  int status = 0;
+  json r = post(s, "/v1/completions", over, &status);
+  EXPECT_EQ(status, 400) << r.dump();
+  const std::string msg = r["error"]["message"];
+  EXPECT_NE(msg.find("2049 tokens"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("context of 2048 tokens"), std::string::npos) << msg;
+  EXPECT_EQ(r["error"]["param"], "prompt");
+  // At the context it runs.
+  json at = {{"prompt", std::vector<int>(2048, 5)}, {"max_tokens", 1}};
+  r = post(s, "/v1/completions", at, &status);
+  EXPECT_EQ(status, 200) << r.dump();
 }
 
 TEST(Serve, ApiKeyAndQueueLimit) {

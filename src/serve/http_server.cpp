@@ -9,6 +9,7 @@
 #include <csignal>
 #include <ctime>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "serve/text_stream.h"
@@ -31,6 +32,8 @@ const char* error_type(int status) {
       return "authentication_error";
     case 404:
       return "not_found_error";
+    case 405:
+      return "invalid_request_error";
     case 413:
       return "invalid_request_error";
     case 429:
@@ -192,7 +195,15 @@ struct ApiServer::Impl {
       // The template spells its special tokens (<|im_start|>, ...) as text: parse them.
       g.prompt = tok.encode(cp.text, cp.add_special, /*parse_special=*/true);
     }
-    if (g.prompt.empty()) throw bad(ep == Endpoint::Chat ? "messages" : "prompt", "produced no tokens");
+    const std::string prompt_param = ep == Endpoint::Chat ? "messages" : "prompt";
+    if (g.prompt.empty()) throw bad(prompt_param, "produced no tokens");
+    // Positions past the model's context were never trained (RoPE); /v1/models reports the same
+    // number as max_model_len. Eviction bounds the cache, not the prompt's positions.
+    const int64_t context = sched.model().config().context_length;
+    if (static_cast<int64_t>(g.prompt.size()) > context)
+      throw bad(prompt_param, fmt::format("the prompt is {} tokens, more than the model's context of {} tokens "
+                                          "(max_model_len); shorten it",
+                                          g.prompt.size(), context));
 
     const int64_t limit = opt.max_tokens_limit;
     auto mt = get_int(body, "max_completion_tokens", std::numeric_limits<int64_t>::min(),
@@ -325,6 +336,11 @@ struct ApiServer::Impl {
 
   void handle_generate(const httplib::Request& hreq, httplib::Response& res, Endpoint ep) {
     if (shutting_down) return send_error(res, {503, "the server is shutting down", ""}, opt.retry_after_s);
+    if (hreq.body.find_first_not_of(" \t\r\n") == std::string::npos)
+      return send_error(res, {400,
+                              fmt::format("the request body is empty: POST {} takes a JSON object ({})", hreq.path,
+                                          ep == Endpoint::Chat ? R"({"messages": [...], ...})" : R"({"prompt": "...", ...})"),
+                              ""});
     if (!utf8_valid(hreq.body)) return send_error(res, {400, "the request body is not valid UTF-8", ""});
     json body;
     try {
@@ -521,8 +537,23 @@ struct ApiServer::Impl {
         httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
           if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
           std::string msg;
-          if (res.status == 404)
+          // A known route asked with another method: 405 with Allow (RFC 9110 §15.5.6), not 404.
+          static const std::map<std::string, std::string> allowed = {{"/v1/completions", "POST"},
+                                                                     {"/v1/chat/completions", "POST"},
+                                                                     {"/v1/models", "GET"},
+                                                                     {"/health", "GET"},
+                                                                     {"/metrics", "GET"}};
+          if (const auto it = allowed.find(req.path); res.status == 404 && it != allowed.end()) {
+            res.status = 405;
+            res.set_header("Allow", it->second);
+            msg = fmt::format("{} {}: method not allowed (use {})", req.method, req.path, it->second);
+          } else if (res.status == 404)
             msg = fmt::format("no route {} {}", req.method, req.path);
+          else if (res.status == 400 && (req.method == "POST" || req.method == "PUT") &&
+                   !req.has_header("Content-Length") && !req.has_header("Transfer-Encoding"))
+            // httplib refuses a POST without Content-Length before any route sees it.
+            msg = fmt::format("the request has no body: {} {} takes a JSON object with a Content-Length header",
+                              req.method, req.path);
           else if (res.status == 413)
             msg = fmt::format("the request body exceeds {} bytes", opt.max_body_bytes);
           else
