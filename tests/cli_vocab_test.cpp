@@ -174,6 +174,46 @@ TEST_F(CliVocab, GenerateSummaryGoesToStderr) {
   EXPECT_NE(r.err.find("[kvevict] policy full | prompt"), std::string::npos) << r.err;
 }
 
+// Reproducer: `--policy full --budget 128` ran silently as if the budget applied. Now one warning
+// line names what is unused; none when nothing is, or when another policy of the run evicts.
+TEST_F(CliVocab, FullWarnsThatScheduleOptionsAreUnused) {
+  const std::vector<std::string> gen = {"generate", "-m", test::stories260k(), "-p", "hi", "-n", "1", "--policy", "full"};
+  auto with = [&](std::vector<std::string> base, std::vector<std::string> extra) {
+    base.insert(base.end(), extra.begin(), extra.end());
+    return run(base);
+  };
+  auto warnings = [](const std::string& err) {
+    std::vector<std::string> w;
+    for (size_t at = 0; (at = err.find("kvevict: warning: ", at)) != std::string::npos; ++at)
+      w.push_back(err.substr(at, err.find('\n', at) - at));
+    return w;
+  };
+  test::RunResult r = with(gen, {"--budget", "128"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(warnings(r.err),
+            std::vector<std::string>{"kvevict: warning: policy 'full' keeps every token: --budget 128 is unused"})
+      << r.err;
+  r = with(gen, {"--budget", "128", "--buffer", "16", "--sinks", "4"});
+  EXPECT_EQ(warnings(r.err), std::vector<std::string>{"kvevict: warning: policy 'full' keeps every token: --budget "
+                                                      "128, --buffer 16, --sinks 4 are unused"})
+      << r.err;
+  // Given explicitly, even at its default value.
+  r = with(gen, {"--buffer", "64"});
+  EXPECT_EQ(warnings(r.err).size(), 1u) << r.err;
+  r = with(gen, {});
+  EXPECT_TRUE(warnings(r.err).empty()) << r.err;
+  // A grid: warned only when no policy of it evicts.
+  const std::vector<std::string> ppl = {"perplexity", "-m", test::stories260k(), "-f", tasks_, "--tokens", "8"};
+  r = with(ppl, {"--policies", "full,full+prompt", "--budget", "64"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(warnings(r.err), std::vector<std::string>{"kvevict: warning: policies 'full', 'full+prompt' keep every "
+                                                      "token: --budget 64 is unused"})
+      << r.err;
+  r = with(ppl, {"--policies", "full,random", "--budget", "64", "--buffer", "16"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(warnings(r.err).empty()) << r.err;
+}
+
 // Not a terminal: plain progress lines (KVEVICT_PROGRESS_SECONDS=0 prints one per rollout).
 TEST_F(CliVocab, ProgressLinesWithoutTerminal) {
   setenv("KVEVICT_PROGRESS_SECONDS", "0", 1);

@@ -1,6 +1,7 @@
 #include "cli/common.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <map>
 #include <thread>
@@ -21,6 +22,7 @@ void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy) {
       ->check(int_range(1, limits::kTokens));
   cmd.add_option("--buffer,-r", a.recent, "Recent buffer r: newest slots never evicted (must be < B)")
       ->check(int_range(1, limits::kTokens))
+      ->each([&a](const std::string&) { a.recent_given = true; })
       ->capture_default_str();
   cmd.add_option("--sinks", a.sinks, "Pin the first S positions (default: the policy's; streaming = 4)")
       ->check(int_range(0, limits::kTokens));
@@ -188,6 +190,22 @@ EvictionConfig build_eviction(const PolicyArgs& a, const Policy& p) {
   if (p.evicts && a.budget == 0) throw Error(fmt::format("policy '{}' needs --budget B", p.name));
   validate_eviction(c, p);
   return c;
+}
+
+std::string unused_schedule_warning(const PolicyArgs& a, const std::vector<Policy>& policies) {
+  std::string names;
+  for (const Policy& p : policies) {
+    if (p.evicts) return {};
+    names += (names.empty() ? "'" : ", '") + p.name + "'";
+  }
+  std::vector<std::string> unused;
+  if (a.budget > 0) unused.push_back(fmt::format("--budget {}", a.budget));
+  if (a.recent_given) unused.push_back(fmt::format("--buffer {}", a.recent));
+  if (a.sinks) unused.push_back(fmt::format("--sinks {}", *a.sinks));
+  if (unused.empty() || names.empty()) return {};
+  return fmt::format("{} {} {} every token: {} {} unused", policies.size() == 1 ? "policy" : "policies", names,
+                     policies.size() == 1 ? "keeps" : "keep", fmt::join(unused, ", "),
+                     unused.size() == 1 ? "is" : "are");
 }
 
 void warn(const std::string& msg) { fmt::print(stderr, "kvevict: warning: {}\n", msg); }

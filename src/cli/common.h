@@ -19,6 +19,7 @@ struct PolicyArgs {
   std::string policy;  ///< empty: `random` when --budget is given, else `full`
   int64_t budget = 0;  ///< 0 = not given
   int64_t recent = 64;
+  bool recent_given = false;  ///< --buffer was on the command line (not the default)
   std::optional<int> sinks;
   bool protect_prompt = false, no_protect_prompt = false;
   std::string long_prompt = "pin-head";
@@ -92,6 +93,11 @@ Policy build_policy(const PolicyArgs& a, const std::string& name, bool check_par
 
 /// Builds the schedule config. For evicting policies --budget is required (Error otherwise).
 EvictionConfig build_eviction(const PolicyArgs& a, const Policy& p);
+
+/// When no policy of a run evicts (`full`, `full+prompt`) but --budget, --buffer or --sinks was
+/// given, the warning line saying they are unused (a policy that keeps every token has no budget,
+/// recent buffer or sinks); "" otherwise.
+std::string unused_schedule_warning(const PolicyArgs& a, const std::vector<Policy>& policies);
 
 /// Reads a whole file given as `option` (e.g. "-f"), at most limits::kFileBytes bytes; pipes and
 /// devices are read up to the limit (read_file_limited). Throws kvevict::Error naming the option,

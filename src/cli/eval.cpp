@@ -100,13 +100,16 @@ int run_eval(const EvalArgs& a) {
   // Neither --budget nor --budgets: the default grid, so `--policies full,random` runs as is.
   const std::string budgets = a.budgets.empty() && a.policy.budget == 0 ? std::string(kDefaultBudgets) : a.budgets;
   std::vector<EvalCell> cells;
+  std::vector<Policy> grid_policies;
   for (GridEntry& g : policy_grid(a.policy, names, budget_grid(budgets, a.policy.budget))) {
+    grid_policies.push_back(g.policy);
     EvalCell c;
     c.spec = {g.name, g.eviction.budget};
     c.policy = std::move(g.policy);
     c.eviction = g.eviction;
     cells.push_back(std::move(c));
   }
+  if (const std::string w = unused_schedule_warning(a.policy, grid_policies); !w.empty()) warn(w);
   if (std::find(names.begin(), names.end(), a.reference) == names.end())
     throw Error(fmt::format("--reference '{}' is not among --policies ({})", a.reference, a.policies));
   const TemplateChoice tmpl = parse_template_choice(a.chat ? "chat" : a.tmpl);

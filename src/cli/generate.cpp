@@ -42,6 +42,7 @@ int run_generate(const GenerateArgs& a) {
   if (!a.chat_template.empty()) (void)ChatTemplate::by_name(a.chat_template);  // bad name: fail before loading
   const Policy policy = build_policy(a.policy, default_policy(a.policy));
   const EvictionConfig cfg = build_eviction(a.policy, policy);
+  if (const std::string w = unused_schedule_warning(a.policy, {policy}); !w.empty()) warn(w);
   SamplerConfig sc{a.temp, a.top_p, a.top_k, a.policy.seed};
   validate_sampler(sc);
   if (a.n < 1) throw Error(fmt::format("-n {}: must be >= 1", a.n));

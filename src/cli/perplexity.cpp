@@ -44,7 +44,11 @@ std::vector<GridEntry> build_runs(const PerplexityArgs& a) {
   if (!budgets.empty()) pick.budget = budgets[0];
   const std::vector<std::string> names =
       a.policies.empty() ? std::vector<std::string>{default_policy(pick)} : split_list(a.policies, "--policies");
-  return policy_grid(a.policy, names, budgets);
+  std::vector<GridEntry> runs = policy_grid(a.policy, names, budgets);
+  std::vector<Policy> policies;
+  for (const GridEntry& g : runs) policies.push_back(g.policy);
+  if (const std::string w = unused_schedule_warning(a.policy, policies); !w.empty()) warn(w);
+  return runs;
 }
 
 std::string budget_text(const GridEntry& r) {
