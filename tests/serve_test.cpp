@@ -419,7 +419,9 @@ TEST(Serve, EveryBadRequestGetsItsStatusAndErrorObject) {
   expect_error(c->Post("/v1/completions", R"({"prompt": ""})", J), 400, "prompt");
   expect_error(c->Post("/v1/completions", R"({"max_tokens": 5})", J), 400, "prompt");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "max_tokens": 0})", J), 400, "max_tokens");
-  expect_error(c->Post("/v1/completions", R"({"prompt": "A", "max_tokens": 513})", J), 400, "max_tokens");
+  // Range errors read as the CLI's: "FIELD VALUE: must be ...".
+  expect_error(c->Post("/v1/completions", R"({"prompt": "A", "max_tokens": 513})", J), 400,
+               "max_tokens 513: must be in [1, 512]");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "max_completion_tokens": -1})", J), 400,
                "max_completion_tokens");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "max_tokens": "ten"})", J), 400, "integer");
@@ -427,7 +429,7 @@ TEST(Serve, EveryBadRequestGetsItsStatusAndErrorObject) {
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "top_p": 0})", J), 400, "top_p");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "n": 0})", J), 400, "n");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "stop": 5})", J), 400, "stop");
-  expect_error(c->Post("/v1/completions", R"({"prompt": [1, 99999]})", J), 400, "token ids");
+  expect_error(c->Post("/v1/completions", R"({"prompt": [1, 99999]})", J), 400, "token id 99999: must be");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "kv_policy": "bogus"})", J), 400, "bogus");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "kv_policy": "random"})", J), 400, "kv_budget");
   expect_error(
@@ -436,13 +438,13 @@ TEST(Serve, EveryBadRequestGetsItsStatusAndErrorObject) {
   expect_error(c->Post("/v1/completions",
                        R"({"prompt": "A", "kv_policy": "random", "kv_budget": 16, "kv_buffer": 4, "kv_sinks": 99})", J),
                400, "sinks");
-  expect_error(c->Post("/v1/completions", R"({"prompt": "A", "seed": -3})", J), 400, "seed");
+  expect_error(c->Post("/v1/completions", R"({"prompt": "A", "seed": -3})", J), 400, "seed -3: must be >= 0");
   // A number that overflows a double is malformed JSON (400), not a server error (was 500).
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "temperature": 1e999})", J), 400, "not valid JSON");
   // kv_budget has the CLI's upper bound on token counts (2^20), checked before admission.
   expect_error(c->Post("/v1/completions",
                        R"({"prompt": "A", "kv_policy": "random", "kv_budget": 100000000, "kv_buffer": 8})", J),
-               400, "kv_budget");
+               400, "kv_budget 100000000: must be in [1, 1048576]");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "stream_options": {"include_usage": true}})", J), 400,
                "stream");
   // A model without a chat template: 400 naming the problem.

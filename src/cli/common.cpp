@@ -53,7 +53,8 @@ CLI::Validator at_least(long long lo) {
         } catch (const std::exception&) {
           used = 0;
         }
-        if (used == 0 || used != in.size() || v < lo) return fmt::format("must be an integer >= {} (got {})", lo, in);
+        if (used == 0 || used != in.size()) return fmt::format("must be an integer >= {} (got {})", lo, in);
+        if (v < lo) return fmt::format("must be >= {} (got {})", lo, in);
         return {};
       },
       fmt::format(">= {}", lo));
@@ -69,8 +70,8 @@ CLI::Validator int_range(long long lo, long long hi) {
         } catch (const std::exception&) {
           used = 0;
         }
-        if (used == 0 || used != in.size() || v < lo || v > hi)
-          return fmt::format("must be an integer in [{}, {}] (got {})", lo, hi, in);
+        if (used == 0 || used != in.size()) return fmt::format("must be an integer in [{}, {}] (got {})", lo, hi, in);
+        if (v < lo || v > hi) return fmt::format("must be in [{}, {}] (got {})", lo, hi, in);
         return {};
       },
       "");
@@ -97,8 +98,8 @@ void add_threads_option(CLI::App& cmd, int& threads, const std::string& help) {
             } catch (const std::exception&) {
               used = 0;
             }
-            if (used == 0 || used != in.size() || v < 0 || v > limits::kThreadsForced)
-              return fmt::format("must be an integer in {} (got {})", range, in);
+            if (used == 0 || used != in.size()) return fmt::format("must be an integer in {} (got {})", range, in);
+            if (v < 0 || v > limits::kThreadsForced) return fmt::format("must be in {} (got {})", range, in);
             return {};
           },
           ""))
@@ -106,10 +107,9 @@ void add_threads_option(CLI::App& cmd, int& threads, const std::string& help) {
   cmd.add_flag("--force-threads", *force, "Allow -t above 4 x cores (oversubscribed; results do not depend on it)");
   cmd.parse_complete_callback([&threads, force] {
     if (!*force && threads > max_threads())
-      throw CLI::ValidationError(
-          "-t,--threads",
-          fmt::format("{} is more than {} x {} cores = {} (pass --force-threads to run anyway)", threads,
-                      limits::kThreadsPerCore, max_threads() / limits::kThreadsPerCore, max_threads()));
+      throw CLI::ValidationError(fmt::format("--threads {}: must be <= {} = {} x {} cores (pass --force-threads to run anyway)",
+                                             threads, max_threads(), limits::kThreadsPerCore,
+                                             max_threads() / limits::kThreadsPerCore));
   });
 }
 

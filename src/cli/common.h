@@ -58,11 +58,11 @@ inline constexpr long long kFileBytes = 1LL << 30;
 }  // namespace limits
 
 /// CLI11 check for an integer option: the value must be >= lo. The error reads
-/// "--name: must be an integer >= lo (got X)" (CLI11 prefixes the option name).
+/// "--name X: must be >= lo" ("must be an integer >= lo" when X is not one; CLI11 writes
+/// "--name: must be ... (got X)" and main.cpp rewrites it).
 CLI::Validator at_least(long long lo);
 
-/// CLI11 check for an integer option in [lo, hi]. The error reads
-/// "--name: must be an integer in [lo, hi] (got X)".
+/// CLI11 check for an integer option in [lo, hi]. The error reads "--name X: must be in [lo, hi]".
 CLI::Validator int_range(long long lo, long long hi);
 
 /// The thread cap without --force-threads: limits::kThreadsPerCore x the cores the OS reports.

@@ -57,7 +57,7 @@ std::pair<int, int> parse_shard(const std::string& s) {
   int i = -1, n = 0;
   char tail = 0;
   if (std::sscanf(s.c_str(), "%d/%d%c", &i, &n, &tail) != 2 || n < 1 || i < 0 || i >= n || n > limits::kShards)
-    throw Error(fmt::format("--shard '{}': expected i/N with 0 <= i < N <= {} (e.g. 0/4)", s, limits::kShards));
+    throw Error(fmt::format("--shard {}: must be i/N with 0 <= i < N <= {} (e.g. 0/4)", s, limits::kShards));
   return {i, n};
 }
 

@@ -53,7 +53,7 @@ int run_probe(const ProbeArgs& a) {
   for (const std::string& k : split_list(a.kinds, "--kinds")) kinds.push_back(parse_probe_kind(k));
   const std::vector<int64_t> distances = parse_int_list(a.distances, "--distances", 1);
   for (const int64_t d : distances)
-    if (d > limits::kTokens) throw Error(fmt::format("--distances: {} is above the limit {}", d, limits::kTokens));
+    if (d > limits::kTokens) throw Error(fmt::format("--distances {}: {} must be <= {}", a.distances, d, limits::kTokens));
   const std::vector<int64_t> budgets = budget_grid(a.budgets, a.policy.budget);
   const auto model = LlamaModel::load(a.model);
   Engine engine(*model, a.threads);

@@ -65,6 +65,12 @@ ApiError bad(const std::string& param, const std::string& msg) {
   return ApiError{400, fmt::format("{}: {}", param, msg), param};
 }
 
+// A value out of its range or of the wrong type, worded as the CLI's option errors:
+// "kv_budget 100000000: must be in [1, 1048576]".
+ApiError bad_value(const std::string& param, const std::string& value, const std::string& rule) {
+  return ApiError{400, fmt::format("{} {}: must be {}", param, value, rule), param};
+}
+
 // Largest kv_budget / kv_buffer / kv_sinks a request may ask for: the CLI's bound on token
 // counts (limits::kTokens, 2^20), so a request cannot ask for what `generate` would refuse.
 constexpr int64_t kMaxKvTokens = int64_t{1} << 20;
@@ -73,33 +79,33 @@ std::optional<int64_t> get_int(const json& body, const std::string& key, int64_t
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (!it->is_number_integer() && !(it->is_number_float() && std::floor(it->get<double>()) == it->get<double>()))
-    throw bad(key, fmt::format("must be an integer (got {})", dump(*it)));
+    throw bad_value(key, dump(*it), "an integer");
   // Unsigned values above INT64_MAX read as out of range.
   if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-    throw bad(key, fmt::format("must be in [{}, {}] (got {})", lo, hi, dump(*it)));
+    throw bad_value(key, dump(*it), fmt::format("in [{}, {}]", lo, hi));
   const int64_t v = it->is_number_float() ? static_cast<int64_t>(it->get<double>()) : it->get<int64_t>();
-  if (v < lo || v > hi) throw bad(key, fmt::format("must be in [{}, {}] (got {})", lo, hi, v));
+  if (v < lo || v > hi) throw bad_value(key, std::to_string(v), fmt::format("in [{}, {}]", lo, hi));
   return v;
 }
 
 std::optional<double> get_number(const json& body, const std::string& key) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number()) throw bad(key, fmt::format("must be a number (got {})", dump(*it)));
+  if (!it->is_number()) throw bad_value(key, dump(*it), "a number");
   return it->get<double>();
 }
 
 std::optional<bool> get_bool(const json& body, const std::string& key) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_boolean()) throw bad(key, fmt::format("must be true or false (got {})", dump(*it)));
+  if (!it->is_boolean()) throw bad_value(key, dump(*it), "true or false");
   return it->get<bool>();
 }
 
 std::optional<std::string> get_string(const json& body, const std::string& key) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_string()) throw bad(key, fmt::format("must be a string (got {})", dump(*it)));
+  if (!it->is_string()) throw bad_value(key, dump(*it), "a string");
   return it->get<std::string>();
 }
 
@@ -144,7 +150,7 @@ struct ApiServer::Impl {
       } else if (pr->is_array() && !pr->empty() && (*pr)[0].is_number_integer()) {
         for (const json& t : *pr) {
           if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
-            throw bad("prompt", fmt::format("token ids must be integers in [0, {}) (got {})", n_vocab, dump(t)));
+            throw bad("prompt", fmt::format("token id {}: must be an integer in [0, {})", dump(t), n_vocab));
           g.prompt.push_back(t.get<int32_t>());
         }
       } else if (pr->is_array() && pr->size() > 1) {
@@ -215,16 +221,15 @@ struct ApiServer::Impl {
     // Defaults: OpenAI's legacy completions default of 16 tokens; chat has none, so the limit.
     g.max_tokens = mt ? *mt : (ep == Endpoint::Completions ? std::min<int64_t>(16, limit) : limit);
     if (g.max_tokens < 1 || g.max_tokens > limit)
-      throw bad(
-          mt_name,
-          fmt::format("must be in [1, {}] (got {}; the limit is the server's --max-tokens)", limit, g.max_tokens));
+      throw bad_value(mt_name, std::to_string(g.max_tokens),
+                      fmt::format("in [1, {}] (the upper limit is the server's --max-tokens)", limit));
 
     g.n = static_cast<int>(get_int(body, "n", 1, opt.max_n).value_or(1));
     const double temp = get_number(body, "temperature").value_or(1.0);
     if (!(temp >= 0) || !std::isfinite(temp))
-      throw bad("temperature", fmt::format("must be a finite number >= 0 (got {})", temp));
+      throw bad_value("temperature", fmt::format("{}", temp), "a finite number >= 0");
     const double top_p = get_number(body, "top_p").value_or(1.0);
-    if (!(top_p > 0 && top_p <= 1)) throw bad("top_p", fmt::format("must be in (0, 1] (got {})", top_p));
+    if (!(top_p > 0 && top_p <= 1)) throw bad_value("top_p", fmt::format("{}", top_p), "in (0, 1]");
     int64_t top_k = get_int(body, "top_k", -1, n_vocab).value_or(0);
     if (top_k < 0) top_k = 0;  // vLLM's -1 = off
     // seed: an unsigned 64-bit integer; without one the server derives a per-request seed.
@@ -234,10 +239,10 @@ struct ApiServer::Impl {
         seed = it->get<uint64_t>();
       else if (it->is_number_integer()) {
         if (it->get<int64_t>() < 0)
-          throw bad("seed", fmt::format("must be an integer >= 0 (got {})", it->get<int64_t>()));
+          throw bad_value("seed", std::to_string(it->get<int64_t>()), ">= 0");
         seed = static_cast<uint64_t>(it->get<int64_t>());
       } else
-        throw bad("seed", fmt::format("must be an integer >= 0 (got {})", dump(*it)));
+        throw bad_value("seed", dump(*it), "an integer >= 0");
     } else {
       seed = stream_id({opt.seed, request_counter.fetch_add(1)});
     }
