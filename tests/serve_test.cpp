@@ -19,9 +19,12 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "kvcache/kv_pool.h"
+#include "format/gguf.h"
 #include "model/llama.h"
+#include "model/tokenizer.h"
 #include "serve/http_server.h"
 #include "serve/load_client.h"
+#include "serve/request.h"
 #include "serve/scheduler.h"
 #include "serve/text_stream.h"
 #include "util/error.h"
@@ -87,6 +90,40 @@ TEST(ServePool, ReservesOnlyWhatFitsAndRefusesOverRelease) {
   // Bytes per slot by the KvShape formula: 2 layers x 2 KV heads x (2 x 32 x 4 + 4) = 1040.
   EXPECT_EQ(kv_bytes_for_capacity(KvShape{2, 2, 32, KvType::F32}, 10), 10400);
   EXPECT_EQ(SequenceKv(KvShape{2, 2, 32, KvType::F32}, 10).allocated_bytes(), 10400);
+}
+
+// The request parser alone (no socket, no weights): what fuzz/fuzz_request.cpp drives. Expected
+// values: the limits passed in, and the reasoner tokenizer's own encoding of the prompt.
+TEST(ServeRequest, ParsesABodyWithoutASocket) {
+  const GgufFile f = GgufFile::open(std::string(KVEVICT_SOURCE_DIR) + "/models/reasoner/reasoner.gguf");
+  const Tokenizer tok = Tokenizer::from_gguf(f);
+  serve::ApiOptions opt;
+  opt.max_tokens_limit = 32;
+  std::atomic<uint64_t> counter{0};
+  auto parse = [&](const std::string& body, int64_t context = 2048) {
+    return serve::parse_generation_request(body, serve::Endpoint::Completions, tok, context, opt, counter);
+  };
+  const serve::ParsedRequest p = parse(R"({"prompt": "AB", "max_tokens": 4, "seed": 9})");
+  EXPECT_EQ(p.gen.prompt, tok.encode("AB", true));
+  EXPECT_EQ(p.gen.max_tokens, 4);
+  EXPECT_EQ(p.gen.sampler.seed, 9u);
+  EXPECT_EQ(counter.load(), 0u);  // a request with a seed takes no derived one
+  (void)parse(R"({"prompt": "AB"})");
+  EXPECT_EQ(counter.load(), 1u);
+  auto status_of = [&](const std::string& body, int64_t context = 2048) {
+    try {
+      (void)parse(body, context);
+    } catch (const serve::ApiError& e) {
+      return e.status;
+    }
+    return 200;
+  };
+  EXPECT_EQ(status_of(""), 400);
+  EXPECT_EQ(status_of("{"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "AB", "max_tokens": 33})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": [1, 2, 3]})", 3), 200);
+  EXPECT_EQ(status_of(R"({"prompt": [1, 2, 3, 4]})", 3), 400);
+  EXPECT_EQ(status_of(R"({"prompt": {"a": 1}})"), 400);
 }
 
 // An in-process server on an ephemeral loopback port.
