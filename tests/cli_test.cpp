@@ -38,6 +38,8 @@ TEST(Cli, ErrorsAreOneLineWithExitCode2) {
       {"generate -m " + model() + " -p hi --policy random", "needs --budget"},
       {"generate -m " + model() + " -p hi --budget 128 --sinks 64", "--sinks 64"},
       {"generate -m " + model() + " -p hi --top-p 1.5", "--top-p"},
+      // Was run from BOS alone while the server refuses an empty prompt.
+      {"generate -m " + model() + " -p '' -n 1", "-p \"\": the prompt must not be empty"},
       {"generate -m " + model() + " -p hi --budget 128 --param window=3", "window"},
       {"perplexity -m " + model() + " -f /nonexistent.txt", "/nonexistent.txt"},
       {"perplexity -m " + model() + " -f " + test::shared_path("data/tinystories/tinystories_sample.txt") +

@@ -54,7 +54,7 @@ TEST_F(CliVocab, ThreadsAboveFourPerCoreAreRefused) {
   const int cap = 4 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   expect_error({"generate", "-m", test::stories260k(), "-p", "hi", "-n", "1", "-t", "100000"}, "--force-threads");
   expect_error({"generate", "-m", test::stories260k(), "-p", "hi", "-n", "1", "-t", std::to_string(cap + 1)},
-               std::to_string(cap));
+               "error: --threads " + std::to_string(cap + 1) + ": must be <= " + std::to_string(cap) + " = 4 x ");
   // At the cap it runs; above it with the override it runs too.
   EXPECT_EQ(run({"generate", "-m", test::stories260k(), "-p", "hi", "-n", "1", "-t", std::to_string(cap)}).code, 0);
   EXPECT_EQ(run({"generate", "-m", test::stories260k(), "-p", "hi", "-n", "1", "-t", std::to_string(cap + 1),
@@ -73,9 +73,13 @@ TEST_F(CliVocab, CountOptionsHaveUpperLimits) {
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
-  expect_error(with({"--rollouts", "100000000"}), "[1, 1024]");
-  expect_error(with({"--budgets", "128,2000000"}), "above the limit 1048576");
-  expect_error(with({"--budget", "2000000"}), "[1, 1048576]");
+  // One wording for every range error, CLI11's checks and ours: "OPTION VALUE: must be ...".
+  expect_error(with({"--rollouts", "100000000"}), "error: --rollouts 100000000: must be in [1, 1024]\n");
+  expect_error(with({"--budgets", "128,2000000"}), "error: --budgets 128,2000000: 2000000 must be <= 1048576\n");
+  expect_error(with({"--budget", "2000000"}), "error: --budget 2000000: must be in [1, 1048576]\n");
+  expect_error(with({"--budget", "0"}), "error: --budget 0: must be in [1, 1048576]\n");
+  expect_error(with({"--budget", "x"}), "error: --budget x: must be an integer in [1, 1048576]\n");
+  expect_error(with({"--temp", "x"}), "error: --temp x: must be a number\n");
   expect_error(with({"-n", "2000000"}), "[0, 1048576]");
   expect_error(with({"--max-length", "2000000"}), "[2, 1048576]");
   expect_error(with({"--bootstrap", "2000000"}), "[100, 1000000]");
@@ -172,6 +176,46 @@ TEST_F(CliVocab, GenerateSummaryGoesToStderr) {
   EXPECT_EQ(r.out.find("[kvevict]"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.rfind("Once upon a time", 0), 0u) << r.out;
   EXPECT_NE(r.err.find("[kvevict] policy full | prompt"), std::string::npos) << r.err;
+}
+
+// Reproducer: `--policy full --budget 128` ran silently as if the budget applied. Now one warning
+// line names what is unused; none when nothing is, or when another policy of the run evicts.
+TEST_F(CliVocab, FullWarnsThatScheduleOptionsAreUnused) {
+  const std::vector<std::string> gen = {"generate", "-m", test::stories260k(), "-p", "hi", "-n", "1", "--policy", "full"};
+  auto with = [&](std::vector<std::string> base, std::vector<std::string> extra) {
+    base.insert(base.end(), extra.begin(), extra.end());
+    return run(base);
+  };
+  auto warnings = [](const std::string& err) {
+    std::vector<std::string> w;
+    for (size_t at = 0; (at = err.find("kvevict: warning: ", at)) != std::string::npos; ++at)
+      w.push_back(err.substr(at, err.find('\n', at) - at));
+    return w;
+  };
+  test::RunResult r = with(gen, {"--budget", "128"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(warnings(r.err),
+            std::vector<std::string>{"kvevict: warning: policy 'full' keeps every token: --budget 128 is unused"})
+      << r.err;
+  r = with(gen, {"--budget", "128", "--buffer", "16", "--sinks", "4"});
+  EXPECT_EQ(warnings(r.err), std::vector<std::string>{"kvevict: warning: policy 'full' keeps every token: --budget "
+                                                      "128, --buffer 16, --sinks 4 are unused"})
+      << r.err;
+  // Given explicitly, even at its default value.
+  r = with(gen, {"--buffer", "64"});
+  EXPECT_EQ(warnings(r.err).size(), 1u) << r.err;
+  r = with(gen, {});
+  EXPECT_TRUE(warnings(r.err).empty()) << r.err;
+  // A grid: warned only when no policy of it evicts.
+  const std::vector<std::string> ppl = {"perplexity", "-m", test::stories260k(), "-f", tasks_, "--tokens", "8"};
+  r = with(ppl, {"--policies", "full,full+prompt", "--budget", "64"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(warnings(r.err), std::vector<std::string>{"kvevict: warning: policies 'full', 'full+prompt' keep every "
+                                                      "token: --budget 64 is unused"})
+      << r.err;
+  r = with(ppl, {"--policies", "full,random", "--budget", "64", "--buffer", "16"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(warnings(r.err).empty()) << r.err;
 }
 
 // Not a terminal: plain progress lines (KVEVICT_PROGRESS_SECONDS=0 prints one per rollout).

@@ -2,8 +2,12 @@
 // per-request determinism under continuous batching, disconnects, every bad request of the API
 // and a bounded load test. Servers run in-process on an ephemeral 127.0.0.1 port and are
 // stopped by the test; request loops are bounded.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -15,9 +19,12 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "kvcache/kv_pool.h"
+#include "format/gguf.h"
 #include "model/llama.h"
+#include "model/tokenizer.h"
 #include "serve/http_server.h"
 #include "serve/load_client.h"
+#include "serve/request.h"
 #include "serve/scheduler.h"
 #include "serve/text_stream.h"
 #include "util/error.h"
@@ -83,6 +90,40 @@ TEST(ServePool, ReservesOnlyWhatFitsAndRefusesOverRelease) {
   // Bytes per slot by the KvShape formula: 2 layers x 2 KV heads x (2 x 32 x 4 + 4) = 1040.
   EXPECT_EQ(kv_bytes_for_capacity(KvShape{2, 2, 32, KvType::F32}, 10), 10400);
   EXPECT_EQ(SequenceKv(KvShape{2, 2, 32, KvType::F32}, 10).allocated_bytes(), 10400);
+}
+
+// The request parser alone (no socket, no weights): what fuzz/fuzz_request.cpp drives. Expected
+// values: the limits passed in, and the reasoner tokenizer's own encoding of the prompt.
+TEST(ServeRequest, ParsesABodyWithoutASocket) {
+  const GgufFile f = GgufFile::open(std::string(KVEVICT_SOURCE_DIR) + "/models/reasoner/reasoner.gguf");
+  const Tokenizer tok = Tokenizer::from_gguf(f);
+  serve::ApiOptions opt;
+  opt.max_tokens_limit = 32;
+  std::atomic<uint64_t> counter{0};
+  auto parse = [&](const std::string& body, int64_t context = 2048) {
+    return serve::parse_generation_request(body, serve::Endpoint::Completions, tok, context, opt, counter);
+  };
+  const serve::ParsedRequest p = parse(R"({"prompt": "AB", "max_tokens": 4, "seed": 9})");
+  EXPECT_EQ(p.gen.prompt, tok.encode("AB", true));
+  EXPECT_EQ(p.gen.max_tokens, 4);
+  EXPECT_EQ(p.gen.sampler.seed, 9u);
+  EXPECT_EQ(counter.load(), 0u);  // a request with a seed takes no derived one
+  (void)parse(R"({"prompt": "AB"})");
+  EXPECT_EQ(counter.load(), 1u);
+  auto status_of = [&](const std::string& body, int64_t context = 2048) {
+    try {
+      (void)parse(body, context);
+    } catch (const serve::ApiError& e) {
+      return e.status;
+    }
+    return 200;
+  };
+  EXPECT_EQ(status_of(""), 400);
+  EXPECT_EQ(status_of("{"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "AB", "max_tokens": 33})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": [1, 2, 3]})", 3), 200);
+  EXPECT_EQ(status_of(R"({"prompt": [1, 2, 3, 4]})", 3), 400);
+  EXPECT_EQ(status_of(R"({"prompt": {"a": 1}})"), 400);
 }
 
 // An in-process server on an ephemeral loopback port.
@@ -415,7 +456,9 @@ TEST(Serve, EveryBadRequestGetsItsStatusAndErrorObject) {
   expect_error(c->Post("/v1/completions", R"({"prompt": ""})", J), 400, "prompt");
   expect_error(c->Post("/v1/completions", R"({"max_tokens": 5})", J), 400, "prompt");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "max_tokens": 0})", J), 400, "max_tokens");
-  expect_error(c->Post("/v1/completions", R"({"prompt": "A", "max_tokens": 513})", J), 400, "max_tokens");
+  // Range errors read as the CLI's: "FIELD VALUE: must be ...".
+  expect_error(c->Post("/v1/completions", R"({"prompt": "A", "max_tokens": 513})", J), 400,
+               "max_tokens 513: must be in [1, 512]");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "max_completion_tokens": -1})", J), 400,
                "max_completion_tokens");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "max_tokens": "ten"})", J), 400, "integer");
@@ -423,7 +466,7 @@ TEST(Serve, EveryBadRequestGetsItsStatusAndErrorObject) {
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "top_p": 0})", J), 400, "top_p");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "n": 0})", J), 400, "n");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "stop": 5})", J), 400, "stop");
-  expect_error(c->Post("/v1/completions", R"({"prompt": [1, 99999]})", J), 400, "token ids");
+  expect_error(c->Post("/v1/completions", R"({"prompt": [1, 99999]})", J), 400, "token id 99999: must be");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "kv_policy": "bogus"})", J), 400, "bogus");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "kv_policy": "random"})", J), 400, "kv_budget");
   expect_error(
@@ -432,13 +475,13 @@ TEST(Serve, EveryBadRequestGetsItsStatusAndErrorObject) {
   expect_error(c->Post("/v1/completions",
                        R"({"prompt": "A", "kv_policy": "random", "kv_budget": 16, "kv_buffer": 4, "kv_sinks": 99})", J),
                400, "sinks");
-  expect_error(c->Post("/v1/completions", R"({"prompt": "A", "seed": -3})", J), 400, "seed");
+  expect_error(c->Post("/v1/completions", R"({"prompt": "A", "seed": -3})", J), 400, "seed -3: must be >= 0");
   // A number that overflows a double is malformed JSON (400), not a server error (was 500).
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "temperature": 1e999})", J), 400, "not valid JSON");
   // kv_budget has the CLI's upper bound on token counts (2^20), checked before admission.
   expect_error(c->Post("/v1/completions",
                        R"({"prompt": "A", "kv_policy": "random", "kv_budget": 100000000, "kv_buffer": 8})", J),
-               400, "kv_budget");
+               400, "kv_budget 100000000: must be in [1, 1048576]");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "stream_options": {"include_usage": true}})", J), 400,
                "stream");
   // A model without a chat template: 400 naming the problem.
@@ -452,6 +495,64 @@ TEST(Serve, EveryBadRequestGetsItsStatusAndErrorObject) {
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200);
   EXPECT_EQ(json::parse(ok->body)["usage"]["completion_tokens"].get<int>() <= 4, true);
+}
+
+// Sends `raw` (a whole HTTP request) on a fresh connection and returns the whole answer: for
+// requests httplib's client cannot write (a POST without Content-Length).
+std::string raw_http(int port, const std::string& raw) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::send(fd, raw.data(), raw.size(), 0) == static_cast<ssize_t>(raw.size())) {
+    timeval tv{10, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[4096];
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+// Reproducers: an empty POST answered {"message": "HTTP 400"}; GET on a POST route answered 404;
+// a prompt longer than the model's context (reasoner: 2048, the GGUF's llama.context_length)
+// was run. Expected: RFC 9110's 405 with Allow, and OpenAI error objects naming the problem.
+TEST(Serve, EmptyBodyWrongMethodAndPromptOverTheContext) {
+  TestServer s(reasoner_path(), small_opts(), {});
+  auto c = s.client();
+  const std::string J = "application/json";
+  expect_error(c->Post("/v1/completions", "", J), 400, "the request body is empty");
+  expect_error(c->Post("/v1/chat/completions", " \n", J), 400, "the request body is empty");
+  const std::string no_length =
+      raw_http(s.port(), "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(no_length.rfind("HTTP/1.1 400", 0), 0u) << no_length;
+  EXPECT_NE(no_length.find("\"message\":\"the request has no body"), std::string::npos) << no_length;
+
+  auto get = c->Get("/v1/completions");
+  expect_error(get, 405, "use POST");
+  EXPECT_EQ(get->get_header_value("Allow"), "POST");
+  auto on_get_route = c->Post("/v1/models", "{}", J);
+  expect_error(on_get_route, 405, "use GET");
+  EXPECT_EQ(on_get_route->get_header_value("Allow"), "GET");
+  expect_error(c->Get("/v1/nothing"), 404, "/v1/nothing");
+
+  ASSERT_EQ(s.model().config().context_length, 2048);
+  json over = {{"prompt", std::vector<int>(2049, 5)}, {"max_tokens", 1}};
+  int status = 0;
+  json r = post(s, "/v1/completions", over, &status);
+  EXPECT_EQ(status, 400) << r.dump();
+  const std::string msg = r["error"]["message"];
+  EXPECT_NE(msg.find("2049 tokens"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("context of 2048 tokens"), std::string::npos) << msg;
+  EXPECT_EQ(r["error"]["param"], "prompt");
+  // At the context it runs.
+  json at = {{"prompt", std::vector<int>(2048, 5)}, {"max_tokens", 1}};
+  r = post(s, "/v1/completions", at, &status);
+  EXPECT_EQ(status, 200) << r.dump();
 }
 
 TEST(Serve, ApiKeyAndQueueLimit) {

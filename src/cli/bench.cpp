@@ -112,7 +112,7 @@ std::vector<int64_t> parse_ints(const std::string& s, const std::string& option)
       if (used != p.size() || v <= 0 || v > limits::kTokens) throw std::invalid_argument(p);
       out.push_back(v);
     } catch (const std::exception&) {
-      throw Error(fmt::format("{} '{}': '{}' is not an integer in [1, {}]", option, s, p, limits::kTokens));
+      throw Error(fmt::format("{} {}: '{}' must be an integer in [1, {}]", option, s, p, limits::kTokens));
     }
   }
   return out;

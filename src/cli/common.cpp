@@ -1,13 +1,13 @@
 #include "cli/common.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <thread>
 
 #include "util/error.h"
+#include "util/file.h"
 #include "util/suggest.h"
 
 namespace kvevict::cli {
@@ -22,6 +22,7 @@ void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy) {
       ->check(int_range(1, limits::kTokens));
   cmd.add_option("--buffer,-r", a.recent, "Recent buffer r: newest slots never evicted (must be < B)")
       ->check(int_range(1, limits::kTokens))
+      ->each([&a](const std::string&) { a.recent_given = true; })
       ->capture_default_str();
   cmd.add_option("--sinks", a.sinks, "Pin the first S positions (default: the policy's; streaming = 4)")
       ->check(int_range(0, limits::kTokens));
@@ -52,7 +53,8 @@ CLI::Validator at_least(long long lo) {
         } catch (const std::exception&) {
           used = 0;
         }
-        if (used == 0 || used != in.size() || v < lo) return fmt::format("must be an integer >= {} (got {})", lo, in);
+        if (used == 0 || used != in.size()) return fmt::format("must be an integer >= {} (got {})", lo, in);
+        if (v < lo) return fmt::format("must be >= {} (got {})", lo, in);
         return {};
       },
       fmt::format(">= {}", lo));
@@ -68,8 +70,8 @@ CLI::Validator int_range(long long lo, long long hi) {
         } catch (const std::exception&) {
           used = 0;
         }
-        if (used == 0 || used != in.size() || v < lo || v > hi)
-          return fmt::format("must be an integer in [{}, {}] (got {})", lo, hi, in);
+        if (used == 0 || used != in.size()) return fmt::format("must be an integer in [{}, {}] (got {})", lo, hi, in);
+        if (v < lo || v > hi) return fmt::format("must be in [{}, {}] (got {})", lo, hi, in);
         return {};
       },
       "");
@@ -96,8 +98,8 @@ void add_threads_option(CLI::App& cmd, int& threads, const std::string& help) {
             } catch (const std::exception&) {
               used = 0;
             }
-            if (used == 0 || used != in.size() || v < 0 || v > limits::kThreadsForced)
-              return fmt::format("must be an integer in {} (got {})", range, in);
+            if (used == 0 || used != in.size()) return fmt::format("must be an integer in {} (got {})", range, in);
+            if (v < 0 || v > limits::kThreadsForced) return fmt::format("must be in {} (got {})", range, in);
             return {};
           },
           ""))
@@ -105,10 +107,9 @@ void add_threads_option(CLI::App& cmd, int& threads, const std::string& help) {
   cmd.add_flag("--force-threads", *force, "Allow -t above 4 x cores (oversubscribed; results do not depend on it)");
   cmd.parse_complete_callback([&threads, force] {
     if (!*force && threads > max_threads())
-      throw CLI::ValidationError(
-          "-t,--threads",
-          fmt::format("{} is more than {} x {} cores = {} (pass --force-threads to run anyway)", threads,
-                      limits::kThreadsPerCore, max_threads() / limits::kThreadsPerCore, max_threads()));
+      throw CLI::ValidationError(fmt::format("--threads {}: must be <= {} = {} x {} cores (pass --force-threads to run anyway)",
+                                             threads, max_threads(), limits::kThreadsPerCore,
+                                             max_threads() / limits::kThreadsPerCore));
   });
 }
 
@@ -191,15 +192,26 @@ EvictionConfig build_eviction(const PolicyArgs& a, const Policy& p) {
   return c;
 }
 
+std::string unused_schedule_warning(const PolicyArgs& a, const std::vector<Policy>& policies) {
+  std::string names;
+  for (const Policy& p : policies) {
+    if (p.evicts) return {};
+    names += (names.empty() ? "'" : ", '") + p.name + "'";
+  }
+  std::vector<std::string> unused;
+  if (a.budget > 0) unused.push_back(fmt::format("--budget {}", a.budget));
+  if (a.recent_given) unused.push_back(fmt::format("--buffer {}", a.recent));
+  if (a.sinks) unused.push_back(fmt::format("--sinks {}", *a.sinks));
+  if (unused.empty() || names.empty()) return {};
+  return fmt::format("{} {} {} every token: {} {} unused", policies.size() == 1 ? "policy" : "policies", names,
+                     policies.size() == 1 ? "keeps" : "keep", fmt::join(unused, ", "),
+                     unused.size() == 1 ? "is" : "are");
+}
+
 void warn(const std::string& msg) { fmt::print(stderr, "kvevict: warning: {}\n", msg); }
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(fmt::format("{}: cannot open file", path));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) throw Error(fmt::format("{}: read error", path));
-  return ss.str();
+std::string read_file(const std::string& path, const std::string& option) {
+  return read_file_limited(path, limits::kFileBytes, option);
 }
 
 std::vector<std::string> split_list(const std::string& s, const std::string& option) {

@@ -19,6 +19,7 @@ struct PolicyArgs {
   std::string policy;  ///< empty: `random` when --budget is given, else `full`
   int64_t budget = 0;  ///< 0 = not given
   int64_t recent = 64;
+  bool recent_given = false;  ///< --buffer was on the command line (not the default)
   std::optional<int> sinks;
   bool protect_prompt = false, no_protect_prompt = false;
   std::string long_prompt = "pin-head";
@@ -51,14 +52,17 @@ inline constexpr long long kReps = 1000;                 ///< bench --reps
 inline constexpr long long kBatch = 4096;                ///< bench --batch, --max-batch (sequences)
 inline constexpr int kThreadsPerCore = 4;                ///< -t <= 4 x cores unless --force-threads
 inline constexpr long long kThreadsForced = 4096;        ///< -t with --force-threads
+/// Bytes of a file read whole into memory (text of perplexity/calibrate -f, eval/tasks eval -f,
+/// probe --filler): 1 GiB, about 250M tokens, above limits::kCorpusTokens.
+inline constexpr long long kFileBytes = 1LL << 30;
 }  // namespace limits
 
 /// CLI11 check for an integer option: the value must be >= lo. The error reads
-/// "--name: must be an integer >= lo (got X)" (CLI11 prefixes the option name).
+/// "--name X: must be >= lo" ("must be an integer >= lo" when X is not one; CLI11 writes
+/// "--name: must be ... (got X)" and main.cpp rewrites it).
 CLI::Validator at_least(long long lo);
 
-/// CLI11 check for an integer option in [lo, hi]. The error reads
-/// "--name: must be an integer in [lo, hi] (got X)".
+/// CLI11 check for an integer option in [lo, hi]. The error reads "--name X: must be in [lo, hi]".
 CLI::Validator int_range(long long lo, long long hi);
 
 /// The thread cap without --force-threads: limits::kThreadsPerCore x the cores the OS reports.
@@ -90,8 +94,15 @@ Policy build_policy(const PolicyArgs& a, const std::string& name, bool check_par
 /// Builds the schedule config. For evicting policies --budget is required (Error otherwise).
 EvictionConfig build_eviction(const PolicyArgs& a, const Policy& p);
 
-/// Reads a whole file. Throws kvevict::Error naming the path if it cannot be read.
-std::string read_file(const std::string& path);
+/// When no policy of a run evicts (`full`, `full+prompt`) but --budget, --buffer or --sinks was
+/// given, the warning line saying they are unused (a policy that keeps every token has no budget,
+/// recent buffer or sinks); "" otherwise.
+std::string unused_schedule_warning(const PolicyArgs& a, const std::vector<Policy>& policies);
+
+/// Reads a whole file given as `option` (e.g. "-f"), at most limits::kFileBytes bytes; pipes and
+/// devices are read up to the limit (read_file_limited). Throws kvevict::Error naming the option,
+/// the path and, when the file is too large, the limit.
+std::string read_file(const std::string& path, const std::string& option);
 
 /// Splits "a,b,c" into parts (empty parts rejected with an Error naming `option`).
 std::vector<std::string> split_list(const std::string& s, const std::string& option);

@@ -57,7 +57,7 @@ std::pair<int, int> parse_shard(const std::string& s) {
   int i = -1, n = 0;
   char tail = 0;
   if (std::sscanf(s.c_str(), "%d/%d%c", &i, &n, &tail) != 2 || n < 1 || i < 0 || i >= n || n > limits::kShards)
-    throw Error(fmt::format("--shard '{}': expected i/N with 0 <= i < N <= {} (e.g. 0/4)", s, limits::kShards));
+    throw Error(fmt::format("--shard {}: must be i/N with 0 <= i < N <= {} (e.g. 0/4)", s, limits::kShards));
   return {i, n};
 }
 
@@ -100,13 +100,16 @@ int run_eval(const EvalArgs& a) {
   // Neither --budget nor --budgets: the default grid, so `--policies full,random` runs as is.
   const std::string budgets = a.budgets.empty() && a.policy.budget == 0 ? std::string(kDefaultBudgets) : a.budgets;
   std::vector<EvalCell> cells;
+  std::vector<Policy> grid_policies;
   for (GridEntry& g : policy_grid(a.policy, names, budget_grid(budgets, a.policy.budget))) {
+    grid_policies.push_back(g.policy);
     EvalCell c;
     c.spec = {g.name, g.eviction.budget};
     c.policy = std::move(g.policy);
     c.eviction = g.eviction;
     cells.push_back(std::move(c));
   }
+  if (const std::string w = unused_schedule_warning(a.policy, grid_policies); !w.empty()) warn(w);
   if (std::find(names.begin(), names.end(), a.reference) == names.end())
     throw Error(fmt::format("--reference '{}' is not among --policies ({})", a.reference, a.policies));
   const TemplateChoice tmpl = parse_template_choice(a.chat ? "chat" : a.tmpl);
@@ -120,6 +123,8 @@ int run_eval(const EvalArgs& a) {
   ro.on_bad_line = a.bad_lines == "skip" ? BadLinePolicy::Skip : BadLinePolicy::Stop;
   ro.limit = a.limit;
   ro.warn = warn;
+  ro.max_bytes = limits::kFileBytes;
+  ro.option = "-f";
   const EvalTaskFile tf = read_tasks(a.tasks, ro);
   const auto model = LlamaModel::load(a.model);
   PromptOptions po;

@@ -42,9 +42,13 @@ int run_generate(const GenerateArgs& a) {
   if (!a.chat_template.empty()) (void)ChatTemplate::by_name(a.chat_template);  // bad name: fail before loading
   const Policy policy = build_policy(a.policy, default_policy(a.policy));
   const EvictionConfig cfg = build_eviction(a.policy, policy);
+  if (const std::string w = unused_schedule_warning(a.policy, {policy}); !w.empty()) warn(w);
   SamplerConfig sc{a.temp, a.top_p, a.top_k, a.policy.seed};
   validate_sampler(sc);
   if (a.n < 1) throw Error(fmt::format("-n {}: must be >= 1", a.n));
+  // As the server's /v1/completions: an empty prompt is refused, not run from BOS alone.
+  // With --chat the template still renders a user turn (the server's chat endpoint takes it too).
+  if (a.prompt.empty() && !a.chat) throw Error("-p \"\": the prompt must not be empty");
   const auto model = LlamaModel::load(a.model);
   const Tokenizer& tok = model->tokenizer();
   // With --chat the user's text becomes one user turn (no system prompt, generation prompt

@@ -21,7 +21,7 @@ std::vector<int64_t> parse_int_list(const std::string& s, const std::string& opt
       used = 0;
     }
     if (used != part.size() || v < min)
-      throw Error(fmt::format("{} '{}': '{}' is not an integer >= {}", option, s, part, min));
+      throw Error(fmt::format("{} {}: '{}' must be an integer >= {}", option, s, part, min));
     if (std::find(out.begin(), out.end(), v) != out.end())
       throw Error(fmt::format("{} '{}': {} given twice", option, s, v));
     out.push_back(v);
@@ -35,7 +35,7 @@ std::vector<int64_t> budget_grid(const std::string& list, int64_t single) {
     std::vector<int64_t> out = parse_int_list(list, "--budgets", 1);
     for (const int64_t b : out)
       if (b > limits::kTokens)
-        throw Error(fmt::format("--budgets '{}': {} is above the limit {}", list, b, limits::kTokens));
+        throw Error(fmt::format("--budgets {}: {} must be <= {}", list, b, limits::kTokens));
     return out;
   }
   if (single != 0) return {single};

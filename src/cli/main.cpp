@@ -12,6 +12,28 @@
 #include "util/error.h"
 #include "util/suggest.h"
 
+namespace {
+
+// CLI11 reports a failed check as "NAME: MESSAGE"; the checks of cli/common (int_range, at_least,
+// seed_value, the thread cap) write MESSAGE as "must be ... (got VALUE)". Rewritten here into the
+// wording of every other option error, "NAME VALUE: must be ...", as is CLI11's "Could not
+// convert: NAME = VALUE" (a number option given a non-number; integer options are checked before
+// conversion). Other messages stay as they are.
+std::string option_error(const std::string& what) {
+  if (const std::string conv = "Could not convert: "; what.rfind(conv, 0) == 0) {
+    const size_t eq = what.find(" = ", conv.size());
+    if (eq == std::string::npos) return what;
+    return fmt::format("{} {}: must be a number", what.substr(conv.size(), eq - conv.size()), what.substr(eq + 3));
+  }
+  const size_t colon = what.find(": must be ");
+  const size_t got = what.rfind(" (got ");
+  if (colon == std::string::npos || got == std::string::npos || got < colon || what.back() != ')') return what;
+  const std::string value = what.substr(got + 6, what.size() - got - 7);
+  return fmt::format("{} {}: {}", what.substr(0, colon), value, what.substr(colon + 2, got - colon - 2));
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace kvevict::cli;
   CLI::App app{"kvevict: LLM inference with a per-KV-head token budget and pluggable eviction"};
@@ -75,6 +97,12 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const CLI::RequiredError& e) {
     fmt::print(stderr, "kvevict: error: {} (see `--help`)\n", e.what());
+    return 2;
+  } catch (const CLI::ValidationError& e) {
+    fmt::print(stderr, "kvevict: error: {}\n", option_error(e.what()));
+    return 2;
+  } catch (const CLI::ConversionError& e) {
+    fmt::print(stderr, "kvevict: error: {}\n", option_error(e.what()));
     return 2;
   } catch (const CLI::ParseError& e) {
     fmt::print(stderr, "kvevict: error: {}\n", e.what());

@@ -44,7 +44,11 @@ std::vector<GridEntry> build_runs(const PerplexityArgs& a) {
   if (!budgets.empty()) pick.budget = budgets[0];
   const std::vector<std::string> names =
       a.policies.empty() ? std::vector<std::string>{default_policy(pick)} : split_list(a.policies, "--policies");
-  return policy_grid(a.policy, names, budgets);
+  std::vector<GridEntry> runs = policy_grid(a.policy, names, budgets);
+  std::vector<Policy> policies;
+  for (const GridEntry& g : runs) policies.push_back(g.policy);
+  if (const std::string w = unused_schedule_warning(a.policy, policies); !w.empty()) warn(w);
+  return runs;
 }
 
 std::string budget_text(const GridEntry& r) {
@@ -56,15 +60,13 @@ int run_perplexity(const PerplexityArgs& a) {
   if (!a.plot.empty() && a.ctx > 0) throw Error("--plot draws the token-by-token mode; it cannot be used with -c");
   if (!a.csv.empty() && a.ctx > 0)
     throw Error("--csv writes the token-by-token mode's per-token NLL; it cannot be used with -c");
-  if (std::filesystem::is_directory(a.file))
-    throw Error(fmt::format("-f {}: is a directory, expected a text file", a.file));
   if (a.smooth < 0) throw Error(fmt::format("--smooth {}: must be >= 0", a.smooth));
+  std::string text = read_file(a.file, "-f");  // before the model: a bad file fails fast
   // Chunked mode runs n_ctx-token sequences, as llama-perplexity -c does, so LongRoPE picks its
   // factor set by that size (model/llama.h); token-by-token mode runs up to context_length.
   LoadOptions lo;
   lo.context_size = a.ctx;
   const auto model = LlamaModel::load(a.model, lo);
-  std::string text = read_file(a.file);
   if (a.gutenberg) {
     const size_t before = text.size();
     text = gutenberg_body(text);

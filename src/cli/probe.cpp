@@ -53,7 +53,7 @@ int run_probe(const ProbeArgs& a) {
   for (const std::string& k : split_list(a.kinds, "--kinds")) kinds.push_back(parse_probe_kind(k));
   const std::vector<int64_t> distances = parse_int_list(a.distances, "--distances", 1);
   for (const int64_t d : distances)
-    if (d > limits::kTokens) throw Error(fmt::format("--distances: {} is above the limit {}", d, limits::kTokens));
+    if (d > limits::kTokens) throw Error(fmt::format("--distances {}: {} must be <= {}", a.distances, d, limits::kTokens));
   const std::vector<int64_t> budgets = budget_grid(a.budgets, a.policy.budget);
   const auto model = LlamaModel::load(a.model);
   Engine engine(*model, a.threads);
@@ -99,7 +99,7 @@ int run_probe(const ProbeArgs& a) {
   text.lead = a.lead;
   text.restatements = a.restate;
   if (!a.filler.empty()) {
-    std::string body = read_file(a.filler);
+    std::string body = read_file(a.filler, "--filler");
     if (a.gutenberg) body = gutenberg_body(body);
     text.filler = model->tokenizer().encode(body, false);
     if (text.filler.empty()) throw Error(fmt::format("{}: no filler tokens", a.filler));

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "cli/common.h"
@@ -89,11 +90,9 @@ int run_gen(const GenArgs& a) {
 
 int run_eval(const EvalArgs& a) {
   const int jobs = a.jobs > 0 ? a.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const auto model = LlamaModel::load(a.model);
-  std::vector<Task> tasks;
+  std::vector<Task> tasks;  // read before the model: a bad file fails fast
   if (!a.input.empty()) {
-    std::ifstream in(a.input);
-    if (!in) throw Error(fmt::format("-f {}: cannot open", a.input));
+    std::istringstream in(read_file(a.input, "-f"));
     std::string line;
     while (std::getline(in, line))
       if (!line.empty()) tasks.push_back(task_from_json(line));
@@ -105,6 +104,7 @@ int run_eval(const EvalArgs& a) {
       tasks.insert(tasks.end(), part.begin(), part.end());
     }
   }
+  const auto model = LlamaModel::load(a.model);
   std::vector<std::string> outputs(tasks.size());
   std::atomic<size_t> next{0};
   auto worker = [&] {

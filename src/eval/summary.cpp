@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 
+#include "eval/grader.h"
 #include "eval/tasks.h"
 #include "util/error.h"
 #include "util/rng.h"
@@ -64,7 +65,9 @@ EvalSummary summarize(const EvalSettings& settings, const std::vector<RolloutRec
     a.decode_ms += r.decode_ms + r.score_ms + r.compact_ms;
     row.peak_slots = std::max(row.peak_slots, r.peak_slots);
     row.peak_kv_bytes = std::max(row.peak_kv_bytes, r.peak_kv_bytes);
-    row.no_answer += r.extracted ? 0 : 1;
+    // By the recorded grade: a box too long to compare is an answer, not a missing one.
+    row.no_answer += r.grade == grade_outcome_name(GradeOutcome::NoAnswer) ? 1 : 0;
+    row.answer_too_long += r.grade == grade_outcome_name(GradeOutcome::AnswerTooLong) ? 1 : 0;
     row.hit_cap += r.finish == "eos" ? 0 : 1;
     if (r.fact_kept) {
       (*r.fact_kept ? row.fact_kept_rollouts : row.fact_lost_rollouts) += 1;
@@ -191,7 +194,7 @@ std::string summary_csv(const EvalSummary& s) {
       "policy,budget,problems,rollouts,expected_rollouts,accuracy,accuracy_lo,accuracy_hi,reference,diff,diff_lo,"
       "diff_hi,sign_pos,sign_neg,sign_ties,sign_p,mean_generated,mean_length,mean_rounds,peak_slots,peak_kv_bytes,"
       "decode_tok_s,no_answer,hit_cap,accuracy_ci_method,diff_ci_method,fact_kept_rollouts,fact_kept_correct,"
-      "fact_lost_rollouts,fact_lost_correct\n";
+      "fact_lost_rollouts,fact_lost_correct,answer_too_long\n";
   for (const CellSummary& c : s.cells) {
     csv += fmt::format("{},{},{},{},{},{},{},{},{},", c.cell.policy,
                        c.cell.budget > 0 ? std::to_string(c.cell.budget) : "", c.problems, c.rollouts,
@@ -204,9 +207,11 @@ std::string summary_csv(const EvalSummary& s) {
       csv += fmt::format("{},{},{},{},", c.sign->n_pos, c.sign->n_neg, c.sign->n_ties, c.sign->p);
     else
       csv += ",,,,";
-    csv += fmt::format("{},{},{},{},{},{},{},{},wilson,paired-bootstrap,{},{},{},{}\n", c.mean_generated, c.mean_length,
-                       c.mean_rounds, c.peak_slots, c.peak_kv_bytes, c.decode_tok_s, c.no_answer, c.hit_cap,
-                       c.fact_kept_rollouts, c.fact_kept_correct, c.fact_lost_rollouts, c.fact_lost_correct);
+    // New columns go at the end, so readers that index columns keep working.
+    csv += fmt::format("{},{},{},{},{},{},{},{},wilson,paired-bootstrap,{},{},{},{},{}\n", c.mean_generated,
+                       c.mean_length, c.mean_rounds, c.peak_slots, c.peak_kv_bytes, c.decode_tok_s, c.no_answer,
+                       c.hit_cap, c.fact_kept_rollouts, c.fact_kept_correct, c.fact_lost_rollouts,
+                       c.fact_lost_correct, c.answer_too_long);
   }
   return csv;
 }
@@ -246,7 +251,8 @@ json summary_json(const EvalSummary& s) {
            {"fact_kept_rollouts", c.fact_kept_rollouts},
            {"fact_kept_correct", c.fact_kept_correct},
            {"fact_lost_rollouts", c.fact_lost_rollouts},
-           {"fact_lost_correct", c.fact_lost_correct}};
+           {"fact_lost_correct", c.fact_lost_correct},
+           {"answer_too_long", c.answer_too_long}};
     cells.push_back(std::move(j));
   }
   return json{{"settings", s.settings.to_json()}, {"cells", cells}};

@@ -38,7 +38,8 @@ struct CellSummary {
   int64_t peak_slots = 0;       ///< max over rollouts of live slots per (layer, KV head)
   int64_t peak_kv_bytes = 0;    ///< max over rollouts of peak_slots x bytes per slot (all layers and heads)
   double decode_tok_s = 0;      ///< generated tokens / time in decode steps and rounds (per sequence)
-  int64_t no_answer = 0;        ///< rollouts without a \boxed{} answer
+  int64_t no_answer = 0;        ///< rollouts graded no_answer: no \boxed{} (GSM8K: no #### line either)
+  int64_t answer_too_long = 0;  ///< rollouts graded answer_too_long: a boxed answer over kMaxAnswerBytes
   int64_t hit_cap = 0;          ///< rollouts stopped by the length cap (or with no room)
   /// Keep-log check of a fact stated once (RolloutRecord::fact_kept; `once` tasks only): rollouts
   /// that ended with the fact's slot still held by some (layer, KV head), and how many of them

@@ -2,11 +2,13 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
+#include <limits>
 #include <map>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
+#include "util/file.h"
 
 namespace kvevict {
 namespace {
@@ -93,8 +95,8 @@ const char* task_format_name(TaskFormat f) {
 }
 
 EvalTaskFile read_tasks(const std::string& path, const TaskReadOptions& opts) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("{}: cannot open task file", path));
+  std::istringstream in(read_file_limited(
+      path, opts.max_bytes > 0 ? opts.max_bytes : std::numeric_limits<int64_t>::max() - 1, opts.option));
   EvalTaskFile file;
   file.path = path;
   file.format = opts.format;

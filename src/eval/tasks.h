@@ -47,6 +47,11 @@ struct TaskReadOptions {
   int64_t limit = 0;  ///< keep only the first `limit` valid tasks (0 = all)
   /// Receives one "FILE:LINE: reason" message per skipped line (Skip only).
   std::function<void(const std::string&)> warn;
+  /// Largest file read (bytes; 0 = no limit). The file is read whole first (read_file_limited),
+  /// so /dev/zero or an endless pipe is refused instead of filling memory.
+  int64_t max_bytes = 0;
+  /// What the path is called in file-level errors (the CLI passes its option, "-f").
+  std::string option = "task file";
 };
 
 /// The tasks of one file.
@@ -59,7 +64,8 @@ struct EvalTaskFile {
 
 /// Reads `path`. Blank lines are ignored. With TaskFormat::Auto the format is taken from the
 /// first valid JSON object: "question" -> GSM8K, "unique_id" or "solution" -> MATH-500, "id" ->
-/// kvevict. Errors (kvevict::Error, message "FILE:LINE: ..."): unreadable file; with
+/// kvevict. Errors (kvevict::Error, message "FILE:LINE: ..."): unreadable file, a file over
+/// opts.max_bytes (message "OPTION FILE: ... limit of N bytes ..."); with
 /// BadLinePolicy::Stop, the first line that is not a JSON object, lacks a required field or has a
 /// field of the wrong type, or repeats an id; a file with no task; a format that cannot be told.
 EvalTaskFile read_tasks(const std::string& path, const TaskReadOptions& opts);

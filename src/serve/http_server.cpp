@@ -9,6 +9,7 @@
 #include <csignal>
 #include <ctime>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "serve/text_stream.h"
@@ -31,6 +32,8 @@ const char* error_type(int status) {
       return "authentication_error";
     case 404:
       return "not_found_error";
+    case 405:
+      return "invalid_request_error";
     case 413:
       return "invalid_request_error";
     case 429:
@@ -57,59 +60,6 @@ void send_error(httplib::Response& res, const ApiError& e, int retry_after_s = 0
   res.set_content(dump(error_json(e)), "application/json");
 }
 
-// Typed field readers: a field of the wrong type or out of range is a 400 naming it.
-ApiError bad(const std::string& param, const std::string& msg) {
-  return ApiError{400, fmt::format("{}: {}", param, msg), param};
-}
-
-// Largest kv_budget / kv_buffer / kv_sinks a request may ask for: the CLI's bound on token
-// counts (limits::kTokens, 2^20), so a request cannot ask for what `generate` would refuse.
-constexpr int64_t kMaxKvTokens = int64_t{1} << 20;
-
-std::optional<int64_t> get_int(const json& body, const std::string& key, int64_t lo, int64_t hi) {
-  auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number_integer() && !(it->is_number_float() && std::floor(it->get<double>()) == it->get<double>()))
-    throw bad(key, fmt::format("must be an integer (got {})", dump(*it)));
-  // Unsigned values above INT64_MAX read as out of range.
-  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-    throw bad(key, fmt::format("must be in [{}, {}] (got {})", lo, hi, dump(*it)));
-  const int64_t v = it->is_number_float() ? static_cast<int64_t>(it->get<double>()) : it->get<int64_t>();
-  if (v < lo || v > hi) throw bad(key, fmt::format("must be in [{}, {}] (got {})", lo, hi, v));
-  return v;
-}
-
-std::optional<double> get_number(const json& body, const std::string& key) {
-  auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number()) throw bad(key, fmt::format("must be a number (got {})", dump(*it)));
-  return it->get<double>();
-}
-
-std::optional<bool> get_bool(const json& body, const std::string& key) {
-  auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_boolean()) throw bad(key, fmt::format("must be true or false (got {})", dump(*it)));
-  return it->get<bool>();
-}
-
-std::optional<std::string> get_string(const json& body, const std::string& key) {
-  auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_string()) throw bad(key, fmt::format("must be a string (got {})", dump(*it)));
-  return it->get<std::string>();
-}
-
-enum class Endpoint { Completions, Chat };
-
-// One parsed generation request.
-struct Parsed {
-  GenerationParams gen;
-  bool stream = false;
-  bool include_usage = false;
-  int64_t budget = 0, recent = 0;
-};
-
 }  // namespace
 
 struct ApiServer::Impl {
@@ -122,187 +72,7 @@ struct ApiServer::Impl {
 
   Impl(Scheduler& s, ApiOptions o) : sched(s), opt(std::move(o)) {}
 
-  Parsed parse(const json& body, Endpoint ep) {
-    if (!body.is_object()) throw ApiError{400, "the request body must be a JSON object", ""};
-    Parsed p;
-    GenerationParams& g = p.gen;
-    const Tokenizer& tok = sched.model().tokenizer();
-    const int n_vocab = tok.n_vocab();
-    get_string(body, "model");  // any model name is accepted (one model per server); type checked
-    if (ep == Endpoint::Completions) {
-      auto it = body.find("prompt");
-      if (it == body.end() || it->is_null()) throw bad("prompt", "is required");
-      const json* pr = &*it;
-      if (pr->is_array() && pr->size() == 1 && (*pr)[0].is_string()) pr = &(*pr)[0];
-      if (pr->is_string()) {
-        const std::string text = pr->get<std::string>();
-        if (text.empty()) throw bad("prompt", "must not be empty");
-        g.prompt = tok.encode(text, true);
-      } else if (pr->is_array() && !pr->empty() && (*pr)[0].is_number_integer()) {
-        for (const json& t : *pr) {
-          if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
-            throw bad("prompt", fmt::format("token ids must be integers in [0, {}) (got {})", n_vocab, dump(t)));
-          g.prompt.push_back(t.get<int32_t>());
-        }
-      } else if (pr->is_array() && pr->size() > 1) {
-        throw bad("prompt", "only one prompt per request is supported (send one request per prompt)");
-      } else {
-        throw bad("prompt", "must be a non-empty string or an array of token ids");
-      }
-    } else {
-      auto it = body.find("messages");
-      if (it == body.end() || !it->is_array() || it->empty())
-        throw bad("messages", "must be a non-empty array of {role, content} objects");
-      std::vector<std::pair<std::string, std::string>> msgs;
-      for (const json& m : *it) {
-        if (!m.is_object()) throw bad("messages", "each message must be an object with role and content");
-        const auto role = get_string(m, "role");
-        if (!role ||
-            (*role != "system" && *role != "user" && *role != "assistant" && *role != "developer" && *role != "tool"))
-          throw bad("messages", "each message needs a role: system, user, assistant, developer or tool");
-        std::string content;
-        auto c = m.find("content");
-        if (c != m.end() && c->is_string()) {
-          content = c->get<std::string>();
-        } else if (c != m.end() && c->is_array()) {
-          // Content parts: only text parts are supported.
-          for (const json& part : *c) {
-            if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-                !part["text"].is_string())
-              throw bad("messages", "only text content parts are supported");
-            content += part["text"].get<std::string>();
-          }
-        } else if (!(c != m.end() && c->is_null() && *role == "assistant")) {
-          throw bad("messages", "each message needs content (a string)");
-        }
-        msgs.emplace_back(*role, content);
-      }
-      if (!opt.chat) throw ApiError{400, opt.chat_unavailable, "messages"};
-      bool thinking = true;
-      if (auto k = body.find("chat_template_kwargs"); k != body.end() && !k->is_null()) {
-        if (!k->is_object()) throw bad("chat_template_kwargs", "must be an object");
-        thinking = get_bool(*k, "enable_thinking").value_or(true);
-      }
-      ChatPrompt cp;
-      try {
-        cp = opt.chat(msgs, thinking);
-      } catch (const Error& e) {
-        throw bad("messages", e.what());
-      }
-      // The template spells its special tokens (<|im_start|>, ...) as text: parse them.
-      g.prompt = tok.encode(cp.text, cp.add_special, /*parse_special=*/true);
-    }
-    if (g.prompt.empty()) throw bad(ep == Endpoint::Chat ? "messages" : "prompt", "produced no tokens");
-
-    const int64_t limit = opt.max_tokens_limit;
-    auto mt = get_int(body, "max_completion_tokens", std::numeric_limits<int64_t>::min(),
-                      std::numeric_limits<int64_t>::max());
-    if (!mt) mt = get_int(body, "max_tokens", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
-    const std::string mt_name = body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null()
-        ? "max_completion_tokens"
-        : "max_tokens";
-    // Defaults: OpenAI's legacy completions default of 16 tokens; chat has none, so the limit.
-    g.max_tokens = mt ? *mt : (ep == Endpoint::Completions ? std::min<int64_t>(16, limit) : limit);
-    if (g.max_tokens < 1 || g.max_tokens > limit)
-      throw bad(
-          mt_name,
-          fmt::format("must be in [1, {}] (got {}; the limit is the server's --max-tokens)", limit, g.max_tokens));
-
-    g.n = static_cast<int>(get_int(body, "n", 1, opt.max_n).value_or(1));
-    const double temp = get_number(body, "temperature").value_or(1.0);
-    if (!(temp >= 0) || !std::isfinite(temp))
-      throw bad("temperature", fmt::format("must be a finite number >= 0 (got {})", temp));
-    const double top_p = get_number(body, "top_p").value_or(1.0);
-    if (!(top_p > 0 && top_p <= 1)) throw bad("top_p", fmt::format("must be in (0, 1] (got {})", top_p));
-    int64_t top_k = get_int(body, "top_k", -1, n_vocab).value_or(0);
-    if (top_k < 0) top_k = 0;  // vLLM's -1 = off
-    // seed: an unsigned 64-bit integer; without one the server derives a per-request seed.
-    uint64_t seed = 0;
-    if (auto it = body.find("seed"); it != body.end() && !it->is_null()) {
-      if (it->is_number_unsigned())
-        seed = it->get<uint64_t>();
-      else if (it->is_number_integer()) {
-        if (it->get<int64_t>() < 0)
-          throw bad("seed", fmt::format("must be an integer >= 0 (got {})", it->get<int64_t>()));
-        seed = static_cast<uint64_t>(it->get<int64_t>());
-      } else
-        throw bad("seed", fmt::format("must be an integer >= 0 (got {})", dump(*it)));
-    } else {
-      seed = stream_id({opt.seed, request_counter.fetch_add(1)});
-    }
-    g.sampler = SamplerConfig{static_cast<float>(temp), static_cast<float>(top_p), static_cast<int>(top_k), seed};
-
-    if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
-      if (it->is_string())
-        g.stop.push_back(it->get<std::string>());
-      else if (it->is_array() && it->size() <= 16) {
-        for (const json& s : *it) {
-          if (!s.is_string()) throw bad("stop", "must be a string or an array of strings");
-          g.stop.push_back(s.get<std::string>());
-        }
-      } else
-        throw bad("stop", "must be a string or an array of at most 16 strings");
-    }
-    p.stream = get_bool(body, "stream").value_or(false);
-    if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
-      if (!it->is_object()) throw bad("stream_options", "must be an object");
-      if (!p.stream) throw bad("stream_options", "is only allowed with stream: true");
-      p.include_usage = get_bool(*it, "include_usage").value_or(false);
-    }
-    g.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
-    if (get_bool(body, "echo").value_or(false)) throw bad("echo", "is not supported");
-    if (auto it = body.find("logprobs"); it != body.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>()))
-      throw bad("logprobs", "is not supported");
-    if (auto it = body.find("best_of");
-        it != body.end() && !it->is_null() && !(it->is_number_integer() && it->get<int64_t>() == 1))
-      throw bad("best_of", "is not supported (only 1)");
-
-    // Per-request eviction settings, validated as the CLI validates --policy/--budget/--buffer/--sinks.
-    const auto policy_name = get_string(body, "kv_policy");
-    const auto sinks = get_int(body, "kv_sinks", 0, kMaxKvTokens);
-    if ((!policy_name || *policy_name == opt.policy.name) && !sinks) {
-      g.policy = opt.policy;  // the server's policy, with its --param values (e.g. TriAttention's stats)
-    } else {
-      const std::string name = policy_name.value_or(opt.policy.name);
-      try {
-        g.policy = make_policy(name);
-      } catch (const Error& e) {
-        throw bad("kv_policy", e.what());
-      }
-      try {
-        if (sinks) g.policy = make_policy(name, std::nullopt, static_cast<int>(*sinks));
-      } catch (const Error& e) {
-        throw bad("kv_sinks", e.what());
-      }
-    }
-    g.eviction.budget = get_int(body, "kv_budget", 1, kMaxKvTokens).value_or(opt.budget);
-    g.eviction.recent = get_int(body, "kv_buffer", 1, kMaxKvTokens).value_or(opt.recent);
-    g.eviction.long_prompt = opt.long_prompt;
-    g.eviction.seed = seed;
-    if (g.policy.evicts && g.eviction.budget == 0)
-      throw bad("kv_budget", fmt::format("policy '{}' needs kv_budget (the server has no --budget)", g.policy.name));
-    if (g.policy.evicts) {
-      try {
-        validate_eviction(g.eviction, g.policy);
-      } catch (const Error& e) {
-        // The schedule's message names CLI options; name the body fields instead.
-        std::string msg = e.what();
-        for (const auto& [cli, field] : {std::pair<std::string, std::string>{"--budget", "kv_budget"},
-                                         {"--buffer", "kv_buffer"},
-                                         {"--sinks", "kv_sinks"}})
-          for (size_t at; (at = msg.find(cli)) != std::string::npos;) msg.replace(at, cli.size(), field);
-        const std::string param = msg.rfind("kv_sinks", 0) == 0 ? "kv_sinks"
-            : msg.rfind("kv_buffer", 0) == 0                    ? "kv_buffer"
-                                                                : "kv_budget";
-        throw ApiError{400, msg, param};
-      }
-    }
-    p.budget = g.eviction.budget;
-    p.recent = g.eviction.recent;
-    return p;
-  }
-
-  json usage_json(const Parsed& p, const std::vector<ChoiceOutcome>& out) const {
+  json usage_json(const ParsedRequest& p, const std::vector<ChoiceOutcome>& out) const {
     int64_t completion = 0, rounds = 0, peak = 0, bytes = 0;
     for (const auto& o : out) {
       completion += o.completion_tokens;
@@ -325,20 +95,12 @@ struct ApiServer::Impl {
 
   void handle_generate(const httplib::Request& hreq, httplib::Response& res, Endpoint ep) {
     if (shutting_down) return send_error(res, {503, "the server is shutting down", ""}, opt.retry_after_s);
-    if (!utf8_valid(hreq.body)) return send_error(res, {400, "the request body is not valid UTF-8", ""});
-    json body;
+    ParsedRequest p;
     try {
-      body = json::parse(hreq.body);
-    } catch (const json::exception& e) {  // syntax errors, and numbers that overflow a double (1e999)
-      return send_error(res, {400, fmt::format("the request body is not valid JSON: {}", e.what()), ""});
-    }
-    Parsed p;
-    try {
-      p = parse(body, ep);
+      p = parse_generation_request(hreq.body, ep, sched.model().tokenizer(), sched.model().config().context_length,
+                                   opt, request_counter);
     } catch (const ApiError& e) {
       return send_error(res, e);
-    } catch (const json::exception& e) {  // a field of an unexpected JSON type the checks did not name
-      return send_error(res, {400, fmt::format("invalid request field: {}", e.what()), ""});
     }
     auto req = std::make_shared<Request>(p.gen);
     switch (sched.submit(req)) {
@@ -414,7 +176,7 @@ struct ApiServer::Impl {
                 {"choices", std::move(choices)}};
   }
 
-  void stream_response(httplib::Response& res, const std::shared_ptr<Request>& req, const Parsed& p, Endpoint ep,
+  void stream_response(httplib::Response& res, const std::shared_ptr<Request>& req, const ParsedRequest& p, Endpoint ep,
                        const std::string& id, int64_t created) {
     struct State {
       bool started = false;
@@ -521,8 +283,23 @@ struct ApiServer::Impl {
         httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
           if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
           std::string msg;
-          if (res.status == 404)
+          // A known route asked with another method: 405 with Allow (RFC 9110 §15.5.6), not 404.
+          static const std::map<std::string, std::string> allowed = {{"/v1/completions", "POST"},
+                                                                     {"/v1/chat/completions", "POST"},
+                                                                     {"/v1/models", "GET"},
+                                                                     {"/health", "GET"},
+                                                                     {"/metrics", "GET"}};
+          if (const auto it = allowed.find(req.path); res.status == 404 && it != allowed.end()) {
+            res.status = 405;
+            res.set_header("Allow", it->second);
+            msg = fmt::format("{} {}: method not allowed (use {})", req.method, req.path, it->second);
+          } else if (res.status == 404)
             msg = fmt::format("no route {} {}", req.method, req.path);
+          else if (res.status == 400 && (req.method == "POST" || req.method == "PUT") &&
+                   !req.has_header("Content-Length") && !req.has_header("Transfer-Encoding"))
+            // httplib refuses a POST without Content-Length before any route sees it.
+            msg = fmt::format("the request has no body: {} {} takes a JSON object with a Content-Length header",
+                              req.method, req.path);
           else if (res.status == 413)
             msg = fmt::format("the request body exceeds {} bytes", opt.max_body_bytes);
           else

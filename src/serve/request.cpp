@@ -1,0 +1,282 @@
+#include "serve/request.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "util/error.h"
+#include "util/rng.h"
+#include "util/utf8.h"
+
+namespace kvevict::serve {
+namespace {
+
+using json = nlohmann::json;
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// Typed field readers: a field of the wrong type or out of range is a 400 naming it.
+ApiError bad(const std::string& param, const std::string& msg) {
+  return ApiError{400, fmt::format("{}: {}", param, msg), param};
+}
+
+// A value out of its range or of the wrong type, worded as the CLI's option errors:
+// "kv_budget 100000000: must be in [1, 1048576]".
+ApiError bad_value(const std::string& param, const std::string& value, const std::string& rule) {
+  return ApiError{400, fmt::format("{} {}: must be {}", param, value, rule), param};
+}
+
+// Largest kv_budget / kv_buffer / kv_sinks a request may ask for: the CLI's bound on token
+// counts (limits::kTokens, 2^20), so a request cannot ask for what `generate` would refuse.
+constexpr int64_t kMaxKvTokens = int64_t{1} << 20;
+
+std::optional<int64_t> get_int(const json& body, const std::string& key, int64_t lo, int64_t hi) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number_integer() && !(it->is_number_float() && std::floor(it->get<double>()) == it->get<double>()))
+    throw bad_value(key, dump(*it), "an integer");
+  // Unsigned values above INT64_MAX read as out of range.
+  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    throw bad_value(key, dump(*it), fmt::format("in [{}, {}]", lo, hi));
+  const int64_t v = it->is_number_float() ? static_cast<int64_t>(it->get<double>()) : it->get<int64_t>();
+  if (v < lo || v > hi) throw bad_value(key, std::to_string(v), fmt::format("in [{}, {}]", lo, hi));
+  return v;
+}
+
+std::optional<double> get_number(const json& body, const std::string& key) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) throw bad_value(key, dump(*it), "a number");
+  return it->get<double>();
+}
+
+std::optional<bool> get_bool(const json& body, const std::string& key) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) throw bad_value(key, dump(*it), "true or false");
+  return it->get<bool>();
+}
+
+std::optional<std::string> get_string(const json& body, const std::string& key) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string()) throw bad_value(key, dump(*it), "a string");
+  return it->get<std::string>();
+}
+
+ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, int64_t context_length,
+                         const ApiOptions& opt, std::atomic<uint64_t>& request_counter) {
+  if (!body.is_object()) throw ApiError{400, "the request body must be a JSON object", ""};
+  ParsedRequest p;
+  GenerationParams& g = p.gen;
+  const int n_vocab = tok.n_vocab();
+  get_string(body, "model");  // any model name is accepted (one model per server); type checked
+  if (ep == Endpoint::Completions) {
+    auto it = body.find("prompt");
+    if (it == body.end() || it->is_null()) throw bad("prompt", "is required");
+    const json* pr = &*it;
+    if (pr->is_array() && pr->size() == 1 && (*pr)[0].is_string()) pr = &(*pr)[0];
+    if (pr->is_string()) {
+      const std::string text = pr->get<std::string>();
+      if (text.empty()) throw bad("prompt", "must not be empty");
+      g.prompt = tok.encode(text, true);
+    } else if (pr->is_array() && !pr->empty() && (*pr)[0].is_number_integer()) {
+      for (const json& t : *pr) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
+          throw bad("prompt", fmt::format("token id {}: must be an integer in [0, {})", dump(t), n_vocab));
+        g.prompt.push_back(t.get<int32_t>());
+      }
+    } else if (pr->is_array() && pr->size() > 1) {
+      throw bad("prompt", "only one prompt per request is supported (send one request per prompt)");
+    } else {
+      throw bad("prompt", "must be a non-empty string or an array of token ids");
+    }
+  } else {
+    auto it = body.find("messages");
+    if (it == body.end() || !it->is_array() || it->empty())
+      throw bad("messages", "must be a non-empty array of {role, content} objects");
+    std::vector<std::pair<std::string, std::string>> msgs;
+    for (const json& m : *it) {
+      if (!m.is_object()) throw bad("messages", "each message must be an object with role and content");
+      const auto role = get_string(m, "role");
+      if (!role ||
+          (*role != "system" && *role != "user" && *role != "assistant" && *role != "developer" && *role != "tool"))
+        throw bad("messages", "each message needs a role: system, user, assistant, developer or tool");
+      std::string content;
+      auto c = m.find("content");
+      if (c != m.end() && c->is_string()) {
+        content = c->get<std::string>();
+      } else if (c != m.end() && c->is_array()) {
+        // Content parts: only text parts are supported.
+        for (const json& part : *c) {
+          if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+              !part["text"].is_string())
+            throw bad("messages", "only text content parts are supported");
+          content += part["text"].get<std::string>();
+        }
+      } else if (!(c != m.end() && c->is_null() && *role == "assistant")) {
+        throw bad("messages", "each message needs content (a string)");
+      }
+      msgs.emplace_back(*role, content);
+    }
+    if (!opt.chat) throw ApiError{400, opt.chat_unavailable, "messages"};
+    bool thinking = true;
+    if (auto k = body.find("chat_template_kwargs"); k != body.end() && !k->is_null()) {
+      if (!k->is_object()) throw bad("chat_template_kwargs", "must be an object");
+      thinking = get_bool(*k, "enable_thinking").value_or(true);
+    }
+    ChatPrompt cp;
+    try {
+      cp = opt.chat(msgs, thinking);
+    } catch (const Error& e) {
+      throw bad("messages", e.what());
+    }
+    // The template spells its special tokens (<|im_start|>, ...) as text: parse them.
+    g.prompt = tok.encode(cp.text, cp.add_special, /*parse_special=*/true);
+  }
+  const std::string prompt_param = ep == Endpoint::Chat ? "messages" : "prompt";
+  if (g.prompt.empty()) throw bad(prompt_param, "produced no tokens");
+  // Positions past the model's context were never trained (RoPE); /v1/models reports the same
+  // number as max_model_len. Eviction bounds the cache, not the prompt's positions.
+  const int64_t context = context_length;
+  if (static_cast<int64_t>(g.prompt.size()) > context)
+    throw bad(prompt_param, fmt::format("the prompt is {} tokens, more than the model's context of {} tokens "
+                                        "(max_model_len); shorten it",
+                                        g.prompt.size(), context));
+
+  const int64_t limit = opt.max_tokens_limit;
+  auto mt = get_int(body, "max_completion_tokens", std::numeric_limits<int64_t>::min(),
+                    std::numeric_limits<int64_t>::max());
+  if (!mt) mt = get_int(body, "max_tokens", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+  const std::string mt_name = body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null()
+      ? "max_completion_tokens"
+      : "max_tokens";
+  // Defaults: OpenAI's legacy completions default of 16 tokens; chat has none, so the limit.
+  g.max_tokens = mt ? *mt : (ep == Endpoint::Completions ? std::min<int64_t>(16, limit) : limit);
+  if (g.max_tokens < 1 || g.max_tokens > limit)
+    throw bad_value(mt_name, std::to_string(g.max_tokens),
+                    fmt::format("in [1, {}] (the upper limit is the server's --max-tokens)", limit));
+
+  g.n = static_cast<int>(get_int(body, "n", 1, opt.max_n).value_or(1));
+  const double temp = get_number(body, "temperature").value_or(1.0);
+  if (!(temp >= 0) || !std::isfinite(temp))
+    throw bad_value("temperature", fmt::format("{}", temp), "a finite number >= 0");
+  const double top_p = get_number(body, "top_p").value_or(1.0);
+  if (!(top_p > 0 && top_p <= 1)) throw bad_value("top_p", fmt::format("{}", top_p), "in (0, 1]");
+  int64_t top_k = get_int(body, "top_k", -1, n_vocab).value_or(0);
+  if (top_k < 0) top_k = 0;  // vLLM's -1 = off
+  // seed: an unsigned 64-bit integer; without one the server derives a per-request seed.
+  uint64_t seed = 0;
+  if (auto it = body.find("seed"); it != body.end() && !it->is_null()) {
+    if (it->is_number_unsigned())
+      seed = it->get<uint64_t>();
+    else if (it->is_number_integer()) {
+      if (it->get<int64_t>() < 0)
+        throw bad_value("seed", std::to_string(it->get<int64_t>()), ">= 0");
+      seed = static_cast<uint64_t>(it->get<int64_t>());
+    } else
+      throw bad_value("seed", dump(*it), "an integer >= 0");
+  } else {
+    seed = stream_id({opt.seed, request_counter.fetch_add(1)});
+  }
+  g.sampler = SamplerConfig{static_cast<float>(temp), static_cast<float>(top_p), static_cast<int>(top_k), seed};
+
+  if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
+    if (it->is_string())
+      g.stop.push_back(it->get<std::string>());
+    else if (it->is_array() && it->size() <= 16) {
+      for (const json& s : *it) {
+        if (!s.is_string()) throw bad("stop", "must be a string or an array of strings");
+        g.stop.push_back(s.get<std::string>());
+      }
+    } else
+      throw bad("stop", "must be a string or an array of at most 16 strings");
+  }
+  p.stream = get_bool(body, "stream").value_or(false);
+  if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) throw bad("stream_options", "must be an object");
+    if (!p.stream) throw bad("stream_options", "is only allowed with stream: true");
+    p.include_usage = get_bool(*it, "include_usage").value_or(false);
+  }
+  g.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
+  if (get_bool(body, "echo").value_or(false)) throw bad("echo", "is not supported");
+  if (auto it = body.find("logprobs"); it != body.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>()))
+    throw bad("logprobs", "is not supported");
+  if (auto it = body.find("best_of");
+      it != body.end() && !it->is_null() && !(it->is_number_integer() && it->get<int64_t>() == 1))
+    throw bad("best_of", "is not supported (only 1)");
+
+  // Per-request eviction settings, validated as the CLI validates --policy/--budget/--buffer/--sinks.
+  const auto policy_name = get_string(body, "kv_policy");
+  const auto sinks = get_int(body, "kv_sinks", 0, kMaxKvTokens);
+  if ((!policy_name || *policy_name == opt.policy.name) && !sinks) {
+    g.policy = opt.policy;  // the server's policy, with its --param values (e.g. TriAttention's stats)
+  } else {
+    const std::string name = policy_name.value_or(opt.policy.name);
+    try {
+      g.policy = make_policy(name);
+    } catch (const Error& e) {
+      throw bad("kv_policy", e.what());
+    }
+    try {
+      if (sinks) g.policy = make_policy(name, std::nullopt, static_cast<int>(*sinks));
+    } catch (const Error& e) {
+      throw bad("kv_sinks", e.what());
+    }
+  }
+  g.eviction.budget = get_int(body, "kv_budget", 1, kMaxKvTokens).value_or(opt.budget);
+  g.eviction.recent = get_int(body, "kv_buffer", 1, kMaxKvTokens).value_or(opt.recent);
+  g.eviction.long_prompt = opt.long_prompt;
+  g.eviction.seed = seed;
+  if (g.policy.evicts && g.eviction.budget == 0)
+    throw bad("kv_budget", fmt::format("policy '{}' needs kv_budget (the server has no --budget)", g.policy.name));
+  if (g.policy.evicts) {
+    try {
+      validate_eviction(g.eviction, g.policy);
+    } catch (const Error& e) {
+      // The schedule's message names CLI options; name the body fields instead.
+      std::string msg = e.what();
+      for (const auto& [cli, field] : {std::pair<std::string, std::string>{"--budget", "kv_budget"},
+                                       {"--buffer", "kv_buffer"},
+                                       {"--sinks", "kv_sinks"}})
+        for (size_t at; (at = msg.find(cli)) != std::string::npos;) msg.replace(at, cli.size(), field);
+      const std::string param = msg.rfind("kv_sinks", 0) == 0 ? "kv_sinks"
+          : msg.rfind("kv_buffer", 0) == 0                    ? "kv_buffer"
+                                                              : "kv_budget";
+      throw ApiError{400, msg, param};
+    }
+  }
+  p.budget = g.eviction.budget;
+  p.recent = g.eviction.recent;
+  return p;
+}
+
+}  // namespace
+
+const char* endpoint_path(Endpoint ep) { return ep == Endpoint::Chat ? "/v1/chat/completions" : "/v1/completions"; }
+
+ParsedRequest parse_generation_request(const std::string& body, Endpoint ep, const Tokenizer& tok,
+                                       int64_t context_length, const ApiOptions& opt,
+                                       std::atomic<uint64_t>& request_counter) {
+  if (body.find_first_not_of(" \t\r\n") == std::string::npos)
+    throw ApiError{400,
+                   fmt::format("the request body is empty: POST {} takes a JSON object ({})", endpoint_path(ep),
+                               ep == Endpoint::Chat ? R"({"messages": [...], ...})" : R"({"prompt": "...", ...})"),
+                   ""};
+  if (!utf8_valid(body)) throw ApiError{400, "the request body is not valid UTF-8", ""};
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception& e) {  // syntax errors, and numbers that overflow a double (1e999)
+    throw ApiError{400, fmt::format("the request body is not valid JSON: {}", e.what()), ""};
+  }
+  try {
+    return parse_body(j, ep, tok, context_length, opt, request_counter);
+  } catch (const json::exception& e) {  // a field of an unexpected JSON type the checks did not name
+    throw ApiError{400, fmt::format("invalid request field: {}", e.what()), ""};
+  }
+}
+
+}  // namespace kvevict::serve

@@ -1,0 +1,88 @@
+// The OpenAI request parser of the HTTP API: one POST body of /v1/completions or
+// /v1/chat/completions -> the GenerationParams the scheduler runs, or an ApiError (400) naming
+// the field. Needs no socket and no model weights (a tokenizer and the context length), so the
+// fuzz harness fuzz/fuzz_request.cpp calls it directly.
+//
+// Source: OpenAI API reference (Completions, Chat Completions; error object {"error": {"message",
+// "type", "param", "code"}}), with vLLM's and llama-server's extra body fields (`ignore_eos`,
+// `top_k`, `chat_template_kwargs`). JSON: nlohmann-json.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "eviction/registry.h"
+#include "eviction/schedule.h"
+#include "model/tokenizer.h"
+#include "serve/scheduler.h"
+
+namespace kvevict::serve {
+
+/// A rendered chat prompt: text with the template's special tokens spelled out (tokenized with
+/// parse_special), and whether the tokenizer adds BOS/EOS (false when the text holds BOS).
+struct ChatPrompt {
+  std::string text;
+  bool add_special = true;
+};
+/// Renders chat messages (role, content) with the model's chat template; enable_thinking is the
+/// request's chat_template_kwargs.enable_thinking (Qwen3 / DeepSeek-R1 templates). May throw
+/// kvevict::Error (answered with 400).
+using ChatRenderer =
+    std::function<ChatPrompt(const std::vector<std::pair<std::string, std::string>>& messages, bool enable_thinking)>;
+
+/// Settings of the HTTP front end.
+struct ApiOptions {
+  std::string model_name;            ///< reported by /v1/models and in responses
+  std::string api_key;               ///< empty: no authentication
+  int64_t max_tokens_limit = 0;      ///< largest max_tokens accepted (tokens, >= 1)
+  int64_t max_body_bytes = 4 << 20;  ///< larger bodies get 413
+  int max_n = 16;                    ///< largest `n` (choices per request)
+  /// Server defaults that per-request kv_* fields override.
+  Policy policy = make_policy("full");  ///< the server's policy (--policy, --param, --sinks)
+  int64_t budget = 0;                   ///< 0 = none given (then an evicting kv_policy needs kv_budget)
+  int64_t recent = 64;
+  LongPromptMode long_prompt = LongPromptMode::PinHead;
+  uint64_t seed = 0;  ///< base of the seeds of requests that give none
+  /// Renders chat messages; null when the model has no usable chat template.
+  ChatRenderer chat;
+  /// Why chat is unavailable (the message of the 400 /v1/chat/completions answers with).
+  std::string chat_unavailable;
+  int retry_after_s = 1;  ///< Retry-After of 429/503 answers, seconds
+};
+
+/// An API error: HTTP status and OpenAI error object fields.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string param;  ///< empty -> null
+};
+
+/// The two generation endpoints.
+enum class Endpoint { Completions, Chat };
+
+/// The route of an endpoint ("/v1/completions", "/v1/chat/completions").
+const char* endpoint_path(Endpoint ep);
+
+/// One parsed generation request.
+struct ParsedRequest {
+  GenerationParams gen;        ///< prompt (token ids), sampling, stop strings, n, policy and schedule
+  bool stream = false;         ///< answer with Server-Sent Events
+  bool include_usage = false;  ///< stream_options.include_usage
+  int64_t budget = 0, recent = 0;  ///< the schedule's B and r (tokens), for usage.kv
+};
+
+/// Parses one request body (bytes as received) for endpoint `ep`: UTF-8, JSON, every field's
+/// type and range, the prompt (tokenized with `tok`; at most `context_length` tokens), chat
+/// messages (rendered with opt.chat), the per-request kv_* fields (checked as the CLI checks
+/// --policy/--budget/--buffer/--sinks). A request without `seed` takes one derived from opt.seed
+/// and the next value of `request_counter`. Throws ApiError (status 400, the field in `param`)
+/// for any bad body; never another exception for any input (fuzz/fuzz_request.cpp).
+ParsedRequest parse_generation_request(const std::string& body, Endpoint ep, const Tokenizer& tok,
+                                       int64_t context_length, const ApiOptions& opt,
+                                       std::atomic<uint64_t>& request_counter);
+
+}  // namespace kvevict::serve
