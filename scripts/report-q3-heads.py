@@ -189,7 +189,7 @@ def main(grid, outdir):
                         continue
                     xs = [b for b, _ in pts]
                     ys = [c["acc"] for _, c in pts]
-                    err = [[c["acc"] - c["lo"] for _, c in pts], [c["hi"] - c["acc"] for _, c in pts]]
+                    err = [[max(0.0, c["acc"] - c["lo"]) for _, c in pts], [max(0.0, c["hi"] - c["acc"]) for _, c in pts]]
                     off = {"kv1": -0.012, "kv2": 0.0, "kv4": 0.012}[v] * (max(xs) - min(xs) + 1)
                     off += (0.004 if p == "random-shared" else -0.004) * (max(xs) - min(xs) + 1)
                     ax.errorbar([x + off for x in xs], ys, yerr=err, color=COLORS[v], ls=ls, marker="o", ms=4, capsize=2,
