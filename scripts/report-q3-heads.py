@@ -8,8 +8,9 @@ Usage:
         (chain, running, once: prompt pinned) and FAMILY-unpinned (--no-protect-prompt).
         Writes OUTDIR/tables.md (accuracy with 95% Wilson intervals, from summary.csv),
         OUTDIR/paired.md (random vs random-shared, paired per problem, exact two-sided sign
-        test), OUTDIR/accuracy.csv (every cell), OUTDIR/independence.png, OUTDIR/scored.png and
-        OUTDIR/compute.txt (per variant: rollouts and their summed prefill + decode + round time, s;
+        test), OUTDIR/accuracy.csv (every cell), OUTDIR/independence.png, OUTDIR/scored.png,
+        OUTDIR/seeds.md (random vs random-shared over eval seeds 1-3 where FAMILY-unpinned-seedS
+        folders exist), OUTDIR/compute.txt (per variant, main grid only: rollouts and their summed prefill + decode + round time, s;
         unlike wall time this does not depend on how often a run was resumed).
 Reads summary.csv and rollouts.jsonl (written by kvevict eval, eval/summary.h); /usr/bin/python3
 with matplotlib.
@@ -175,6 +176,36 @@ def main(grid, outdir):
                               f"{c['lost_right']}/{c['lost']} |")
     with open(os.path.join(outdir, "paired.md"), "w") as f:
         f.write("\n".join(pm) + "\n")
+
+    # Seed check: FAMILY-unpinned-seedS folders (eval seeds 2, 3) next to seed 1's FAMILY-unpinned.
+    sm = ["| KV heads | family | B | eval seed | random | random-shared | random right only | shared right only | sign p |",
+          "|---|---|---|---|---|---|---|---|---|"]
+    for v, _ in VARIANTS:
+        for fam in FAMILIES:
+            seeds = [(1, os.path.join(grid, v, fam + "-unpinned"))]
+            seeds += [(s_, os.path.join(grid, v, f"{fam}-unpinned-seed{s_}")) for s_ in (2, 3)]
+            seeds = [(s_, d) for s_, d in seeds if os.path.isdir(d)]
+            if len(seeds) < 2:
+                continue
+            ros = [(s_, rollouts(d)) for s_, d in seeds]
+            budgets = sorted({b for (p, b) in ros[-1][1] if p == "random" and b is not None})
+            for b in budgets:
+                tot = [0, 0, 0, 0, 0]
+                for s_, ro in ros:
+                    a, sh = ro[("random", b)], ro[("random-shared", b)]
+                    common = sorted(set(a) & set(sh))
+                    pos = sum(1 for i in common if a[i] and not sh[i])
+                    neg = sum(1 for i in common if sh[i] and not a[i])
+                    ka, ks = sum(a[i] for i in common), sum(sh[i] for i in common)
+                    sm.append(f"| {v[2:]} | {fam} | {b} | {s_} | {ka}/{len(common)} | {ks}/{len(common)} | {pos} | {neg} | "
+                              f"{sign_p(pos, neg):.3g} |")
+                    for i, x in enumerate((ka, ks, len(common), pos, neg)):
+                        tot[i] += x
+                ka, ks, n, pos, neg = tot
+                sm.append(f"| {v[2:]} | {fam} | {b} | **all {len(ros)}** | **{ka}/{n} = {ka / n:.2f}** | **{ks}/{n} = {ks / n:.2f}** | "
+                          f"{pos} | {neg} | **{sign_p(pos, neg):.3g}** |")
+    with open(os.path.join(outdir, "seeds.md"), "w") as f:
+        f.write("\n".join(sm) + "\n")
 
     # Plot 1: random (solid) vs random-shared (dashed), colour = KV heads; rows = pinned / not pinned.
     fig, axes = plt.subplots(2, 3, figsize=(15, 8), squeeze=False)
