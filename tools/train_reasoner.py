@@ -6,7 +6,7 @@ shipped model):
     /usr/bin/python3 tools/train_reasoner.py --kvevict build/kvevict --out runs/reasoner
     /usr/bin/python3 tools/train_reasoner.py --kvevict build/kvevict --out runs/reasoner --resume
     # a variant with 1 KV head (MQA), uptrained from the shipped 2-KV-head model (models/reasoner-kv/)
-    /usr/bin/python3 tools/train_reasoner.py --kvevict build/kvevict --out runs/kv1 --kv-heads 1 \
+    /usr/bin/python3 tools/train_reasoner.py --kvevict build/kvevict --out runs/kv1 --kv-heads 1 \\
         --init models/reasoner/reasoner.gguf --first-stage 2 --final-steps 120 --lr 1e-3 --batch-scale 0.5
 
 Curriculum: first the lookup alone (chain family, small alphabets), then stages of growing alphabets (facts M) and chains (steps N); a stage ends when the
@@ -169,6 +169,8 @@ def main():
     ap.add_argument("--shared-embed", type=float, default=0.05,
                     help="initial value of embedding dim 0 for all tokens (see reasoner_model.Reasoner)")
     args = ap.parse_args()
+    if args.kv_heads < 1 or Config().n_heads % args.kv_heads != 0:
+        sys.exit(f"--kv-heads {args.kv_heads}: must divide the {Config().n_heads} query heads (1, 2 or 4)")
 
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
