@@ -49,16 +49,14 @@ for v in ${VARIANTS:-kv1 kv2 kv4}; do
   done
   # Seed check: the unpinned cells where random and random-shared differed most, re-drawn with eval
   # seeds 2 and 3 (kv1, where the two policies are the same distribution, is the null control).
-  if [ "$v" != kv2 ]; then
-    for s in 2 3; do
-      for fb in once:576 chain:512,576; do
-        f=${fb%%:*}
-        $KV eval -m "$model" --tasks "$OUT/$f-tasks.jsonl" --policies full,random,random-shared --no-protect-prompt \
-          --budgets "${fb#*:}" --buffer 32 --temp 0 --rollouts 1 --seed $s -t 1 --no-plots \
-          -o "$OUT/$v/$f-unpinned-seed$s" > "$OUT/$v/$f-unpinned-seed$s.log" 2>&1
-      done
+  for s in 2 3; do
+    for fb in once:576 chain:512,576; do
+      f=${fb%%:*}
+      $KV eval -m "$model" --tasks "$OUT/$f-tasks.jsonl" --policies full,random,random-shared --no-protect-prompt \
+        --budgets "${fb#*:}" --buffer 32 --temp 0 --rollouts 1 --seed $s -t 1 --no-plots \
+        -o "$OUT/$v/$f-unpinned-seed$s" > "$OUT/$v/$f-unpinned-seed$s.log" 2>&1
     done
-  fi
+  done
 done
 [ "${VARIANTS:-kv1 kv2 kv4}" = "kv1 kv2 kv4" ] || { echo "evaluated ${VARIANTS}; run again without VARIANTS for the report"; exit 0; }
 /usr/bin/python3 scripts/report-q3-heads.py "$OUT" "$DOC"
@@ -100,7 +98,7 @@ done
   echo
   echo "## Seed check (prompt not pinned)"
   echo
-  echo "The same evaluations with eval seeds 2 and 3 (\`--seed S\`, new keep-set draws; same problems), for kv1 and kv4:"
+  echo "The same evaluations with eval seeds 2 and 3 (\`--seed S\`, new keep-set draws; same problems), for every variant:"
   echo
   cat "$DOC/seeds.md"
   echo
