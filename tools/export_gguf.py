@@ -9,7 +9,8 @@ key/values, tensor infos, then the tensor data, each tensor aligned to 32 bytes.
 F32. Architecture `llama`; RoPE in the adjacent-pair layout the model was trained with, so Q/K
 rows are written unpermuted. Embeddings are tied: no `output.weight` tensor. Tokenizer: SPM
 (`tokenizer.ggml.model` = "llama") with one token per character, the 256 byte-fallback tokens,
-and add_space_prefix = false.
+and add_space_prefix = false. Head counts (query and KV heads, e.g. the 1/2/4-KV-head variants in
+models/reasoner-kv/) come from the checkpoint's config.
 """
 
 import os

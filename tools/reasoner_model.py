@@ -176,6 +176,42 @@ GGUF_NAMES = {"attn_norm": "attn_norm.weight", "attn_q": "wq.weight", "attn_k": 
               "ffn_up": "w_up.weight", "ffn_down": "w_down.weight"}
 
 
+def convert_kv_heads(ck, n_kv_heads):
+    """Returns a copy of checkpoint `ck` ({"config": dict, "model": state dict}, as load_gguf or a
+    final.pt) with `n_kv_heads` KV heads instead of its own, by the standard multi-head -> grouped
+    conversion (Ainslie et al. 2023, "GQA: Training Generalized Multi-Query Transformer Models from
+    Multi-Head Checkpoints", section 2.1: a new KV head's key and value projections are the mean of
+    the old heads it replaces; the converted model is then uptrained).
+    - Fewer KV heads (n_old a multiple of n_kv_heads): new head j = mean of old heads
+      [j*f, (j+1)*f), f = n_old / n_kv_heads. Query head h keeps its group: it used old head
+      h // (n_heads / n_old), which lies in that range. Changes the function (e.g. 2 -> 1 = MQA).
+    - More KV heads (n_kv_heads a multiple of n_old, at most n_heads): new head j = a copy of old
+      head j // (n_kv_heads / n_old), the one query heads of new group j used, so the model computes
+      exactly the same function at step 0 (e.g. 2 -> 4 = MHA for 4 query heads).
+    Only attn_k / attn_v (wk, wv: [n_kv_heads * head_dim, dim], one row block per head) change.
+    Raises ValueError naming both counts when they do not divide or n_kv_heads does not divide
+    the query heads."""
+    c = Config.from_dict(ck["config"])
+    old = c.n_kv_heads
+    if n_kv_heads < 1 or c.n_heads % n_kv_heads != 0 or (old % n_kv_heads != 0 and n_kv_heads % old != 0):
+        raise ValueError(f"cannot convert {old} KV heads to {n_kv_heads} with {c.n_heads} query heads "
+                         "(one count must divide the other, and the new count must divide the query heads)")
+    sd = {k: v.clone() for k, v in ck["model"].items()}
+    for layer in range(c.n_layers):
+        for name in ("wk", "wv"):
+            key = f"blocks.{layer}.{name}.weight"
+            w = sd[key].view(old, c.head_dim, c.dim)
+            if n_kv_heads <= old:
+                w = w.view(n_kv_heads, old // n_kv_heads, c.head_dim, c.dim).mean(dim=1)
+            else:
+                w = w.repeat_interleave(n_kv_heads // old, dim=0)
+            sd[key] = w.reshape(n_kv_heads * c.head_dim, c.dim).contiguous()
+    cfg = ck["config"] if isinstance(ck["config"], dict) else c.to_dict()
+    cfg = dict(cfg)
+    cfg["n_kv_heads"] = n_kv_heads
+    return {"config": Config.from_dict(cfg).to_dict(), "model": sd}
+
+
 def load_gguf(path):
     """Reads a GGUF written by tools/export_gguf.py back into {"config": dict, "model": state dict}
     (the format of a train_reasoner.py final.pt), with the `gguf` Python package. Only F32 tensors

@@ -5,6 +5,9 @@ Usage (CPU, Debian's python3-torch; see MODEL_CARD.md for the exact command that
 shipped model):
     /usr/bin/python3 tools/train_reasoner.py --kvevict build/kvevict --out runs/reasoner
     /usr/bin/python3 tools/train_reasoner.py --kvevict build/kvevict --out runs/reasoner --resume
+    # a variant with 1 KV head (MQA), uptrained from the shipped 2-KV-head model (models/reasoner-kv/)
+    /usr/bin/python3 tools/train_reasoner.py --kvevict build/kvevict --out runs/kv1 --kv-heads 1 \\
+        --init models/reasoner/reasoner.gguf --first-stage 2 --final-steps 120 --lr 1e-3 --batch-scale 0.5
 
 Curriculum: first the lookup alone (chain family, small alphabets), then stages of growing alphabets (facts M) and chains (steps N); a stage ends when the
 lookup-token accuracy and the overall token accuracy of the recent steps pass its gate (after a
@@ -30,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reasoner_model import BOS, CHAR_ID, EOS, Config, Reasoner, encode, load_gguf  # noqa: E402
+from reasoner_model import BOS, CHAR_ID, EOS, Config, Reasoner, convert_kv_heads, encode, load_gguf  # noqa: E402
 
 FAMILIES = ["chain", "running", "once"]
 
@@ -156,12 +159,18 @@ def main():
     ap.add_argument("--ckpt-every-s", type=float, default=120)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--kv-heads", type=int, default=2,
+                    help="KV heads (4 query heads; 1 = MQA, 2 = GQA as shipped, 4 = MHA). With --init weights that "
+                    "have another count, their K/V projections are converted first (reasoner_model.convert_kv_heads: "
+                    "mean-pooled to fewer heads, copied to more) and the run uptrains the result")
     ap.add_argument("--init", help="start from these weights (a final.pt or ckpt.pt of the same shape, or a GGUF "
                     "written by export_gguf.py) with a fresh optimizer and curriculum, instead of random initialisation")
     ap.add_argument("--first-stage", type=int, default=0, help="curriculum stage to start at (with --init)")
     ap.add_argument("--shared-embed", type=float, default=0.05,
                     help="initial value of embedding dim 0 for all tokens (see reasoner_model.Reasoner)")
     args = ap.parse_args()
+    if args.kv_heads < 1 or Config().n_heads % args.kv_heads != 0:
+        sys.exit(f"--kv-heads {args.kv_heads}: must divide the {Config().n_heads} query heads (1, 2 or 4)")
 
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
@@ -170,7 +179,7 @@ def main():
     curve_path = os.path.join(args.out, "curve.csv")
 
     torch.manual_seed(args.seed)
-    cfg = Config(dim=args.dim, n_layers=args.layers)
+    cfg = Config(dim=args.dim, n_layers=args.layers, n_kv_heads=args.kv_heads)
     model = Reasoner(cfg, shared_embed=args.shared_embed)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     gen = torch.Generator().manual_seed(args.seed)
@@ -178,6 +187,24 @@ def main():
              "cursors": {}}
     if args.init and not args.resume:
         init = load_gguf(args.init) if args.init.endswith(".gguf") else torch.load(args.init)
+        init_kv = Config.from_dict(init["config"]).n_kv_heads
+        if init_kv != args.kv_heads:
+            parent = Reasoner(Config.from_dict(init["config"]))
+            parent.load_state_dict(init["model"])
+            try:
+                init = convert_kv_heads(init, args.kv_heads)
+            except ValueError as e:
+                sys.exit(f"--init {args.init} --kv-heads {args.kv_heads}: {e}")
+            # How far the conversion moved the function: max |logit difference| to the parent on
+            # one problem of the first stage (0 up to float rounding when heads are only copied).
+            probe = Reasoner(Config.from_dict(init["config"]))
+            probe.load_state_dict(init["model"])
+            t = Data(args.kvevict, {}).take(args.first_stage, "chain", 1)[0]
+            ids = torch.tensor([[BOS] + encode(t["problem"] + t["trace"])])
+            with torch.no_grad():
+                diff = float((probe(ids) - parent(ids)).abs().max())
+            print(f"converted {init_kv} -> {args.kv_heads} KV heads; max |logit change| on one problem: {diff:.3g}",
+                  flush=True)
         if Config.from_dict(init["config"]).to_dict() != cfg.to_dict():
             sys.exit(f"--init {args.init}: config {init['config']} differs from {cfg.to_dict()}")
         model.load_state_dict(init["model"])
