@@ -213,15 +213,21 @@ inline __m256i nibbles_32(const uint8_t* qs) {
 #endif
 
 #ifdef KVEVICT_KERNELS_AVX2
-// Lane sums (sum_i8x32) of the activation blocks: computed from the block (one-off dots) or
-// read from a table computed once per matmul (matmul_jobs: every weight row reuses them).
-struct LaneSumsFromBlocks {
+// What the offset/affine kernels need of activation block i: its scale dx, its lane sums
+// (sum_i8x32) and those times -8. Computed from the block (one-off dots) or read from tables
+// computed once per matmul (matmul_jobs: every weight row reuses them; the same values either way).
+struct ActFromBlocks {
   const BlockQ8* x;
-  __m256i operator()(int64_t i) const { return sum_i8x32(load32(x[i].qs)); }
+  float d(int64_t i) const { return _cvtsh_ss(x[i].d); }
+  __m256i sums(int64_t i) const { return sum_i8x32(load32(x[i].qs)); }
+  __m256i neg8(int64_t i) const { return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sums(i), 3)); }
 };
-struct LaneSumsTable {
-  const int32_t* ls;  // 8 per block
-  __m256i operator()(int64_t i) const { return load32(ls + 8 * i); }
+struct ActTable {
+  const float* dx;    // 1 per block
+  const int32_t* ls;  // 16 per block: 8 lane sums, then the same times -8
+  float d(int64_t i) const { return dx[i]; }
+  __m256i sums(int64_t i) const { return load32(ls + 16 * i); }
+  __m256i neg8(int64_t i) const { return load32(ls + 16 * i + 8); }
 };
 
 // Symmetric 32-element types (Q4_0: w = d · (q − 8), Q5_0: w = d · (q − 16), q unsigned): the
@@ -229,14 +235,14 @@ struct LaneSumsTable {
 // dot_i8x32 lanes of the reference exactly and the float steps are the reference's.
 // noinline: inlined into matmul_jobs' row loop, GCC 12 ran short of registers and kept the
 // block pointers in vector registers (a loop-carried round trip per block, half the speed).
-template <int kOffset, class Block, class Unpack, class LaneSums>
-[[gnu::noinline]] float dot_offset_q8_0(const Block* a, const BlockQ8* b, int64_t nb, Unpack unpack, LaneSums lane_sums) {
-  constexpr int kShift = kOffset == 8 ? 3 : 4;
+template <int kOffset, class Block, class Unpack, class Act>
+[[gnu::noinline]] float dot_offset_q8_0(const Block* a, const BlockQ8* b, int64_t nb, Unpack unpack, Act act) {
   static_assert(kOffset == 8 || kOffset == 16);
   const auto block = [&](int64_t i, __m256 acc) {
-    const __m256i corr = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(lane_sums(i), kShift));
+    __m256i corr = act.neg8(i);
+    if constexpr (kOffset == 16) corr = _mm256_add_epi32(corr, corr);
     const __m256i lanes = dpbusd_small(corr, unpack(a[i]), load32(b[i].qs));
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(a[i].d) * _cvtsh_ss(b[i].d));
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(a[i].d) * act.d(i));
     return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc);
   };
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -251,14 +257,14 @@ template <int kOffset, class Block, class Unpack, class LaneSums>
 
 // Affine 32-element types (Q4_1, Q5_1: w = d · q + m, q unsigned) against Q8_0 blocks:
 // acc += d · dx · Σ q x, accm += m · dx · Σ x.
-template <class Block, class Unpack, class LaneSums>
-[[gnu::noinline]] float dot_affine_q8_0(const Block* a, const BlockQ8* b, int64_t nb, Unpack unpack, LaneSums lane_sums) {
+template <class Block, class Unpack, class Act>
+[[gnu::noinline]] float dot_affine_q8_0(const Block* a, const BlockQ8* b, int64_t nb, Unpack unpack, Act act) {
   // acc += d · dx · Σ q x and accm += m · dx · Σ x, even and odd blocks in separate chains.
   const auto block = [&](int64_t i, __m256& acc, __m256& accm) {
-    const float dx = _cvtsh_ss(b[i].d);
+    const float dx = act.d(i);
     const __m256i prod = dpbusd_small(_mm256_setzero_si256(), unpack(a[i]), load32(b[i].qs));
     acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].d) * dx), _mm256_cvtepi32_ps(prod), acc);
-    accm = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].m) * dx), _mm256_cvtepi32_ps(lane_sums(i)), accm);
+    accm = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(a[i].m) * dx), _mm256_cvtepi32_ps(act.sums(i)), accm);
   };
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), accm0 = _mm256_setzero_ps(),
          accm1 = _mm256_setzero_ps();
@@ -285,18 +291,18 @@ struct UnpackQ5 {
   }
 };
 
-// The four dots above for weight type t, with lane sums from `lane_sums`.
-template <class LaneSums>
-float dot_q8_0_act(GgmlType t, const void* w, const BlockQ8* b, int64_t nb, LaneSums lane_sums) {
+// The four dots above for weight type t, with the activation blocks' sums and scales from `act`.
+template <class Act>
+float dot_q8_0_act(GgmlType t, const void* w, const BlockQ8* b, int64_t nb, Act act) {
   switch (t) {
     case GgmlType::Q4_0:
-      return dot_offset_q8_0<8>(static_cast<const BlockQ4*>(w), b, nb, UnpackQ4_0{}, lane_sums);
+      return dot_offset_q8_0<8>(static_cast<const BlockQ4*>(w), b, nb, UnpackQ4_0{}, act);
     case GgmlType::Q5_0:
-      return dot_offset_q8_0<16>(static_cast<const ggml::BlockQ5_0*>(w), b, nb, UnpackQ5<ggml::BlockQ5_0>{}, lane_sums);
+      return dot_offset_q8_0<16>(static_cast<const ggml::BlockQ5_0*>(w), b, nb, UnpackQ5<ggml::BlockQ5_0>{}, act);
     case GgmlType::Q4_1:
-      return dot_affine_q8_0(static_cast<const ggml::BlockQ4_1*>(w), b, nb, UnpackQ4_1{}, lane_sums);
+      return dot_affine_q8_0(static_cast<const ggml::BlockQ4_1*>(w), b, nb, UnpackQ4_1{}, act);
     case GgmlType::Q5_1:
-      return dot_affine_q8_0(static_cast<const ggml::BlockQ5_1*>(w), b, nb, UnpackQ5<ggml::BlockQ5_1>{}, lane_sums);
+      return dot_affine_q8_0(static_cast<const ggml::BlockQ5_1*>(w), b, nb, UnpackQ5<ggml::BlockQ5_1>{}, act);
     default:
       throw Error("dot_q8_0_act: not a 32-element offset/affine type");
   }
@@ -309,7 +315,7 @@ float dot_q8_0_act(GgmlType t, const void* w, const BlockQ8* b, int64_t nb, Lane
 float dot_q4_0_q8_0(const void* w, const void* xq, int64_t n) {
 #ifdef KVEVICT_KERNELS_AVX2
   const auto* b = static_cast<const BlockQ8*>(xq);
-  return dot_q8_0_act(GgmlType::Q4_0, w, b, n / kQK, LaneSumsFromBlocks{b});
+  return dot_q8_0_act(GgmlType::Q4_0, w, b, n / kQK, ActFromBlocks{b});
 #else
   return dot_q4_0_q8_0_ref(w, xq, n);
 #endif
@@ -318,7 +324,7 @@ float dot_q4_0_q8_0(const void* w, const void* xq, int64_t n) {
 float dot_q4_1_q8_0(const void* w, const void* xq, int64_t n) {
 #ifdef KVEVICT_KERNELS_AVX2
   const auto* b = static_cast<const BlockQ8*>(xq);
-  return dot_q8_0_act(GgmlType::Q4_1, w, b, n / kQK, LaneSumsFromBlocks{b});
+  return dot_q8_0_act(GgmlType::Q4_1, w, b, n / kQK, ActFromBlocks{b});
 #else
   return dot_dequantised(GgmlType::Q4_1, w, ActivationQuant::Q8_0, xq, n);
 #endif
@@ -327,7 +333,7 @@ float dot_q4_1_q8_0(const void* w, const void* xq, int64_t n) {
 float dot_q5_0_q8_0(const void* w, const void* xq, int64_t n) {
 #ifdef KVEVICT_KERNELS_AVX2
   const auto* b = static_cast<const BlockQ8*>(xq);
-  return dot_q8_0_act(GgmlType::Q5_0, w, b, n / kQK, LaneSumsFromBlocks{b});
+  return dot_q8_0_act(GgmlType::Q5_0, w, b, n / kQK, ActFromBlocks{b});
 #else
   return dot_dequantised(GgmlType::Q5_0, w, ActivationQuant::Q8_0, xq, n);
 #endif
@@ -336,7 +342,7 @@ float dot_q5_0_q8_0(const void* w, const void* xq, int64_t n) {
 float dot_q5_1_q8_0(const void* w, const void* xq, int64_t n) {
 #ifdef KVEVICT_KERNELS_AVX2
   const auto* b = static_cast<const BlockQ8*>(xq);
-  return dot_q8_0_act(GgmlType::Q5_1, w, b, n / kQK, LaneSumsFromBlocks{b});
+  return dot_q8_0_act(GgmlType::Q5_1, w, b, n / kQK, ActFromBlocks{b});
 #else
   return dot_dequantised(GgmlType::Q5_1, w, ActivationQuant::Q8_0, xq, n);
 #endif
@@ -599,10 +605,14 @@ void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, Thr
     // Lane sums of every activation block, once: the offset/affine kernels need them per block
     // and every weight row would otherwise recompute them.
     const int64_t nb = T * (cols / kQK);
-    scratch.xls.resize(static_cast<size_t>(nb * 8));
-    const auto* xb = reinterpret_cast<const BlockQ8*>(scratch.xq.data());
-    for (int64_t i = 0; i < nb; ++i)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(scratch.xls.data() + 8 * i), sum_i8x32(load32(xb[i].qs)));
+    scratch.xls.resize(static_cast<size_t>(nb * 16));
+    scratch.xd.resize(static_cast<size_t>(nb));
+    const ActFromBlocks act{reinterpret_cast<const BlockQ8*>(scratch.xq.data())};
+    for (int64_t i = 0; i < nb; ++i) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(scratch.xls.data() + 16 * i), act.sums(i));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(scratch.xls.data() + 16 * i + 8), act.neg8(i));
+      scratch.xd[static_cast<size_t>(i)] = act.d(i);
+    }
 #endif
   }
   if (need_q8_k && !blas) {
@@ -656,7 +666,7 @@ void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, Thr
             for (int64_t t = 0; t < T; ++t)
               y[t * W.rows + r] =
                   dot_q8_0_act(W.type, w, reinterpret_cast<const BlockQ8*>(xq + t * q_row_bytes), cols / kQK,
-                               LaneSumsTable{scratch.xls.data() + t * (cols / kQK) * 8});
+                               ActTable{scratch.xd.data() + t * (cols / kQK), scratch.xls.data() + t * (cols / kQK) * 16});
 #else
             for (int64_t t = 0; t < T; ++t) y[t * W.rows + r] = dot_quantised(W.type, w, xq + t * q_row_bytes, cols);
 #endif

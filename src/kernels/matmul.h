@@ -49,7 +49,8 @@ struct MatmulJob {
 struct MatmulScratch {
   std::vector<uint8_t> xq;   ///< T rows of Q8_0 blocks
   std::vector<uint8_t> xqk;  ///< T rows of Q8_K blocks (ggml::BlockQ8_K)
-  std::vector<int32_t> xls;  ///< [T, cols / 32, 8] lane sums of the Q8_0 blocks (lane k: elements 4k..4k+3)
+  std::vector<int32_t> xls;  ///< [T, cols / 32, 16] lane sums of the Q8_0 blocks (lane k: elements 4k..4k+3), then x -8
+  std::vector<float> xd;     ///< [T, cols / 32] the Q8_0 blocks' scales as float
 };
 
 /// Runs every job over the same input x[T, cols] (all jobs must share cols) as one parallel
