@@ -34,6 +34,7 @@
 #include "eval/calibrate.h"
 #include "eviction/query_stats.h"
 #include "gguf_edit.h"
+#include "masked_eviction.h"
 #include "model/arch.h"
 #include "model/forward.h"
 #include "model/synth.h"
@@ -454,37 +455,14 @@ TEST_F(LongRope, InteriorEvictionEqualsTheMaskedFullCache) {
   cfg.recent = r;
   cfg.seed = 7;
   auto seq = engine.new_sequence(0, make_policy("random"), cfg, P, N - P);
-  const KvShape s = engine.kv_shape();
-  std::map<int, std::vector<std::set<int>>> visible;
-  std::vector<std::vector<float>> got;
-  std::vector<float> logits;
-  engine.prefill(*seq, std::span<const int32_t>(tokens).first(P), logits);
-  got.push_back(logits);
-  for (int t = static_cast<int>(P); t < N; ++t) {
-    auto& vis = visible[t];
-    for (int l = 0; l < s.n_layers; ++l)
-      for (int h = 0; h < s.n_kv_heads; ++h)
-        vis.emplace_back(seq->kv.positions(l, h), seq->kv.positions(l, h) + seq->kv.length(l));
-    engine.decode(*seq, tokens[static_cast<size_t>(t)], logits);
-    got.push_back(logits);
-  }
+  const auto tr = test::trace_eviction(engine, *seq, tokens, P, static_cast<int>(N));
   ASSERT_GE(seq->stats.rounds, 3);
-  const int H = s.n_kv_heads;
   const auto ref =
       test::ReferenceLlama(*m).with_rope_factors(kLong, kAttn).run(tokens, [&](int t, int l, int h, int p) {
-        if (p == t || t < P) return true;
-        return visible.at(t)[static_cast<size_t>(l * H + h)].count(p) > 0;
+        return tr.sees(t, l, h, p);
       });
-  for (size_t k = 0; k < got.size(); ++k) {
-    const size_t t = static_cast<size_t>(P) - 1 + k;
-    for (size_t i = 0; i < got[k].size(); ++i)
-      ASSERT_NEAR(got[k][i], ref[t][i], 2e-4) << "token " << t << " logit " << i;
-  }
-  bool interior = false;
-  for (const auto& set : visible.at(static_cast<int>(N) - 1))
-    for (int p = static_cast<int>(P); p < static_cast<int>(N - 1 - r); ++p)
-      for (int q = p + 1; q < static_cast<int>(N - 1 - r); ++q) interior |= !set.count(p) && set.count(q);
-  EXPECT_TRUE(interior);
+  ASSERT_NO_FATAL_FAILURE(test::expect_logits_near(tr, ref, 2e-4));
+  EXPECT_TRUE(test::evicted_interior(tr, static_cast<int>(N), r));
   std::filesystem::remove(path);
 }
 
