@@ -32,6 +32,7 @@
 #include "masked_eviction.h"
 #include "model/synth.h"
 #include "reference_model.h"
+#include "selector_budget.h"
 #include "test_paths.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -374,28 +375,8 @@ TEST_P(FamilyEviction, EverySelectorRunsWithinBudget) {
   // every decode step each (layer, KV head) holds at most B + r slots and rounds happen.
   const int64_t P = 12, N = 90, B = 32, r = 8;
   const auto tokens = long_prompt_ids(GetParam(), 400);
-  ThreadPool pool(2);
-  const QueryStats st = calibrate_query_stats(*m, std::span<const int32_t>(tokens).subspan(100, 300), 0, pool);
-  const std::string stats = temp_path("family_stats.json");
-  save_query_stats(st, stats);
-  for (const std::string name : {"random", "snapkv", "tova", "h2o", "triattention", "streaming"}) {
-    const SelectorParams params = name == "triattention" ? SelectorParams::parse({"stats=" + stats}) : SelectorParams();
-    Engine engine(*m, 2);
-    EvictionConfig cfg;
-    cfg.budget = B;
-    cfg.recent = r;
-    cfg.seed = 3;
-    auto seq = engine.new_sequence(0, make_policy(name, std::nullopt, std::nullopt, params), cfg, P, N - P);
-    std::vector<float> logits;
-    engine.prefill(*seq, std::span<const int32_t>(tokens).first(P), logits);
-    for (int64_t t = P; t < N; ++t) {
-      engine.decode(*seq, tokens[static_cast<size_t>(t)], logits);
-      ASSERT_LE(seq->kv.length(0), B + r) << name;
-    }
-    EXPECT_GE(seq->stats.rounds, 5) << name;
-    for (float v : logits) ASSERT_TRUE(std::isfinite(v)) << name;
-  }
-  std::filesystem::remove(stats);
+  ASSERT_NO_FATAL_FAILURE(test::expect_selectors_within_budget(
+      *m, tokens, std::span<const int32_t>(tokens).subspan(100, 300), temp_path("family_stats.json"), P, N, B, r));
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyRandom, FamilyEviction, ::testing::Values("tiny-random-qwen3-f16", "tiny-random-phi3-f16"),

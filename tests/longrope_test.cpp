@@ -39,6 +39,7 @@
 #include "model/forward.h"
 #include "model/synth.h"
 #include "reference_model.h"
+#include "selector_budget.h"
 #include "test_paths.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -506,28 +507,8 @@ TEST_F(LongRope, SelectorsIncludingTriAttentionRunWithinBudget) {
   const auto m = load(path);
   const int64_t P = 12, N = 80, B = 32, r = 8;
   const auto tokens = some_tokens(300);
-  ThreadPool pool(2);
-  const QueryStats st = calibrate_query_stats(*m, std::span<const int32_t>(tokens).subspan(100, 200), 0, pool);
-  const std::string stats = temp_path("stats.json");
-  save_query_stats(st, stats);
-  for (const std::string name : {"random", "snapkv", "tova", "h2o", "triattention", "streaming"}) {
-    const SelectorParams params = name == "triattention" ? SelectorParams::parse({"stats=" + stats}) : SelectorParams();
-    Engine engine(*m, 2);
-    EvictionConfig cfg;
-    cfg.budget = B;
-    cfg.recent = r;
-    cfg.seed = 3;
-    auto seq = engine.new_sequence(0, make_policy(name, std::nullopt, std::nullopt, params), cfg, P, N - P);
-    std::vector<float> lg;
-    engine.prefill(*seq, std::span<const int32_t>(tokens).first(P), lg);
-    for (int64_t t = P; t < N; ++t) {
-      engine.decode(*seq, tokens[static_cast<size_t>(t)], lg);
-      ASSERT_LE(seq->kv.length(0), B + r) << name;
-    }
-    EXPECT_GE(seq->stats.rounds, 5) << name;
-    for (float v : lg) ASSERT_TRUE(std::isfinite(v)) << name;
-  }
-  std::filesystem::remove(stats);
+  ASSERT_NO_FATAL_FAILURE(test::expect_selectors_within_budget(
+      *m, tokens, std::span<const int32_t>(tokens).subspan(100, 200), temp_path("stats.json"), P, N, B, r));
   std::filesystem::remove(path);
 }
 
