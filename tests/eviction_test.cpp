@@ -218,15 +218,9 @@ TEST(Eviction, CompactedCacheEqualsMaskedFullCache) {
   // GQA sharing and logical RoPE positions together.
   const auto tokens = test::greedy_story_tokens(*m, 110);
   const int64_t P = 13, B = 40, r = 8;
-  Engine engine(*m, 2);
-  EvictionConfig cfg;
-  cfg.budget = B;
-  cfg.recent = r;
-  cfg.seed = 99;
-  auto seq = engine.new_sequence(0, make_policy("random"), cfg, P, 110);
   // tr.visible[t][layer*H + head] = positions live in the cache when token t is processed.
-  const auto tr = test::trace_eviction(engine, *seq, tokens, P, 110);
-  ASSERT_GE(seq->stats.rounds, 5);
+  const auto tr = test::trace_random_eviction(*m, tokens, P, 110, B, r, 99, 110);
+  ASSERT_GE(tr.rounds, 5);
   const auto ref = test::ReferenceLlama(*m).run(std::vector<int32_t>(tokens.begin(), tokens.begin() + 110),
                                                 [&](int t, int l, int h, int p) { return tr.sees(t, l, h, p); });
   ASSERT_NO_FATAL_FAILURE(test::expect_logits_near(tr, ref, 5e-5));

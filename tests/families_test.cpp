@@ -284,14 +284,8 @@ TEST_P(FamilyEviction, CompactedCacheEqualsMaskedFullCache) {
   // sharing and logical RoPE positions with this family's RoPE style, biases and Q/K norms.
   const int64_t P = 9, N = 56, B = 24, r = 4;
   const auto tokens = long_prompt_ids(GetParam(), N);
-  Engine engine(*m, 2);
-  EvictionConfig cfg;
-  cfg.budget = B;
-  cfg.recent = r;
-  cfg.seed = 7;
-  auto seq = engine.new_sequence(0, make_policy("random"), cfg, P, N - P);
-  const auto tr = test::trace_eviction(engine, *seq, tokens, P, static_cast<int>(N));
-  ASSERT_GE(seq->stats.rounds, 3);
+  const auto tr = test::trace_random_eviction(*m, tokens, P, static_cast<int>(N), B, r, 7, N - P);
+  ASSERT_GE(tr.rounds, 3);
   const auto ref =
       test::ReferenceLlama(*m).run(tokens, [&](int t, int l, int h, int p) { return tr.sees(t, l, h, p); });
   ASSERT_NO_FATAL_FAILURE(test::expect_logits_near(tr, ref, 2e-4));

@@ -450,14 +450,8 @@ TEST_F(LongRope, InteriorEvictionEqualsTheMaskedFullCache) {
   const auto m = load(path);
   const int64_t P = 9, N = 56, B = 24, r = 4;
   const auto tokens = some_tokens(static_cast<int>(N));
-  Engine engine(*m, 2);
-  EvictionConfig cfg;
-  cfg.budget = B;
-  cfg.recent = r;
-  cfg.seed = 7;
-  auto seq = engine.new_sequence(0, make_policy("random"), cfg, P, N - P);
-  const auto tr = test::trace_eviction(engine, *seq, tokens, P, static_cast<int>(N));
-  ASSERT_GE(seq->stats.rounds, 3);
+  const auto tr = test::trace_random_eviction(*m, tokens, P, static_cast<int>(N), B, r, 7, N - P);
+  ASSERT_GE(tr.rounds, 3);
   const auto ref =
       test::ReferenceLlama(*m).with_rope_factors(kLong, kAttn).run(tokens, [&](int t, int l, int h, int p) {
         return tr.sees(t, l, h, p);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "eviction/registry.h"
 
 namespace kvevict::test {
 
@@ -23,6 +24,7 @@ struct EvictionTrace {
   std::vector<std::vector<float>> logits;
   /// visible[t][layer * n_kv_heads + head]: positions live in the cache when token t is decoded.
   std::map<int, std::vector<std::set<int>>> visible;
+  int64_t rounds = 0;  ///< eviction rounds run by the end
 
   /// Mask for ReferenceLlama::run: every token sees itself, the prompt sees everything (it is
   /// prefilled whole), each later token t only the positions that were in its cache.
@@ -51,7 +53,21 @@ inline EvictionTrace trace_eviction(Engine& engine, Sequence& seq, const std::ve
     engine.decode(seq, tokens[static_cast<size_t>(t)], logits);
     tr.logits.push_back(logits);
   }
+  tr.rounds = seq.stats.rounds;
   return tr;
+}
+
+/// trace_eviction of policy `random` (budget B and recent buffer r in tokens, `seed`, 2 threads,
+/// room for `max_new` decoded tokens) on `m` over tokens[0, n).
+inline EvictionTrace trace_random_eviction(const LlamaModel& m, const std::vector<int32_t>& tokens, int64_t P, int n,
+                                           int64_t B, int64_t r, uint64_t seed, int64_t max_new) {
+  Engine engine(m, 2);
+  EvictionConfig cfg;
+  cfg.budget = B;
+  cfg.recent = r;
+  cfg.seed = seed;
+  auto seq = engine.new_sequence(0, make_policy("random"), cfg, P, max_new);
+  return trace_eviction(engine, *seq, tokens, P, n);
 }
 
 /// Every logit of the run within `tol` of the reference's ref[t] (ref: one row per token of the
