@@ -16,9 +16,9 @@ struct CliResult {
   std::string out;  ///< stdout and stderr, interleaved
 };
 
-/// Runs `kvevict <args>` (args are passed through the shell unquoted) to completion.
-inline CliResult run_cli(const std::string& args) {
-  const std::string cmd = kvevict_binary() + " " + args + " 2>&1";
+/// Runs the shell command line `cmd` (popen; the caller redirects stderr if it wants it) to
+/// completion and captures its stdout.
+inline CliResult run_shell(const std::string& cmd) {
   CliResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -29,5 +29,8 @@ inline CliResult run_cli(const std::string& args) {
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
+
+/// Runs `kvevict <args>` (args are passed through the shell unquoted) to completion.
+inline CliResult run_cli(const std::string& args) { return run_shell(kvevict_binary() + " " + args + " 2>&1"); }
 
 }  // namespace kvevict::test

@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "eviction/schedule.h"
+#include "masked_eviction.h"
 #include "model_fixture.h"
 #include "reference_model.h"
 #include "util/error.h"
@@ -217,42 +218,15 @@ TEST(Eviction, CompactedCacheEqualsMaskedFullCache) {
   // GQA sharing and logical RoPE positions together.
   const auto tokens = test::greedy_story_tokens(*m, 110);
   const int64_t P = 13, B = 40, r = 8;
-  Engine engine(*m, 2);
-  EvictionConfig cfg;
-  cfg.budget = B;
-  cfg.recent = r;
-  cfg.seed = 99;
-  auto seq = engine.new_sequence(0, make_policy("random"), cfg, P, 110);
-  const KvShape s = engine.kv_shape();
-  // visible[t][layer*H + head] = positions live in the cache when token t is processed.
-  std::map<int, std::vector<std::set<int>>> visible;
-  std::vector<std::vector<float>> got;
-  std::vector<float> logits;
-  engine.prefill(*seq, std::span<const int32_t>(tokens).first(P), logits);
-  got.push_back(logits);
-  for (int t = static_cast<int>(P); t < 110; ++t) {
-    auto& vis = visible[t];
-    for (int l = 0; l < s.n_layers; ++l)
-      for (int h = 0; h < s.n_kv_heads; ++h)
-        vis.emplace_back(seq->kv.positions(l, h), seq->kv.positions(l, h) + seq->kv.length(l));
-    engine.decode(*seq, tokens[static_cast<size_t>(t)], logits);
-    got.push_back(logits);
-  }
-  ASSERT_GE(seq->stats.rounds, 5);
-  const int H = s.n_kv_heads;
+  // tr.visible[t][layer*H + head] = positions live in the cache when token t is processed.
+  const auto tr = test::trace_random_eviction(*m, tokens, P, 110, B, r, 99, 110);
+  ASSERT_GE(tr.rounds, 5);
   const auto ref = test::ReferenceLlama(*m).run(std::vector<int32_t>(tokens.begin(), tokens.begin() + 110),
-                                                [&](int t, int l, int h, int p) {
-                                                  if (p == t || t < P) return true;
-                                                  return visible.at(t)[static_cast<size_t>(l * H + h)].count(p) > 0;
-                                                });
-  for (size_t k = 0; k < got.size(); ++k) {
-    const size_t t = static_cast<size_t>(P) - 1 + k;
-    for (size_t i = 0; i < got[k].size(); ++i)
-      ASSERT_NEAR(got[k][i], ref[t][i], 5e-5) << "token " << t << " logit " << i;
-  }
+                                                [&](int t, int l, int h, int p) { return tr.sees(t, l, h, p); });
+  ASSERT_NO_FATAL_FAILURE(test::expect_logits_near(tr, ref, 5e-5));
   // And the mask must have hidden something in the interior (not only a sliding window).
   bool interior = false;
-  for (const auto& set : visible.at(109))
+  for (const auto& set : tr.visible.at(109))
     interior |= !set.count(static_cast<int>(P) + 2) && set.count(static_cast<int>(P) + 20);
   EXPECT_TRUE(interior);
 }

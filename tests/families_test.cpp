@@ -28,9 +28,11 @@
 #include "engine/sampler.h"
 #include "eval/calibrate.h"
 #include "eviction/query_stats.h"
-#include "format/gguf_writer.h"
+#include "gguf_edit.h"
+#include "masked_eviction.h"
 #include "model/synth.h"
 #include "reference_model.h"
+#include "selector_budget.h"
 #include "test_paths.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -282,44 +284,14 @@ TEST_P(FamilyEviction, CompactedCacheEqualsMaskedFullCache) {
   // sharing and logical RoPE positions with this family's RoPE style, biases and Q/K norms.
   const int64_t P = 9, N = 56, B = 24, r = 4;
   const auto tokens = long_prompt_ids(GetParam(), N);
-  Engine engine(*m, 2);
-  EvictionConfig cfg;
-  cfg.budget = B;
-  cfg.recent = r;
-  cfg.seed = 7;
-  auto seq = engine.new_sequence(0, make_policy("random"), cfg, P, N - P);
-  const KvShape s = engine.kv_shape();
-  std::map<int, std::vector<std::set<int>>> visible;
-  std::vector<std::vector<float>> got;
-  std::vector<float> logits;
-  engine.prefill(*seq, std::span<const int32_t>(tokens).first(P), logits);
-  got.push_back(logits);
-  for (int t = static_cast<int>(P); t < N; ++t) {
-    auto& vis = visible[t];
-    for (int l = 0; l < s.n_layers; ++l)
-      for (int h = 0; h < s.n_kv_heads; ++h)
-        vis.emplace_back(seq->kv.positions(l, h), seq->kv.positions(l, h) + seq->kv.length(l));
-    engine.decode(*seq, tokens[static_cast<size_t>(t)], logits);
-    got.push_back(logits);
-  }
-  ASSERT_GE(seq->stats.rounds, 3);
-  const int H = s.n_kv_heads;
-  const auto ref = test::ReferenceLlama(*m).run(tokens, [&](int t, int l, int h, int p) {
-    if (p == t || t < P) return true;
-    return visible.at(t)[static_cast<size_t>(l * H + h)].count(p) > 0;
-  });
-  for (size_t k = 0; k < got.size(); ++k) {
-    const size_t t = static_cast<size_t>(P) - 1 + k;
-    for (size_t i = 0; i < got[k].size(); ++i)
-      ASSERT_NEAR(got[k][i], ref[t][i], 2e-4) << "token " << t << " logit " << i;
-  }
+  const auto tr = test::trace_random_eviction(*m, tokens, P, static_cast<int>(N), B, r, 7, N - P);
+  ASSERT_GE(tr.rounds, 3);
+  const auto ref =
+      test::ReferenceLlama(*m).run(tokens, [&](int t, int l, int h, int p) { return tr.sees(t, l, h, p); });
+  ASSERT_NO_FATAL_FAILURE(test::expect_logits_near(tr, ref, 2e-4));
   // The mask must have hidden interior positions: an evicted position older than a kept one
   // outside the recent buffer (not only a sliding window).
-  bool interior = false;
-  for (const auto& set : visible.at(static_cast<int>(N) - 1))
-    for (int p = static_cast<int>(P); p < static_cast<int>(N - 1 - r); ++p)
-      for (int q = p + 1; q < static_cast<int>(N - 1 - r); ++q) interior |= !set.count(p) && set.count(q);
-  EXPECT_TRUE(interior);
+  EXPECT_TRUE(test::evicted_interior(tr, static_cast<int>(N), r));
 }
 
 TEST_P(FamilyEviction, BudgetAboveLengthEqualsFull) {
@@ -397,28 +369,8 @@ TEST_P(FamilyEviction, EverySelectorRunsWithinBudget) {
   // every decode step each (layer, KV head) holds at most B + r slots and rounds happen.
   const int64_t P = 12, N = 90, B = 32, r = 8;
   const auto tokens = long_prompt_ids(GetParam(), 400);
-  ThreadPool pool(2);
-  const QueryStats st = calibrate_query_stats(*m, std::span<const int32_t>(tokens).subspan(100, 300), 0, pool);
-  const std::string stats = temp_path("family_stats.json");
-  save_query_stats(st, stats);
-  for (const std::string name : {"random", "snapkv", "tova", "h2o", "triattention", "streaming"}) {
-    const SelectorParams params = name == "triattention" ? SelectorParams::parse({"stats=" + stats}) : SelectorParams();
-    Engine engine(*m, 2);
-    EvictionConfig cfg;
-    cfg.budget = B;
-    cfg.recent = r;
-    cfg.seed = 3;
-    auto seq = engine.new_sequence(0, make_policy(name, std::nullopt, std::nullopt, params), cfg, P, N - P);
-    std::vector<float> logits;
-    engine.prefill(*seq, std::span<const int32_t>(tokens).first(P), logits);
-    for (int64_t t = P; t < N; ++t) {
-      engine.decode(*seq, tokens[static_cast<size_t>(t)], logits);
-      ASSERT_LE(seq->kv.length(0), B + r) << name;
-    }
-    EXPECT_GE(seq->stats.rounds, 5) << name;
-    for (float v : logits) ASSERT_TRUE(std::isfinite(v)) << name;
-  }
-  std::filesystem::remove(stats);
+  ASSERT_NO_FATAL_FAILURE(test::expect_selectors_within_budget(
+      *m, tokens, std::span<const int32_t>(tokens).subspan(100, 300), temp_path("family_stats.json"), P, N, B, r));
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyRandom, FamilyEviction, ::testing::Values("tiny-random-qwen3-f16", "tiny-random-phi3-f16"),
@@ -429,116 +381,24 @@ INSTANTIATE_TEST_SUITE_P(TinyRandom, FamilyEviction, ::testing::Values("tiny-ran
 
 // ---- bad files: each written from a valid synthetic model of the family, with one change ----
 
-// One change to a GGUF: drop a tensor, give a tensor new dims (zero-filled), add a tensor, set
-// or drop a key (uint32 / float32 / string values).
-struct Edit {
-  std::string drop_tensor;
-  std::string reshape_tensor;
-  std::vector<int64_t> new_dims;
-  std::string add_tensor;
-  std::map<std::string, uint32_t> set_uint;
-  std::map<std::string, float> set_float;
-  std::map<std::string, std::string> set_string;
-  std::string drop_key;
-};
+// One change to a GGUF (gguf_edit.h): drop a tensor, give a tensor new dims (zero-filled), add
+// a tensor (8 float32 ones), set or drop a key (uint32 / float32 / string values).
+using Edit = test::GgufEdit;
 
-Edit drop_tensor(const std::string& t) {
-  Edit e;
-  e.drop_tensor = t;
-  return e;
-}
-Edit reshape(const std::string& t, std::vector<int64_t> dims) {
-  Edit e;
-  e.reshape_tensor = t;
-  e.new_dims = std::move(dims);
-  return e;
-}
-Edit add_tensor(const std::string& t) {
-  Edit e;
-  e.add_tensor = t;
-  return e;
-}
-Edit set_uint(std::map<std::string, uint32_t> kv) {
-  Edit e;
-  e.set_uint = std::move(kv);
-  return e;
-}
-Edit set_string(std::map<std::string, std::string> kv) {
-  Edit e;
-  e.set_string = std::move(kv);
-  return e;
-}
-Edit drop_key(const std::string& k) {
-  Edit e;
-  e.drop_key = k;
-  return e;
-}
-
-void add_value(GgufWriter& w, const std::string& key, const GgufValue& v) {
-  switch (v.type) {
-    case GgufValueType::STRING:
-      w.add_string(key, std::get<std::string>(v.scalar));
-      break;
-    case GgufValueType::UINT32:
-      w.add_uint32(key, static_cast<uint32_t>(std::get<uint64_t>(v.scalar)));
-      break;
-    case GgufValueType::FLOAT32:
-      w.add_float32(key, static_cast<float>(std::get<double>(v.scalar)));
-      break;
-    case GgufValueType::BOOL:
-      w.add_bool(key, std::get<bool>(v.scalar));
-      break;
-    case GgufValueType::ARRAY: {
-      if (v.elem_type == GgufValueType::STRING) {
-        std::vector<std::string> a;
-        for (const auto& e : v.array) a.push_back(std::get<std::string>(e.scalar));
-        w.add_string_array(key, a);
-      } else if (v.elem_type == GgufValueType::FLOAT32) {
-        std::vector<float> a;
-        for (const auto& e : v.array) a.push_back(static_cast<float>(std::get<double>(e.scalar)));
-        w.add_float32_array(key, a);
-      } else {
-        std::vector<int32_t> a;
-        for (const auto& e : v.array) a.push_back(static_cast<int32_t>(std::get<int64_t>(e.scalar)));
-        w.add_int32_array(key, a);
-      }
-      break;
-    }
-    default:
-      FAIL() << "unexpected metadata type for " << key;
-  }
-}
+Edit drop_tensor(const std::string& t) { return {.drop_tensors = {t}}; }
+Edit reshape(const std::string& t, std::vector<int64_t> dims) { return {.zero_tensors = {{t, std::move(dims)}}}; }
+Edit add_tensor(const std::string& t) { return {.f32_tensors = {{t, std::vector<float>(8, 1.0f)}}}; }
+Edit set_uint(std::map<std::string, uint32_t> kv) { return {.set_uint = std::move(kv)}; }
+Edit set_string(std::map<std::string, std::string> kv) { return {.set_string = std::move(kv)}; }
+Edit drop_key(const std::string& k) { return {.drop_keys = {k}}; }
 
 // Writes `synth_shape` (F32 weights) with `e` applied; returns the path.
 std::string write_edited(const std::string& synth_shape_name, const Edit& e, const std::string& name) {
   const std::string good = temp_path(name + "_source.gguf");
   write_synth_gguf(synth_shape(synth_shape_name), GgmlType::F32, 5, good);
-  const GgufFile f = GgufFile::open(good);
-  std::filesystem::remove(good);  // the mapping stays valid until f closes
-  GgufWriter w;
-  for (const auto& [key, v] : f.metadata()) {
-    if (key == e.drop_key || e.set_uint.count(key) || e.set_float.count(key) || e.set_string.count(key)) continue;
-    add_value(w, key, v);
-  }
-  for (const auto& [k, v] : e.set_uint) w.add_uint32(k, v);
-  for (const auto& [k, v] : e.set_float) w.add_float32(k, v);
-  for (const auto& [k, v] : e.set_string) w.add_string(k, v);
-  for (const GgufTensor& t : f.tensors()) {
-    if (t.name == e.drop_tensor) continue;
-    if (t.name == e.reshape_tensor) {
-      w.add_tensor(t.name, e.new_dims, GgmlType::F32, [](uint8_t* dst, int64_t n) { std::fill(dst, dst + n, 0); });
-      continue;
-    }
-    const uint8_t* data = t.data;
-    w.add_tensor(t.name, t.dims, t.ggml_type(), [data](uint8_t* dst, int64_t n) { std::copy(data, data + n, dst); });
-  }
-  if (!e.add_tensor.empty())
-    w.add_tensor(e.add_tensor, {8}, GgmlType::F32, [](uint8_t* dst, int64_t n) {
-      const float one = 1.0f;
-      for (int64_t i = 0; i < n; i += 4) std::memcpy(dst + i, &one, 4);
-    });
   const std::string out = temp_path(name + ".gguf");
-  w.write(out);
+  test::rewrite_gguf(good, out, e);
+  std::filesystem::remove(good);
   return out;
 }
 

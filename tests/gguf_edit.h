@@ -1,5 +1,5 @@
 // Copies a GGUF file with changes (keys set or dropped, tensors dropped, added or replaced by
-// float32 values), so tests can make a bad or altered file from a valid synthetic one.
+// float32 values or reshaped as zeros), so tests can make a bad or altered file from a valid synthetic one.
 // Metadata values are copied by type (string, uint32, float32, bool, arrays of string / float32 /
 // int32: every type the synthetic writer of model/synth.h emits).
 #pragma once
@@ -27,6 +27,8 @@ struct GgufEdit {
   std::set<std::string> drop_tensors{};
   /// Tensors written as 1-D float32 with these values (replacing a tensor of that name, or added).
   std::map<std::string, std::vector<float>> f32_tensors{};
+  /// Tensors of this name rewritten as float32 zeros with these dims (a wrong shape for a test).
+  std::map<std::string, std::vector<int64_t>> zero_tensors{};
 };
 
 inline void copy_gguf_value(GgufWriter& w, const std::string& key, const GgufValue& v) {
@@ -81,6 +83,10 @@ inline void rewrite_gguf(const std::string& src, const std::string& dst, const G
   };
   for (const GgufTensor& t : f.tensors()) {
     if (e.drop_tensors.count(t.name)) continue;
+    if (const auto it = e.zero_tensors.find(t.name); it != e.zero_tensors.end()) {
+      w.add_tensor(t.name, it->second, GgmlType::F32, [](uint8_t* out, int64_t n) { std::fill(out, out + n, 0); });
+      continue;
+    }
     if (const auto it = e.f32_tensors.find(t.name); it != e.f32_tensors.end()) {
       add_f32(t.name, it->second);
       continue;

@@ -5,8 +5,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -97,16 +95,7 @@ test::CliResult run_capped(const std::string& args) {
 #else
   const std::string cap = "ulimit -v 6291456; ";
 #endif
-  const std::string cmd = "bash -c '" + cap + "exec " + test::kvevict_binary() + " " + args + "' 2>&1";
-  test::CliResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return test::run_shell("bash -c '" + cap + "exec " + test::kvevict_binary() + " " + args + "' 2>&1");
 }
 
 TEST(InputLimitsCli, DevZeroIsRefusedNamingFileAndLimit) {
@@ -119,7 +108,7 @@ TEST(InputLimitsCli, DevZeroIsRefusedNamingFileAndLimit) {
     EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << "\n" << r.out;
     EXPECT_NE(r.out.find("kvevict: error: -f /dev/zero: not a regular file"), std::string::npos) << args << "\n"
-                                                                                               << r.out;
+                                                                                                 << r.out;
     EXPECT_NE(r.out.find("limit of 1073741824 bytes"), std::string::npos) << args << "\n" << r.out;
   }
 }

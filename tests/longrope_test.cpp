@@ -34,10 +34,12 @@
 #include "eval/calibrate.h"
 #include "eviction/query_stats.h"
 #include "gguf_edit.h"
+#include "masked_eviction.h"
 #include "model/arch.h"
 #include "model/forward.h"
 #include "model/synth.h"
 #include "reference_model.h"
+#include "selector_budget.h"
 #include "test_paths.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -448,43 +450,14 @@ TEST_F(LongRope, InteriorEvictionEqualsTheMaskedFullCache) {
   const auto m = load(path);
   const int64_t P = 9, N = 56, B = 24, r = 4;
   const auto tokens = some_tokens(static_cast<int>(N));
-  Engine engine(*m, 2);
-  EvictionConfig cfg;
-  cfg.budget = B;
-  cfg.recent = r;
-  cfg.seed = 7;
-  auto seq = engine.new_sequence(0, make_policy("random"), cfg, P, N - P);
-  const KvShape s = engine.kv_shape();
-  std::map<int, std::vector<std::set<int>>> visible;
-  std::vector<std::vector<float>> got;
-  std::vector<float> logits;
-  engine.prefill(*seq, std::span<const int32_t>(tokens).first(P), logits);
-  got.push_back(logits);
-  for (int t = static_cast<int>(P); t < N; ++t) {
-    auto& vis = visible[t];
-    for (int l = 0; l < s.n_layers; ++l)
-      for (int h = 0; h < s.n_kv_heads; ++h)
-        vis.emplace_back(seq->kv.positions(l, h), seq->kv.positions(l, h) + seq->kv.length(l));
-    engine.decode(*seq, tokens[static_cast<size_t>(t)], logits);
-    got.push_back(logits);
-  }
-  ASSERT_GE(seq->stats.rounds, 3);
-  const int H = s.n_kv_heads;
+  const auto tr = test::trace_random_eviction(*m, tokens, P, static_cast<int>(N), B, r, 7, N - P);
+  ASSERT_GE(tr.rounds, 3);
   const auto ref =
       test::ReferenceLlama(*m).with_rope_factors(kLong, kAttn).run(tokens, [&](int t, int l, int h, int p) {
-        if (p == t || t < P) return true;
-        return visible.at(t)[static_cast<size_t>(l * H + h)].count(p) > 0;
+        return tr.sees(t, l, h, p);
       });
-  for (size_t k = 0; k < got.size(); ++k) {
-    const size_t t = static_cast<size_t>(P) - 1 + k;
-    for (size_t i = 0; i < got[k].size(); ++i)
-      ASSERT_NEAR(got[k][i], ref[t][i], 2e-4) << "token " << t << " logit " << i;
-  }
-  bool interior = false;
-  for (const auto& set : visible.at(static_cast<int>(N) - 1))
-    for (int p = static_cast<int>(P); p < static_cast<int>(N - 1 - r); ++p)
-      for (int q = p + 1; q < static_cast<int>(N - 1 - r); ++q) interior |= !set.count(p) && set.count(q);
-  EXPECT_TRUE(interior);
+  ASSERT_NO_FATAL_FAILURE(test::expect_logits_near(tr, ref, 2e-4));
+  EXPECT_TRUE(test::evicted_interior(tr, static_cast<int>(N), r));
   std::filesystem::remove(path);
 }
 
@@ -528,28 +501,8 @@ TEST_F(LongRope, SelectorsIncludingTriAttentionRunWithinBudget) {
   const auto m = load(path);
   const int64_t P = 12, N = 80, B = 32, r = 8;
   const auto tokens = some_tokens(300);
-  ThreadPool pool(2);
-  const QueryStats st = calibrate_query_stats(*m, std::span<const int32_t>(tokens).subspan(100, 200), 0, pool);
-  const std::string stats = temp_path("stats.json");
-  save_query_stats(st, stats);
-  for (const std::string name : {"random", "snapkv", "tova", "h2o", "triattention", "streaming"}) {
-    const SelectorParams params = name == "triattention" ? SelectorParams::parse({"stats=" + stats}) : SelectorParams();
-    Engine engine(*m, 2);
-    EvictionConfig cfg;
-    cfg.budget = B;
-    cfg.recent = r;
-    cfg.seed = 3;
-    auto seq = engine.new_sequence(0, make_policy(name, std::nullopt, std::nullopt, params), cfg, P, N - P);
-    std::vector<float> lg;
-    engine.prefill(*seq, std::span<const int32_t>(tokens).first(P), lg);
-    for (int64_t t = P; t < N; ++t) {
-      engine.decode(*seq, tokens[static_cast<size_t>(t)], lg);
-      ASSERT_LE(seq->kv.length(0), B + r) << name;
-    }
-    EXPECT_GE(seq->stats.rounds, 5) << name;
-    for (float v : lg) ASSERT_TRUE(std::isfinite(v)) << name;
-  }
-  std::filesystem::remove(stats);
+  ASSERT_NO_FATAL_FAILURE(test::expect_selectors_within_budget(
+      *m, tokens, std::span<const int32_t>(tokens).subspan(100, 200), temp_path("stats.json"), P, N, B, r));
   std::filesystem::remove(path);
 }
 
