@@ -18,8 +18,8 @@
 
 #include "engine/engine.h"
 #include "engine/sampler.h"
-#include "kvcache/kv_pool.h"
 #include "format/gguf.h"
+#include "kvcache/kv_pool.h"
 #include "model/llama.h"
 #include "model/tokenizer.h"
 #include "serve/http_server.h"
@@ -124,6 +124,36 @@ TEST(ServeRequest, ParsesABodyWithoutASocket) {
   EXPECT_EQ(status_of(R"({"prompt": [1, 2, 3]})", 3), 200);
   EXPECT_EQ(status_of(R"({"prompt": [1, 2, 3, 4]})", 3), 400);
   EXPECT_EQ(status_of(R"({"prompt": {"a": 1}})"), 400);
+}
+
+TEST(ServeRequest, HugeNumbersAreOutOfRangeNotWrapped) {
+  // Expected: integers written as huge floats or above INT64_MAX get a 400 naming the value as
+  // sent and the field's real range (converting 1e300 to int64 is undefined behaviour; the
+  // message used to show -9223372036854775808). Ranges: max_tokens [1, --max-tokens = 32],
+  // kv_budget [1, 2^20], n [1, max_n], top_k [-1, n_vocab].
+  const GgufFile f = GgufFile::open(std::string(KVEVICT_SOURCE_DIR) + "/models/reasoner/reasoner.gguf");
+  const Tokenizer tok = Tokenizer::from_gguf(f);
+  serve::ApiOptions opt;
+  opt.max_tokens_limit = 32;
+  std::atomic<uint64_t> counter{0};
+  auto message_of = [&](const std::string& field) {
+    try {
+      (void)serve::parse_generation_request(R"({"prompt": "AB", )" + field + "}", serve::Endpoint::Completions, tok,
+                                            2048, opt, counter);
+    } catch (const serve::ApiError& e) {
+      EXPECT_EQ(e.status, 400) << field;
+      return e.message;
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(message_of(R"("max_tokens": 1e300)"),
+            "max_tokens 1e+300: must be in [1, 32] (the upper limit is the server's --max-tokens)");
+  EXPECT_EQ(message_of(R"("max_tokens": 9300000000000000000)"),
+            "max_tokens 9300000000000000000: must be in [1, 32] (the upper limit is the server's --max-tokens)");
+  EXPECT_EQ(message_of(R"("kv_budget": -1e300)"), "kv_budget -1e+300: must be in [1, 1048576]");
+  EXPECT_NE(message_of(R"("n": 1e19)").find("n 1e+19: must be in [1, "), std::string::npos);
+  EXPECT_NE(message_of(R"("top_k": 1e300)").find("top_k 1e+300: must be in [-1, "), std::string::npos);
+  EXPECT_EQ(message_of(R"("max_tokens": 4.0)"), "accepted");
 }
 
 // An in-process server on an ephemeral loopback port.

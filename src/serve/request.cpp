@@ -32,16 +32,26 @@ ApiError bad_value(const std::string& param, const std::string& value, const std
 // counts (limits::kTokens, 2^20), so a request cannot ask for what `generate` would refuse.
 constexpr int64_t kMaxKvTokens = int64_t{1} << 20;
 
-std::optional<int64_t> get_int(const json& body, const std::string& key, int64_t lo, int64_t hi) {
+// An integer field within [lo, hi]; `note` is appended to the range in the error. A float
+// such as 1e300 is compared as a double first: converting it to int64 would be undefined.
+std::optional<int64_t> get_int(const json& body, const std::string& key, int64_t lo, int64_t hi,
+                               const std::string& note = "") {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (!it->is_number_integer() && !(it->is_number_float() && std::floor(it->get<double>()) == it->get<double>()))
     throw bad_value(key, dump(*it), "an integer");
+  const std::string range = fmt::format("in [{}, {}]{}", lo, hi, note);
+  if (it->is_number_float()) {
+    const double d = it->get<double>();
+    if (!(d >= static_cast<double>(lo) && d <= static_cast<double>(hi) && std::abs(d) < 9.0e18))
+      throw bad_value(key, dump(*it), range);
+    return static_cast<int64_t>(d);
+  }
   // Unsigned values above INT64_MAX read as out of range.
   if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-    throw bad_value(key, dump(*it), fmt::format("in [{}, {}]", lo, hi));
-  const int64_t v = it->is_number_float() ? static_cast<int64_t>(it->get<double>()) : it->get<int64_t>();
-  if (v < lo || v > hi) throw bad_value(key, std::to_string(v), fmt::format("in [{}, {}]", lo, hi));
+    throw bad_value(key, dump(*it), range);
+  const int64_t v = it->get<int64_t>();
+  if (v < lo || v > hi) throw bad_value(key, std::to_string(v), range);
   return v;
 }
 
@@ -142,14 +152,15 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
   // number as max_model_len. Eviction bounds the cache, not the prompt's positions.
   const int64_t context = context_length;
   if (static_cast<int64_t>(g.prompt.size()) > context)
-    throw bad(prompt_param, fmt::format("the prompt is {} tokens, more than the model's context of {} tokens "
-                                        "(max_model_len); shorten it",
-                                        g.prompt.size(), context));
+    throw bad(prompt_param,
+              fmt::format("the prompt is {} tokens, more than the model's context of {} tokens "
+                          "(max_model_len); shorten it",
+                          g.prompt.size(), context));
 
   const int64_t limit = opt.max_tokens_limit;
-  auto mt = get_int(body, "max_completion_tokens", std::numeric_limits<int64_t>::min(),
-                    std::numeric_limits<int64_t>::max());
-  if (!mt) mt = get_int(body, "max_tokens", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+  const std::string mt_note = " (the upper limit is the server's --max-tokens)";
+  auto mt = get_int(body, "max_completion_tokens", 1, limit, mt_note);
+  if (!mt) mt = get_int(body, "max_tokens", 1, limit, mt_note);
   const std::string mt_name = body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null()
       ? "max_completion_tokens"
       : "max_tokens";
@@ -173,8 +184,7 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
     if (it->is_number_unsigned())
       seed = it->get<uint64_t>();
     else if (it->is_number_integer()) {
-      if (it->get<int64_t>() < 0)
-        throw bad_value("seed", std::to_string(it->get<int64_t>()), ">= 0");
+      if (it->get<int64_t>() < 0) throw bad_value("seed", std::to_string(it->get<int64_t>()), ">= 0");
       seed = static_cast<uint64_t>(it->get<int64_t>());
     } else
       throw bad_value("seed", dump(*it), "an integer >= 0");
