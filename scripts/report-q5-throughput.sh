@@ -79,9 +79,14 @@ if [ "$SERVE" != 0 ] && ! have serve/bench; then
 fi
 fi
 
-for f in evict-round iso-batch iso-memory reasoner-evict-round reasoner-iso-batch; do cp "$OUT/$f.json" "$DOC/"; done
-[ "$SERVE" != 0 ] && cp "$OUT/serve/bench.json" "$DOC/serve.json"
-cp "$OUT/loads.txt" "$DOC/loads.txt"
+if [ "${REPORT_ONLY:-0}" != 0 ] && [ ! -f "$OUT/evict-round.json" ]; then
+  # A fresh clone has no out/: re-write the report from the data committed with it.
+  echo "REPORT_ONLY: no $OUT/evict-round.json; re-writing from the committed data in $DOC/"
+else
+  for f in evict-round iso-batch iso-memory reasoner-evict-round reasoner-iso-batch; do cp "$OUT/$f.json" "$DOC/"; done
+  if [ "$SERVE" != 0 ]; then cp "$OUT/serve/bench.json" "$DOC/serve.json"; fi
+  cp "$OUT/loads.txt" "$DOC/loads.txt"
+fi
 wall=$(/usr/bin/python3 -c 'import sys, datetime
 t = {}
 for line in open(sys.argv[1]):
@@ -89,7 +94,7 @@ for line in open(sys.argv[1]):
     t[name] = datetime.datetime.strptime(clock, "%H:%M:%S")
 s = sum((t[n[:-len("before")] + "after"] - t[n]).seconds
         for n in t if n.endswith("-before") and n[:-len("before")] + "after" in t)
-print(s)' "$OUT/loads.txt")
+print(s)' "$DOC/loads.txt")
 /usr/bin/python3 scripts/report-q5.py "$DOC" "$wall" > "$DOC/tables.md"
 {
   echo "# Q5: where does random's throughput gain come from?"
