@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "util/error.h"
@@ -43,18 +44,25 @@ void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy) {
                  "triattention:stats=FILE; `kvevict policies` lists them)");
 }
 
+namespace {
+// `in` as a whole base-10 integer (std::stoll's syntax, nothing after it), or nullopt.
+std::optional<long long> whole_integer(const std::string& in) {
+  size_t used = 0;
+  try {
+    const long long v = std::stoll(in, &used);
+    if (used == in.size()) return v;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+}  // namespace
+
 CLI::Validator at_least(long long lo) {
   return CLI::Validator(
       [lo](std::string& in) -> std::string {
-        long long v = 0;
-        size_t used = 0;
-        try {
-          v = std::stoll(in, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != in.size()) return fmt::format("must be an integer >= {} (got {})", lo, in);
-        if (v < lo) return fmt::format("must be >= {} (got {})", lo, in);
+        const std::optional<long long> v = whole_integer(in);
+        if (!v) return fmt::format("must be an integer >= {} (got {})", lo, in);
+        if (*v < lo) return fmt::format("must be >= {} (got {})", lo, in);
         return {};
       },
       fmt::format(">= {}", lo));
@@ -63,15 +71,9 @@ CLI::Validator at_least(long long lo) {
 CLI::Validator int_range(long long lo, long long hi) {
   return CLI::Validator(
       [lo, hi](std::string& in) -> std::string {
-        long long v = 0;
-        size_t used = 0;
-        try {
-          v = std::stoll(in, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != in.size()) return fmt::format("must be an integer in [{}, {}] (got {})", lo, hi, in);
-        if (v < lo || v > hi) return fmt::format("must be in [{}, {}] (got {})", lo, hi, in);
+        const std::optional<long long> v = whole_integer(in);
+        if (!v) return fmt::format("must be an integer in [{}, {}] (got {})", lo, hi, in);
+        if (*v < lo || *v > hi) return fmt::format("must be in [{}, {}] (got {})", lo, hi, in);
         return {};
       },
       "");
@@ -91,15 +93,9 @@ void add_threads_option(CLI::App& cmd, int& threads, const std::string& help) {
                              limits::kThreadsPerCore))
       ->check(CLI::Validator(
           [range](std::string& in) -> std::string {
-            long long v = -1;
-            size_t used = 0;
-            try {
-              v = std::stoll(in, &used);
-            } catch (const std::exception&) {
-              used = 0;
-            }
-            if (used == 0 || used != in.size()) return fmt::format("must be an integer in {} (got {})", range, in);
-            if (v < 0 || v > limits::kThreadsForced) return fmt::format("must be in {} (got {})", range, in);
+            const std::optional<long long> v = whole_integer(in);
+            if (!v) return fmt::format("must be an integer in {} (got {})", range, in);
+            if (*v < 0 || *v > limits::kThreadsForced) return fmt::format("must be in {} (got {})", range, in);
             return {};
           },
           ""))
@@ -107,9 +103,9 @@ void add_threads_option(CLI::App& cmd, int& threads, const std::string& help) {
   cmd.add_flag("--force-threads", *force, "Allow -t above 4 x cores (oversubscribed; results do not depend on it)");
   cmd.parse_complete_callback([&threads, force] {
     if (!*force && threads > max_threads())
-      throw CLI::ValidationError(fmt::format("--threads {}: must be <= {} = {} x {} cores (pass --force-threads to run anyway)",
-                                             threads, max_threads(), limits::kThreadsPerCore,
-                                             max_threads() / limits::kThreadsPerCore));
+      throw CLI::ValidationError(
+          fmt::format("--threads {}: must be <= {} = {} x {} cores (pass --force-threads to run anyway)", threads,
+                      max_threads(), limits::kThreadsPerCore, max_threads() / limits::kThreadsPerCore));
   });
 }
 
