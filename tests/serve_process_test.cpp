@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli_run.h"
 #include "test_paths.h"
 
 namespace kvevict {
@@ -166,14 +167,9 @@ TEST(ServeProcess, SigtermFinishesInFlightRequestsAndExitsZero) {
 
 TEST(ServeProcess, BadOptionsExitWithOneLineError) {
   const std::string cmd = test::kvevict_binary() + " serve -m '" + reasoner_path() + "' --port 0 --kv-memory lots 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[512];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  const int rc = pclose(p);
-  EXPECT_EQ(WEXITSTATUS(rc), 2);
-  EXPECT_EQ(out, "kvevict: error: --kv-memory 'lots': expected a positive size such as 268435456, 256MiB or 2GiB\n");
+  const test::CliResult r = test::run_shell(cmd);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "kvevict: error: --kv-memory 'lots': expected a positive size such as 268435456, 256MiB or 2GiB\n");
 }
 
 TEST(ServeProcess, PoolThatHoldsNoSequenceIsRefusedAtStart) {
@@ -181,13 +177,9 @@ TEST(ServeProcess, PoolThatHoldsNoSequenceIsRefusedAtStart) {
   // reporting healthy and answering every request with 400.
   const std::string cmd = test::kvevict_binary() + " serve -m '" + reasoner_path() +
       "' --port 0 --policy random --budget 64 --buffer 16 --kv-memory 10 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[512];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  const int rc = pclose(p);
-  EXPECT_EQ(WEXITSTATUS(rc), 2) << out;
+  const test::CliResult r = test::run_shell(cmd);
+  const std::string& out = r.out;
+  EXPECT_EQ(r.code, 2) << out;
   EXPECT_EQ(out.rfind("kvevict: error: --kv-memory 10 bytes holds no sequence of policy random", 0), 0u) << out;
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
 }

@@ -94,15 +94,25 @@ TEST(ServePool, ReservesOnlyWhatFitsAndRefusesOverRelease) {
 
 // The request parser alone (no socket, no weights): what fuzz/fuzz_request.cpp drives. Expected
 // values: the limits passed in, and the reasoner tokenizer's own encoding of the prompt.
-TEST(ServeRequest, ParsesABodyWithoutASocket) {
-  const GgufFile f = GgufFile::open(std::string(KVEVICT_SOURCE_DIR) + "/models/reasoner/reasoner.gguf");
-  const Tokenizer tok = Tokenizer::from_gguf(f);
-  serve::ApiOptions opt;
-  opt.max_tokens_limit = 32;
+// The request parser alone, on the default model's vocabulary, with --max-tokens 32.
+struct RequestParser {
+  GgufFile file = GgufFile::open(std::string(KVEVICT_SOURCE_DIR) + "/models/reasoner/reasoner.gguf");
+  Tokenizer tok = Tokenizer::from_gguf(file);
+  serve::ApiOptions opt = [] {
+    serve::ApiOptions o;
+    o.max_tokens_limit = 32;
+    return o;
+  }();
   std::atomic<uint64_t> counter{0};
-  auto parse = [&](const std::string& body, int64_t context = 2048) {
+  serve::ParsedRequest operator()(const std::string& body, int64_t context = 2048) {
     return serve::parse_generation_request(body, serve::Endpoint::Completions, tok, context, opt, counter);
-  };
+  }
+};
+
+TEST(ServeRequest, ParsesABodyWithoutASocket) {
+  RequestParser parse;
+  const Tokenizer& tok = parse.tok;
+  std::atomic<uint64_t>& counter = parse.counter;
   const serve::ParsedRequest p = parse(R"({"prompt": "AB", "max_tokens": 4, "seed": 9})");
   EXPECT_EQ(p.gen.prompt, tok.encode("AB", true));
   EXPECT_EQ(p.gen.max_tokens, 4);
@@ -131,15 +141,10 @@ TEST(ServeRequest, HugeNumbersAreOutOfRangeNotWrapped) {
   // sent and the field's real range (converting 1e300 to int64 is undefined behaviour; the
   // message used to show -9223372036854775808). Ranges: max_tokens [1, --max-tokens = 32],
   // kv_budget [1, 2^20], n [1, max_n], top_k [-1, n_vocab].
-  const GgufFile f = GgufFile::open(std::string(KVEVICT_SOURCE_DIR) + "/models/reasoner/reasoner.gguf");
-  const Tokenizer tok = Tokenizer::from_gguf(f);
-  serve::ApiOptions opt;
-  opt.max_tokens_limit = 32;
-  std::atomic<uint64_t> counter{0};
+  RequestParser parse;
   auto message_of = [&](const std::string& field) {
     try {
-      (void)serve::parse_generation_request(R"({"prompt": "AB", )" + field + "}", serve::Endpoint::Completions, tok,
-                                            2048, opt, counter);
+      (void)parse(R"({"prompt": "AB", )" + field + "}");
     } catch (const serve::ApiError& e) {
       EXPECT_EQ(e.status, 400) << field;
       return e.message;
