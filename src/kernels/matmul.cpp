@@ -228,7 +228,8 @@ struct ActFromBlocks {
   const BlockQ8* x;
   float d(int64_t i) const { return _cvtsh_ss(x[i].d); }
   __m256i sums(int64_t i) const { return sum_i8x32(load32(x[i].qs)); }
-  __m256i neg8(int64_t i) const { return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sums(i), 3)); }
+  __m256i neg8(int64_t i) const { return times_minus8(sums(i)); }
+  static __m256i times_minus8(__m256i v) { return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(v, 3)); }
 };
 struct ActTable {
   const float* dx;    // 1 per block
@@ -583,7 +584,7 @@ void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, Thr
                  bool allow_blas) {
   if (jobs.empty() || T <= 0) return;
   const int64_t cols = jobs[0].w.cols;
-  bool need_q8_0 = false, need_q8_k = false;
+  bool need_q8_0 = false, need_q8_k = false, need_sums = false;
   for (const MatmulJob& j : jobs) {
     if (j.w.cols != cols)
       throw Error(fmt::format("matmul: fused jobs need equal column counts ({} vs {})", j.w.cols, cols));
@@ -593,6 +594,7 @@ void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, Thr
       throw Error(fmt::format("matmul: {} columns are not a multiple of the {} block size {}", cols,
                               ggml_type_name(static_cast<uint32_t>(j.w.type)), blk));
     need_q8_0 |= aq == ActivationQuant::Q8_0;
+    need_sums |= aq == ActivationQuant::Q8_0 && j.w.type != GgmlType::Q8_0;  // offset/affine types
     need_q8_k |= aq == ActivationQuant::Q8_K;
   }
   const bool blas = allow_blas && T >= kBlasMinRows;
@@ -603,17 +605,23 @@ void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, Thr
     scratch.xq.resize(static_cast<size_t>(T * q_row_bytes));
     quantize_rows_q8_0(x, T, cols, scratch.xq.data());
 #ifdef KVEVICT_KERNELS_AVX2
-    // Lane sums of every activation block, once: the offset/affine kernels need them per block
-    // and every weight row would otherwise recompute them.
-    const int64_t nb = T * (cols / kQK);
-    scratch.xls.resize(static_cast<size_t>(nb * 16));
-    scratch.xd.resize(static_cast<size_t>(nb));
-    const ActFromBlocks act{reinterpret_cast<const BlockQ8*>(scratch.xq.data())};
-    for (int64_t i = 0; i < nb; ++i) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(scratch.xls.data() + 16 * i), act.sums(i));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(scratch.xls.data() + 16 * i + 8), act.neg8(i));
-      scratch.xd[static_cast<size_t>(i)] = act.d(i);
+    if (need_sums) {
+      // Lane sums of every activation block, once: the offset/affine kernels need them per block
+      // and every weight row would otherwise recompute them.
+      const int64_t nb = T * (cols / kQK);
+      scratch.xls.resize(static_cast<size_t>(nb * 16));
+      scratch.xd.resize(static_cast<size_t>(nb));
+      const ActFromBlocks act{reinterpret_cast<const BlockQ8*>(scratch.xq.data())};
+      for (int64_t i = 0; i < nb; ++i) {
+        const __m256i sums = act.sums(i);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(scratch.xls.data() + 16 * i), sums);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(scratch.xls.data() + 16 * i + 8),
+                            ActFromBlocks::times_minus8(sums));
+        scratch.xd[static_cast<size_t>(i)] = act.d(i);
+      }
     }
+#else
+    (void)need_sums;
 #endif
   }
   if (need_q8_k && !blas) {
