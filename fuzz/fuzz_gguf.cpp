@@ -4,7 +4,7 @@
 
 #include "format/gguf.h"
 #include "fuzz_util.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "util/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -21,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   try {
-    const auto model = kvevict::LlamaModel::load(path);
+    const auto model = kvevict::Model::load(path);
     (void)model;
   } catch (const kvevict::Error&) {
   }

@@ -10,7 +10,7 @@
 
 #include "cli_run.h"
 #include "eval/prompt.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "model_fixture.h"
 #include "test_paths.h"
 #include "util/error.h"
@@ -49,9 +49,9 @@ TEST(ChatCli, GenerateWithTemplateOverride) {
 // special tokens (<|start_header_id|> = 128006, README-families.md / reference JSON ids).
 TEST(ChatCli, EvalPromptBuilderUsesModelTemplate) {
   if (!std::filesystem::exists(tiny("tiny-random-llama3-f16"))) GTEST_SKIP() << "tiny-random files not found";
-  std::unique_ptr<LlamaModel> m;
+  std::unique_ptr<Model> m;
   try {
-    m = LlamaModel::load(tiny("tiny-random-llama3-f16"));
+    m = Model::load(tiny("tiny-random-llama3-f16"));
   } catch (const Error& e) {
     GTEST_SKIP() << "model does not load on this branch: " << e.what();
   }

@@ -12,7 +12,7 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "eviction/registry.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "model_fixture.h"
 #include "util/error.h"
 #include "util/rng.h"
@@ -58,7 +58,7 @@ Run run(Engine& e, const std::vector<int32_t>& prompt, int64_t chunk, const std:
   return r;
 }
 
-std::vector<int32_t> random_prompt(const LlamaModel& m, int64_t n, uint64_t seed) {
+std::vector<int32_t> random_prompt(const Model& m, int64_t n, uint64_t seed) {
   Rng rng(stream_id({seed, 0x50524F4DULL}));
   std::vector<int32_t> ids(static_cast<size_t>(n));
   for (auto& t : ids) t = static_cast<int32_t>(1 + rng() % static_cast<uint64_t>(m.config().n_vocab - 1));
@@ -83,7 +83,7 @@ void expect_same_cache(const Sequence& a, const Sequence& b) {
     }
 }
 
-void check_model(const LlamaModel& m) {
+void check_model(const Model& m) {
   // 400 prompt tokens > B = 64: the prompt stays whole through prefill (no eviction there) and
   // the first round comes 16 decode steps later ((416 - 64) % 16 == 0), so 48 steps run 3 rounds.
   const auto prompt = random_prompt(m, 400, 5);
@@ -114,7 +114,7 @@ TEST(EnginePrefillChunk, AnyChunkingIsBitIdenticalToOneCallOnStories260K) {
 }
 
 TEST(EnginePrefillChunk, AnyChunkingIsBitIdenticalToOneCallOnReasoner) {
-  const auto m = LlamaModel::load(std::string(KVEVICT_SOURCE_DIR) + "/models/reasoner/reasoner.gguf");
+  const auto m = Model::load(std::string(KVEVICT_SOURCE_DIR) + "/models/reasoner/reasoner.gguf");
   check_model(*m);
 }
 

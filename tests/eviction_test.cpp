@@ -103,7 +103,7 @@ struct Trace {
 
 // Runs prompt + n forced tokens (the greedy continuation under `full`, fixed in advance so that
 // every policy sees the same tokens), recording logits and post-round positions.
-Trace run(const LlamaModel& m, const std::string& policy, int64_t B, int64_t r, int threads, uint64_t seed,
+Trace run(const Model& m, const std::string& policy, int64_t B, int64_t r, int threads, uint64_t seed,
           const std::vector<int32_t>& tokens, int64_t prompt_len, PositionMode mode = PositionMode::Logical,
           LongPromptMode lp = LongPromptMode::PinHead) {
   Engine engine(m, threads);

@@ -13,7 +13,7 @@
 #include "eval/runner.h"
 #include "eval/summary.h"
 #include "eviction/registry.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "tasks/generator.h"
 
 namespace kvevict {
@@ -33,7 +33,7 @@ EvalCell cell(const std::string& name, int64_t budget) {
 
 TEST(FactKept, PositionOfTheOnceCodeAndKeptOrLostAtTheEnd) {
   ASSERT_TRUE(std::filesystem::exists(reasoner())) << reasoner();
-  const auto model = LlamaModel::load(reasoner());
+  const auto model = Model::load(reasoner());
   const Task once = generate_task(TaskFamily::Once, {12, 20}, 5000, 3);
   const PromptBuilder prompts(*model, {TemplateChoice::Plain, false});
   const std::vector<int32_t> prompt = prompts.tokens(once.problem);

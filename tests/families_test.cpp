@@ -64,19 +64,19 @@ std::string temp_path(const std::string& name) {
 std::string model_path(const std::string& stem) { return test::shared_path("models/tiny-random/" + stem + ".gguf"); }
 
 // Loads each file once per test binary, without tokenizer; nullptr when absent.
-const LlamaModel* family_model(const std::string& stem) {
-  static std::map<std::string, std::unique_ptr<LlamaModel>> cache;
+const Model* family_model(const std::string& stem) {
+  static std::map<std::string, std::unique_ptr<Model>> cache;
   auto it = cache.find(stem);
   if (it == cache.end()) {
     const std::string p = model_path(stem);
-    std::unique_ptr<LlamaModel> m;
-    if (std::filesystem::exists(p)) m = LlamaModel::load(p, LoadOptions{.tokenizer = false, .print_warnings = false});
+    std::unique_ptr<Model> m;
+    if (std::filesystem::exists(p)) m = Model::load(p, LoadOptions{.tokenizer = false, .print_warnings = false});
     it = cache.emplace(stem, std::move(m)).first;
   }
   return it->second.get();
 }
 #define REQUIRE_FAMILY_MODEL(var, stem)                  \
-  const ::kvevict::LlamaModel* var = family_model(stem); \
+  const ::kvevict::Model* var = family_model(stem); \
   if (!var) GTEST_SKIP() << model_path(stem) << " not found (set KVEVICT_SHARED)"
 
 float max_abs_diff_first(const std::vector<float>& got, const std::vector<float>& want) {
@@ -101,7 +101,7 @@ struct GreedyResult {
   int compared = 0, equal = 0;
   std::vector<float> last_logits;  ///< after the prompt
 };
-GreedyResult greedy_check(const LlamaModel& m, const std::vector<int32_t>& prompt, const std::vector<int32_t>& ref_ids,
+GreedyResult greedy_check(const Model& m, const std::vector<int32_t>& prompt, const std::vector<int32_t>& ref_ids,
                           const std::vector<double>& margins, double min_margin) {
   Engine engine(m, 2);
   auto seq = engine.new_sequence(0, make_policy("full"), {}, static_cast<int64_t>(prompt.size()),
@@ -195,7 +195,7 @@ TEST(FamiliesQuantised, Phi3QuantisedFilesMatchReferences) {
       std::printf("[families] %s skipped: Q5_0/Q4_K/Q6_K not supported by this build\n", stem.c_str());
       continue;
     }
-    const LlamaModel* m = family_model(stem);
+    const Model* m = family_model(stem);
     ASSERT_NE(m, nullptr);
     const auto ref = read_json("reference/tiny-random-phi3.json")["files"][stem];
     const auto& lc = ref["llama_cpp"];
@@ -238,7 +238,7 @@ TEST(Families, Phi3RunsFromTextWithItsSentencePieceVocabulary) {
   // the reference's prompt ids (llama.cpp, add_special) and its first greedy id.
   const std::string path = model_path("tiny-random-phi3-f16");
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not found";
-  const auto m = LlamaModel::load(path, LoadOptions{.tokenizer = true, .print_warnings = false});
+  const auto m = Model::load(path, LoadOptions{.tokenizer = true, .print_warnings = false});
   const auto ref = read_json("reference/tiny-random-phi3.json")["files"]["tiny-random-phi3-f16"];
   const auto ids = m->tokenizer().encode(ref["prompt"].get<std::string>(), true);
   EXPECT_EQ(ids, ref["prompt_ids"].get<std::vector<int32_t>>());
@@ -253,7 +253,7 @@ TEST(Families, NaiveReferenceMatchesTransformers) {
   // The masked reference (reference_model.h) used below must itself be right for each family:
   // its last-token logits vs transformers_same_weights, same tolerance as the engine.
   for (const FamilyFile& ff : f16_files()) {
-    const LlamaModel* m = family_model(ff.stem);
+    const Model* m = family_model(ff.stem);
     if (!m) GTEST_SKIP() << model_path(ff.stem) << " not found";
     const auto ref = read_json("reference/tiny-random-" + ff.family + ".json")["files"][ff.stem];
     const auto prompt = ref["prompt_ids"].get<std::vector<int32_t>>();
@@ -404,7 +404,7 @@ std::string write_edited(const std::string& synth_shape_name, const Edit& e, con
 
 std::string load_error(const std::string& path) {
   try {
-    LlamaModel::load(path, LoadOptions{.tokenizer = true, .print_warnings = false});
+    Model::load(path, LoadOptions{.tokenizer = true, .print_warnings = false});
   } catch (const Error& e) {
     return e.what();
   }
@@ -416,7 +416,7 @@ TEST(FamilyFiles, SyntheticModelsOfEveryFamilyLoad) {
   for (const char* shape : {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-phi3"}) {
     const std::string p = write_edited(shape, {}, std::string("ok_") + shape);
     EXPECT_EQ(load_error(p), "") << shape;
-    const auto m = LlamaModel::load(p);
+    const auto m = Model::load(p);
     EXPECT_EQ(m->config().arch, synth_shape(shape).arch);
     std::filesystem::remove(p);
   }
@@ -495,7 +495,7 @@ TEST(FamilyFiles, LinearRopeScalingDividesPositions) {
   linear.set_float = {{"qwen3.rope.scaling.factor", 4.0f}};
   const std::string p = write_edited("tiny-qwen3", linear, "linear");
   const std::string plain = write_edited("tiny-qwen3", {}, "plain");
-  const auto m = LlamaModel::load(p), m0 = LlamaModel::load(plain);
+  const auto m = Model::load(p), m0 = Model::load(plain);
   EXPECT_DOUBLE_EQ(m->config().rope.freq_scale, 0.25);
   const Rope scaled(m->config().rope), unscaled(m0->config().rope);
   std::vector<float> a(32), b(32);
@@ -519,7 +519,7 @@ TEST(FamilyFiles, PartialRotaryAndBiasesMatchNaiveReference) {
   // (prefill + decode) equals the naive reference (its own RoPE) on every step.
   for (const char* shape : {"tiny-phi3", "tiny-qwen2", "tiny-qwen3"}) {
     const std::string p = write_edited(shape, {}, std::string("ref_") + shape);
-    const auto m = LlamaModel::load(p);
+    const auto m = Model::load(p);
     const std::vector<int32_t> tokens = {1, 300, 17, 42, 260, 99, 5, 318, 77, 123, 200, 201, 202, 203};
     Engine engine(*m, 2);
     auto seq = engine.new_sequence(0, make_policy("full"), {}, 5, 9);
@@ -664,15 +664,15 @@ TEST(TriAttentionFamilies, CalibrationRecoversPreRopeQueriesOnPartialNeox) {
   // computed here directly (embedding -> RMSNorm -> W_q, in double), averaged per band with the
   // NEOX partial pairing (f < 6: (f, f+6); tail: (12, 13), (14, 15)) of tiny-phi3 (n_rot 12 of 16).
   const std::string p = write_edited("tiny-phi3", {}, "calib_phi3");
-  const auto m = LlamaModel::load(p);
+  const auto m = Model::load(p);
   std::filesystem::remove(p);
-  const LlamaConfig& c = m->config();
+  const ModelConfig& c = m->config();
   const std::vector<int32_t> tokens = {1, 300, 17, 42, 260, 99, 5, 318, 77, 123, 200, 201};
   ThreadPool pool(1);
   const QueryStats st = calibrate_query_stats(*m, tokens, 0, pool);
   const int hd = c.head_dim, F = hd / 2;
   std::vector<double> re(static_cast<size_t>(c.n_heads * F), 0.0), im(re.size(), 0.0);
-  const LlamaLayer& L0 = m->layers()[0];
+  const LayerWeights& L0 = m->layers()[0];
   std::vector<float> x(static_cast<size_t>(c.dim)), w(static_cast<size_t>(c.dim));
   for (int32_t t : tokens) {
     dequantize_row(m->token_embedding().type, m->token_embedding().row(t), x.data(), c.dim);

@@ -99,7 +99,7 @@ TEST(KeepLog, SummarizeAverages) {
 
 TEST(Calibrate, Layer0MatchesDirectQueries) {
   KVEVICT_REQUIRE_MODEL(m);
-  const LlamaConfig& c = m->config();
+  const ModelConfig& c = m->config();
   std::vector<int32_t> tokens =
       m->tokenizer().encode("Once upon a time, there was a little girl named Lily. She loved to play.", true);
   ThreadPool pool(2);
@@ -112,7 +112,7 @@ TEST(Calibrate, Layer0MatchesDirectQueries) {
   // = Wq · rmsnorm(embedding(token)) in double.
   for (size_t i = static_cast<size_t>(ctx); i < tokens.size(); i += static_cast<size_t>(ctx))
     tokens[i] = m->tokenizer().bos_id();
-  const LlamaLayer& L = m->layers()[0];
+  const LayerWeights& L = m->layers()[0];
   const int F = c.head_dim / 2;
   std::vector<double> re(static_cast<size_t>(c.n_heads * F)), im(re.size()), ab(re.size());
   std::vector<float> x(static_cast<size_t>(c.dim)), w(static_cast<size_t>(c.dim));

@@ -475,7 +475,7 @@ TEST(BatchedDecode, LongContextSplitAttentionMatchesPrefill) {
 }
 
 TEST(SynthGguf, WritesLoadableModelsOfEveryType) {
-  // Expected: `tiny` written in each type loads through LlamaModel::load with the declared
+  // Expected: `tiny` written in each type loads through Model::load with the declared
   // shape, tokenizes through its byte vocabulary, and prefill + decode give finite logits;
   // the same seed gives the same file, another seed a different one.
   // K-quants need rows of whole 256-element super-blocks (else they fall back, see
@@ -496,7 +496,7 @@ TEST(SynthGguf, WritesLoadableModelsOfEveryType) {
     SCOPED_TRACE(type + " " + shape.name);
     const std::string path = dir + "/synth_" + type + ".gguf";
     write_synth_gguf(shape, parse_synth_types(type), 7, path);
-    const auto m = LlamaModel::load(path);
+    const auto m = Model::load(path);
     EXPECT_EQ(m->config().n_vocab, shape.n_vocab);
     EXPECT_EQ(m->config().dim, shape.dim);
     EXPECT_EQ(m->config().n_kv_heads, shape.n_kv_heads);

@@ -1,5 +1,5 @@
 // LongRoPE (phi3: Phi-3.5, Phi-4-mini): two per-band factor sets, one chosen by the context size
-// the model runs with, and an attention factor on cos/sin (model/llama.h LongRopeInfo,
+// the model runs with, and an attention factor on cos/sin (model/model.h LongRopeInfo,
 // model/rope.h).
 //
 // Expected values are computed here, never by the code under test:
@@ -100,8 +100,8 @@ std::string write_phi3(const std::string& name, const SynthShape& s) {
   return p;
 }
 
-std::unique_ptr<LlamaModel> load(const std::string& path, int64_t context_size = 0) {
-  return LlamaModel::load(path, LoadOptions{.tokenizer = false, .print_warnings = false, .context_size = context_size});
+std::unique_ptr<Model> load(const std::string& path, int64_t context_size = 0) {
+  return Model::load(path, LoadOptions{.tokenizer = false, .print_warnings = false, .context_size = context_size});
 }
 
 // RoPE written from the formula in double (see the file comment); x: [head_dim].
@@ -167,7 +167,7 @@ class Layer0Queries final : public AttentionObserver {
   }
 };
 
-std::vector<std::vector<float>> run_full(const LlamaModel& m, const std::vector<int32_t>& tokens, int64_t P) {
+std::vector<std::vector<float>> run_full(const Model& m, const std::vector<int32_t>& tokens, int64_t P) {
   Engine engine(m, 2);
   auto seq = engine.new_sequence(0, make_policy("full"), {}, P, static_cast<int64_t>(tokens.size()) - P);
   std::vector<std::vector<float>> out(1);
@@ -220,14 +220,14 @@ TEST_F(LongRope, ForwardRotatesLayer0QueriesAndKeysByTheFormula) {
   const GgufFile f = GgufFile::open(p);
   const std::vector<int32_t> tokens = {5, 77, 300, 12, 260, 141};
   const int64_t pos0 = 5000;
-  const LlamaConfig& c = m->config();
+  const ModelConfig& c = m->config();
   SequenceKv kv(KvShape{c.n_layers, c.n_kv_heads, c.head_dim, KvType::F32}, 8);
   Layer0Queries obs;
   ThreadPool pool(2);
   ForwardBuffers buf;
   std::vector<float> logits;
   const Rope rope(c.rope);
-  llama_forward(*m, rope, kv, tokens, pos0, PositionMode::Logical, LogitsWanted::Last, logits, &obs, false, true, pool,
+  model_forward(*m, rope, kv, tokens, pos0, PositionMode::Logical, LogitsWanted::Last, logits, &obs, false, true, pool,
                 buf);
   double worst = 0, worst_short = 0;
   for (size_t t = 0; t < tokens.size(); ++t) {
@@ -524,7 +524,7 @@ TEST_F(LongRope, TriAttentionRefusesStatisticsOfTheOtherFactorSet) {
   const std::string stats = temp_path("tri_sets.json");
   save_query_stats(st, stats);
   EXPECT_EQ(load_query_stats(stats).rope_inv_freq, st.rope_inv_freq);
-  const auto run = [&](const LlamaModel& m) {
+  const auto run = [&](const Model& m) {
     Engine engine(m, 1);
     EvictionConfig cfg;
     cfg.budget = 24;

@@ -59,7 +59,7 @@ inline EvictionTrace trace_eviction(Engine& engine, Sequence& seq, const std::ve
 
 /// trace_eviction of policy `random` (budget B and recent buffer r in tokens, `seed`, 2 threads,
 /// room for `max_new` decoded tokens) on `m` over tokens[0, n).
-inline EvictionTrace trace_random_eviction(const LlamaModel& m, const std::vector<int32_t>& tokens, int64_t P, int n,
+inline EvictionTrace trace_random_eviction(const Model& m, const std::vector<int32_t>& tokens, int64_t P, int n,
                                            int64_t B, int64_t r, uint64_t seed, int64_t max_new) {
   Engine engine(m, 2);
   EvictionConfig cfg;

@@ -10,21 +10,21 @@
 
 #include "engine/engine.h"
 #include "eviction/registry.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "test_paths.h"
 
 namespace kvevict::test {
 
-inline const LlamaModel* stories_model() {
-  static std::unique_ptr<LlamaModel> m = [] {
-    return std::filesystem::exists(stories260k()) ? LlamaModel::load(stories260k()) : nullptr;
+inline const Model* stories_model() {
+  static std::unique_ptr<Model> m = [] {
+    return std::filesystem::exists(stories260k()) ? Model::load(stories260k()) : nullptr;
   }();
   return m.get();
 }
 
 /// `n_total` token ids: a fixed story prompt (with BOS) plus the model's own greedy continuation
 /// computed with `full`, so every policy under test decodes the same, natural tokens.
-inline std::vector<int32_t> greedy_story_tokens(const LlamaModel& m, int n_total) {
+inline std::vector<int32_t> greedy_story_tokens(const Model& m, int n_total) {
   auto ids = m.tokenizer().encode("Once upon a time, Lily and Ben found a small red box", true);
   Engine engine(m, 1);
   auto seq = engine.new_sequence(0, make_policy("full"), {}, static_cast<int64_t>(ids.size()), n_total);
@@ -38,7 +38,7 @@ inline std::vector<int32_t> greedy_story_tokens(const LlamaModel& m, int n_total
 }
 
 #define KVEVICT_REQUIRE_MODEL(var)                                     \
-  const ::kvevict::LlamaModel* var = ::kvevict::test::stories_model(); \
+  const ::kvevict::Model* var = ::kvevict::test::stories_model(); \
   if (!var) KVEVICT_SKIP_UNLESS_CI("stories260K not found under " << ::kvevict::test::shared_dir())
 
 }  // namespace kvevict::test

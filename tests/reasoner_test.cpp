@@ -8,7 +8,7 @@
 
 #include "engine/engine.h"
 #include "eval/grader.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "tasks/generator.h"
 #include "tasks/solve.h"
 
@@ -19,8 +19,8 @@ std::string shipped_model() { return std::string(KVEVICT_SOURCE_DIR) + "/models/
 
 TEST(Reasoner, ShippedModelLoadsWithItsTokenizer) {
   ASSERT_TRUE(std::filesystem::exists(shipped_model())) << shipped_model();
-  const auto model = LlamaModel::load(shipped_model());
-  const LlamaConfig& c = model->config();
+  const auto model = Model::load(shipped_model());
+  const ModelConfig& c = model->config();
   EXPECT_GE(c.context_length, 2048);
   EXPECT_GT(c.n_heads, c.n_kv_heads);  // grouped-query attention
   EXPECT_LT(std::filesystem::file_size(shipped_model()), 20u * 1024 * 1024);
@@ -33,7 +33,7 @@ TEST(Reasoner, ShippedModelLoadsWithItsTokenizer) {
 
 TEST(Reasoner, SolvesHeldOutTasksWithFullCache) {
   ASSERT_TRUE(std::filesystem::exists(shipped_model())) << shipped_model();
-  const auto model = LlamaModel::load(shipped_model());
+  const auto model = Model::load(shipped_model());
   Engine engine(*model, 1);
   // Seed 5000 is never used for training (training seeds are < 1000). Lengths: a short task and
   // one at the default evaluation's longest trace length (~600 tokens). The model's measured

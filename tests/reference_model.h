@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "format/gguf.h"
-#include "model/llama.h"
+#include "model/model.h"
 
 namespace kvevict::test {
 
 class ReferenceLlama {
  public:
-  explicit ReferenceLlama(const LlamaModel& m)
+  explicit ReferenceLlama(const Model& m)
       : m_(m), c_(m.config()), factors_(c_.rope.freq_factors), attn_factor_(c_.rope.attn_factor) {}
 
   /// Uses these per-band frequency divisors [n_rot / 2] and attention factor instead of the
@@ -43,7 +43,7 @@ class ReferenceLlama {
     std::vector<std::vector<float>> x(T, std::vector<float>(dim));
     for (int t = 0; t < T; ++t) x[t] = row(m_.token_embedding(), tokens[t]);
     for (int l = 0; l < c_.n_layers; ++l) {
-      const LlamaLayer& L = m_.layers()[l];
+      const LayerWeights& L = m_.layers()[l];
       std::vector<std::vector<float>> q(T), k(T), v(T);
       for (int t = 0; t < T; ++t) {
         const auto xn = norm(x[t], L.attn_norm);
@@ -142,8 +142,8 @@ class ReferenceLlama {
       x[ib] = a * s + b * c;
     }
   }
-  const LlamaModel& m_;
-  const LlamaConfig& c_;
+  const Model& m_;
+  const ModelConfig& c_;
   std::vector<float> factors_;
   double attn_factor_ = 1.0;
 };

@@ -34,7 +34,7 @@ std::vector<std::string> every_policy() {
 
 /// Values for parameters a policy requires (it throws without them): a calibrated statistics file
 /// for every text parameter named `stats`.
-std::vector<std::string> required_params(const LlamaModel& m, const std::string& policy) {
+std::vector<std::string> required_params(const Model& m, const std::string& policy) {
   std::vector<std::string> out;
   const std::string base = policy.substr(0, policy.find('+'));
   for (const PolicyInfo* p : all_policies()) {
@@ -55,7 +55,7 @@ std::vector<std::string> required_params(const LlamaModel& m, const std::string&
 }
 
 /// Positions held by every (layer, KV head) after each round, for one run.
-std::vector<std::vector<std::vector<int32_t>>> rounds_of(const LlamaModel& m, const Policy& p, int threads,
+std::vector<std::vector<std::vector<int32_t>>> rounds_of(const Model& m, const Policy& p, int threads,
                                                          uint64_t seed, const std::vector<int32_t>& tokens,
                                                          int64_t prompt, int64_t B, int64_t r, SequenceStats* stats) {
   Engine engine(m, threads);

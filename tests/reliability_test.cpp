@@ -11,7 +11,7 @@
 #include "eval/perplexity.h"
 #include "eviction/registry.h"
 #include "eviction/schedule.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "model_fixture.h"
 #include "test_paths.h"
 #include "util/error.h"

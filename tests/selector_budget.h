@@ -25,7 +25,7 @@ namespace kvevict::test {
 /// decode step that layer 0 holds at most B + r slots (tokens), that at least 5 eviction rounds
 /// ran and that the last logits are finite. Stops at the first failure (wrap in
 /// ASSERT_NO_FATAL_FAILURE).
-inline void expect_selectors_within_budget(const LlamaModel& m, const std::vector<int32_t>& tokens,
+inline void expect_selectors_within_budget(const Model& m, const std::vector<int32_t>& tokens,
                                            std::span<const int32_t> calib, const std::string& stats_path, int64_t P,
                                            int64_t N, int64_t B, int64_t r) {
   ThreadPool pool(2);

@@ -681,7 +681,7 @@ TEST(SelectorParams, BadValuesAreErrors) {
 /// Statistics for `triattention` from the TinyStories sample (not an evaluation text here).
 const std::string& stories_stats() {
   static const std::string path = [] {
-    const LlamaModel* m = test::stories_model();
+    const Model* m = test::stories_model();
     std::ifstream f(test::shared_path("data/tinystories/tinystories_sample.txt"));
     const std::string text((std::istreambuf_iterator<char>(f)), {});
     ThreadPool pool(2);
@@ -709,7 +709,7 @@ Policy build(const std::string& spec, std::optional<int> sinks = std::nullopt) {
   return make_policy(spec, std::nullopt, sinks, SelectorParams::parse(params));
 }
 
-std::vector<int32_t> story(const LlamaModel& m, int n) {
+std::vector<int32_t> story(const Model& m, int n) {
   // The prompt plus a fixed pseudo-random continuation, so every policy sees the same tokens.
   auto ids = m.tokenizer().encode("Once upon a time, Lily and Ben found a small red box", true);
   std::mt19937 gen(5);

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "eviction/registry.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "serve/scheduler.h"
 #include "util/error.h"
 #include "util/rng.h"
@@ -26,8 +26,8 @@ using serve::Scheduler;
 using serve::SchedulerOptions;
 using serve::StepRecord;
 
-std::unique_ptr<LlamaModel> reasoner() {
-  return LlamaModel::load(std::string(KVEVICT_SOURCE_DIR) + "/models/reasoner/reasoner.gguf");
+std::unique_ptr<Model> reasoner() {
+  return Model::load(std::string(KVEVICT_SOURCE_DIR) + "/models/reasoner/reasoner.gguf");
 }
 
 GenerationParams params(std::vector<int32_t> prompt, int64_t max_tokens, const std::string& policy, uint64_t seed) {
@@ -44,7 +44,7 @@ GenerationParams params(std::vector<int32_t> prompt, int64_t max_tokens, const s
   return p;
 }
 
-std::vector<int32_t> long_prompt(const LlamaModel& m, int64_t n) {
+std::vector<int32_t> long_prompt(const Model& m, int64_t n) {
   Rng rng(stream_id({77, 0x4C4F4E47ULL}));
   std::vector<int32_t> ids(static_cast<size_t>(n));
   for (auto& t : ids) t = static_cast<int32_t>(1 + rng() % static_cast<uint64_t>(m.config().n_vocab - 1));

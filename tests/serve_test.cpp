@@ -20,7 +20,7 @@
 #include "engine/sampler.h"
 #include "format/gguf.h"
 #include "kvcache/kv_pool.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "model/tokenizer.h"
 #include "serve/http_server.h"
 #include "serve/load_client.h"
@@ -165,7 +165,7 @@ TEST(ServeRequest, HugeNumbersAreOutOfRangeNotWrapped) {
 class TestServer {
  public:
   TestServer(const std::string& model_path, serve::SchedulerOptions so, serve::ApiOptions ao) {
-    model_ = LlamaModel::load(model_path);
+    model_ = Model::load(model_path);
     if (ao.model_name.empty()) ao.model_name = "test-model";
     if (ao.max_tokens_limit == 0) ao.max_tokens_limit = model_->config().context_length;
     if (ao.chat_unavailable.empty()) ao.chat_unavailable = "chat templates are not available in this build";
@@ -187,7 +187,7 @@ class TestServer {
     thread_.join();
   }
   int port() const { return port_; }
-  const LlamaModel& model() const { return *model_; }
+  const Model& model() const { return *model_; }
   serve::Scheduler& sched() { return *sched_; }
   std::unique_ptr<httplib::Client> client() const {
     auto c = std::make_unique<httplib::Client>("127.0.0.1", port_);
@@ -200,7 +200,7 @@ class TestServer {
   }
 
  private:
-  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<serve::Scheduler> sched_;
   std::unique_ptr<serve::ApiServer> api_;
   std::thread thread_;
@@ -277,7 +277,7 @@ Streamed post_stream(int port, const json& body, int stop_after_chunks = -1,
 
 // Reference: the request's sequence run alone through the Engine with `kvevict generate`'s
 // sampling streams (seed, sequence 0, step), independent of the scheduler and HTTP layers.
-std::string reference_text(const LlamaModel& m, const std::string& prompt, const Policy& policy,
+std::string reference_text(const Model& m, const std::string& prompt, const Policy& policy,
                            const EvictionConfig& cfg, const SamplerConfig& sc, int64_t max_tokens, int64_t* rounds) {
   Engine e(m, 1);
   const auto ids = m.tokenizer().encode(prompt, true);
@@ -362,8 +362,8 @@ TEST(Serve, StreamedTextEqualsNonStreamedAndStopStringsAreCut) {
 TEST(Serve, PoolAdmitsExactlyNBoundedSequencesAndTheNextWaits) {
   // B = 32, r = 8, prompt <= B: each sequence reserves (B + r) slots x layers x KV heads x
   // (2 x head_dim x 4 + 4) bytes (the formula, computed here from the model's shape).
-  const auto m = LlamaModel::load(reasoner_path());
-  const LlamaConfig& c = m->config();
+  const auto m = Model::load(reasoner_path());
+  const ModelConfig& c = m->config();
   const int64_t per_seq = int64_t{40} * c.n_layers * c.n_kv_heads * (2 * c.head_dim * 4 + 4);
   TestServer s(reasoner_path(), small_opts(3 * per_seq + per_seq / 2), {});
   const json b = {{"prompt", "AB\n"},      {"max_tokens", 2000}, {"ignore_eos", true},
@@ -410,8 +410,8 @@ TEST(Serve, FullReservesPromptPlusMaxTokensSoFewerSequencesFit) {
   // Pool of 4 bounded sequences (B = 32, r = 8: 40 slots each). `full` with prompt 3 +
   // max_tokens 77 needs 80 slots per sequence (prompt + max_tokens), so 2 fit; and a `full`
   // request of 2000 tokens is larger than the whole pool: 400 at once.
-  const auto m = LlamaModel::load(reasoner_path());
-  const LlamaConfig& c = m->config();
+  const auto m = Model::load(reasoner_path());
+  const ModelConfig& c = m->config();
   const int64_t slot = int64_t{c.n_layers} * c.n_kv_heads * (2 * c.head_dim * 4 + 4);
   TestServer s(reasoner_path(), small_opts(4 * 40 * slot), {});
   EXPECT_EQ(s.sched().pool().capacity() / (80 * slot), 2);

@@ -1,7 +1,7 @@
 """The small llama-architecture decoder kvevict ships, and its character vocabulary.
 
 Shared by tools/train_reasoner.py and tools/export_gguf.py. The layout matches what kvevict's
-GGUF loader expects (src/model/llama.cpp): RMSNorm, RoPE in the GGUF adjacent-pair layout
+GGUF loader expects (src/model/loader.cpp): RMSNorm, RoPE in the GGUF adjacent-pair layout
 (pairs x[2i], x[2i+1] rotated by pos * theta^(-2i/d), applied directly, so Q/K rows need no
 permutation on export), grouped-query attention, SwiGLU feed-forward, tied input/output
 embeddings (no output.weight tensor).

@@ -14,7 +14,7 @@
 
 #include "engine/engine.h"
 #include "eviction/registry.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "model/synth.h"
 #include "util/error.h"
 #include "util/rng.h"
@@ -30,10 +30,10 @@ constexpr int64_t kPromptLen = 16;
 
 // Bytes of weights one decode step streams: every matrix once, the output matrix once, one
 // embedding row (the embedding matrix is read whole only when it doubles as the output).
-int64_t weight_bytes_per_step(const LlamaModel& m) {
+int64_t weight_bytes_per_step(const Model& m) {
   const auto mat = [](const WeightMatrix& w) { return w.rows * w.row_bytes; };
   int64_t b = 0;
-  for (const LlamaLayer& L : m.layers())
+  for (const LayerWeights& L : m.layers())
     b += mat(L.wq) + mat(L.wk) + mat(L.wv) + mat(L.wo) + mat(L.w_gate) + mat(L.w_up) + mat(L.w_down) +
         static_cast<int64_t>((L.attn_norm.size() + L.ffn_norm.size()) * sizeof(float));
   b += mat(m.output()) + m.token_embedding().row_bytes;
@@ -83,20 +83,20 @@ void fast_forward(Sequence& seq, int64_t L, uint64_t seed) {
 }
 
 struct Loaded {
-  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Model> model;
   std::unique_ptr<Engine> engine;
 };
 
 Loaded load(const BenchCommon& c) {
   if (c.reps < 1) throw Error(fmt::format("--reps {}: must be >= 1", c.reps));
   Loaded l;
-  l.model = LlamaModel::load(c.model);
+  l.model = Model::load(c.model);
   l.engine = std::make_unique<Engine>(*l.model, c.threads, c.kv_type);
   return l;
 }
 
-nlohmann::json header(const BenchCommon& c, const LlamaModel& m, Engine& e) {
-  const LlamaConfig& mc = m.config();
+nlohmann::json header(const BenchCommon& c, const Model& m, Engine& e) {
+  const ModelConfig& mc = m.config();
   return {{"model", c.model},
           {"weight_type", ggml_type_name(static_cast<uint32_t>(m.weight_type()))},
           {"n_layers", mc.n_layers},
@@ -244,7 +244,7 @@ struct DecodeRow {
 
 // Short context, full cache: the kPromptLen-token prompt, then timed decode steps.
 DecodeRow short_decode(Engine& engine, const DecodeBenchConfig& cfg) {
-  const LlamaModel& m = engine.model();
+  const Model& m = engine.model();
   std::vector<float> logits;
   const auto seq =
       engine.new_sequence(0, make_policy("full"), {}, kPromptLen, 2 + int64_t{cfg.common.reps} * cfg.steps);
@@ -287,14 +287,14 @@ nlohmann::json prefill_json(Engine& engine, int64_t P, const BenchCommon& c) {
 }
 
 // Weight types of the model's matrices by share of bytes, largest first ("q4_k 71%, q6_k 21%").
-std::string type_mix(const LlamaModel& m) {
+std::string type_mix(const Model& m) {
   std::map<std::string, int64_t> bytes;
   int64_t total = 0;
   const auto add = [&](const WeightMatrix& w) {
     bytes[ggml_type_name(static_cast<uint32_t>(w.type))] += w.rows * w.row_bytes;
     total += w.rows * w.row_bytes;
   };
-  for (const LlamaLayer& L : m.layers())
+  for (const LayerWeights& L : m.layers())
     for (const WeightMatrix* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) add(*w);
   add(m.output());
   if (m.output().data != m.token_embedding().data) add(m.token_embedding());  // untied: its bytes too
@@ -416,7 +416,7 @@ nlohmann::json bench_decode(const DecodeBenchConfig& cfg) {
   if (cfg.steps < 1) throw Error(fmt::format("--steps {}: must be >= 1", cfg.steps));
   if (!cfg.shape.empty()) return bench_decode_types(cfg);
   Loaded L = load(cfg.common);
-  const LlamaModel& m = *L.model;
+  const Model& m = *L.model;
   Engine& engine = *L.engine;
   nlohmann::json out = header(cfg.common, m, engine);
   print_load("before");
@@ -530,7 +530,7 @@ nlohmann::json bench_decode(const DecodeBenchConfig& cfg) {
 
 nlohmann::json bench_evict_round(const EvictBenchConfig& cfg) {
   Loaded L = load(cfg.common);
-  const LlamaModel& m = *L.model;
+  const Model& m = *L.model;
   Engine& engine = *L.engine;
   nlohmann::json out = header(cfg.common, m, engine);
   print_load("before");

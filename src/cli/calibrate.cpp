@@ -7,7 +7,7 @@
 #include "cli/progress.h"
 #include "eval/calibrate.h"
 #include "eval/perplexity.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -26,7 +26,7 @@ int run_calibrate(const CalibrateArgs& a) {
   if (a.tokens < 2) throw Error(fmt::format("--tokens {}: must be >= 2", a.tokens));
   if (a.ctx < 0 || a.ctx == 1) throw Error(fmt::format("-c {}: must be 0 (the model's context) or >= 2", a.ctx));
   std::string text = read_file(a.file, "-f");  // before the model: a bad file fails fast
-  const auto model = LlamaModel::load(a.model);
+  const auto model = Model::load(a.model);
   if (a.gutenberg) text = gutenberg_body(text);
   std::vector<int32_t> tokens = model->tokenizer().encode(text, true);
   if (static_cast<int64_t>(tokens.size()) > a.tokens)

@@ -22,7 +22,7 @@
 #include "eval/summary.h"
 #include "eval/tasks.h"
 #include "model/chat_template.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "util/error.h"
 
 namespace kvevict::cli {
@@ -126,7 +126,7 @@ int run_eval(const EvalArgs& a) {
   ro.max_bytes = limits::kFileBytes;
   ro.option = "-f";
   const EvalTaskFile tf = read_tasks(a.tasks, ro);
-  const auto model = LlamaModel::load(a.model);
+  const auto model = Model::load(a.model);
   PromptOptions po;
   po.choice = tmpl;
   po.math_suffix = a.math_suffix.value_or(tf.format != TaskFormat::Kvevict);

@@ -13,7 +13,7 @@
 #include "eval/keeplog.h"
 #include "eval/perplexity.h"
 #include "model/chat_template.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "util/error.h"
 
 namespace kvevict::cli {
@@ -49,7 +49,7 @@ int run_generate(const GenerateArgs& a) {
   // As the server's /v1/completions: an empty prompt is refused, not run from BOS alone.
   // With --chat the template still renders a user turn (the server's chat endpoint takes it too).
   if (a.prompt.empty() && !a.chat) throw Error("-p \"\": the prompt must not be empty");
-  const auto model = LlamaModel::load(a.model);
+  const auto model = Model::load(a.model);
   const Tokenizer& tok = model->tokenizer();
   // With --chat the user's text becomes one user turn (no system prompt, generation prompt
   // added, as the paper runs its models); the rendered text holds special tokens as text.

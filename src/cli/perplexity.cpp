@@ -17,7 +17,7 @@
 #include "engine/sampler.h"
 #include "eval/perplexity.h"
 #include "eval/plots.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "util/error.h"
 
 namespace kvevict::cli {
@@ -63,10 +63,10 @@ int run_perplexity(const PerplexityArgs& a) {
   if (a.smooth < 0) throw Error(fmt::format("--smooth {}: must be >= 0", a.smooth));
   std::string text = read_file(a.file, "-f");  // before the model: a bad file fails fast
   // Chunked mode runs n_ctx-token sequences, as llama-perplexity -c does, so LongRoPE picks its
-  // factor set by that size (model/llama.h); token-by-token mode runs up to context_length.
+  // factor set by that size (model/model.h); token-by-token mode runs up to context_length.
   LoadOptions lo;
   lo.context_size = a.ctx;
-  const auto model = LlamaModel::load(a.model, lo);
+  const auto model = Model::load(a.model, lo);
   if (a.gutenberg) {
     const size_t before = text.size();
     text = gutenberg_body(text);

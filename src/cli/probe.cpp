@@ -14,7 +14,7 @@
 #include "engine/engine.h"
 #include "eval/perplexity.h"
 #include "eval/probe.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "util/error.h"
 #include "util/rng.h"
 
@@ -55,7 +55,7 @@ int run_probe(const ProbeArgs& a) {
   for (const int64_t d : distances)
     if (d > limits::kTokens) throw Error(fmt::format("--distances {}: {} must be <= {}", a.distances, d, limits::kTokens));
   const std::vector<int64_t> budgets = budget_grid(a.budgets, a.policy.budget);
-  const auto model = LlamaModel::load(a.model);
+  const auto model = Model::load(a.model);
   Engine engine(*model, a.threads);
   const KvShape shape = engine.kv_shape();
   std::vector<int64_t> keep_heads;

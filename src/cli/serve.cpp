@@ -15,7 +15,7 @@
 #include "cli/common.h"
 #include "kvcache/kv_pool.h"
 #include "model/chat_template.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "serve/http_server.h"
 #include "serve/scheduler.h"
 #include "util/error.h"
@@ -90,11 +90,11 @@ int run_serve(const ServeArgs& a) {
   sigaction(SIGTERM, &sa, nullptr);
 
   if (!a.chat_template.empty()) (void)ChatTemplate::by_name(a.chat_template);  // bad name: fail before loading
-  const auto model = LlamaModel::load(a.model);
+  const auto model = Model::load(a.model);
   const Policy policy = build_policy(a.policy, default_policy(a.policy));
   const EvictionConfig cfg = build_eviction(a.policy, policy);
   const KvType kv_type = parse_kv_type(a.kv_type);
-  const LlamaConfig& mc = model->config();
+  const ModelConfig& mc = model->config();
   const KvShape shape{mc.n_layers, mc.n_kv_heads, mc.head_dim, kv_type};
 
   // Default pool: half of the memory available after the model is loaded.

@@ -17,7 +17,7 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "eval/grader.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "tasks/generator.h"
 #include "tasks/solve.h"
 #include "util/error.h"
@@ -104,7 +104,7 @@ int run_eval(const EvalArgs& a) {
       tasks.insert(tasks.end(), part.begin(), part.end());
     }
   }
-  const auto model = LlamaModel::load(a.model);
+  const auto model = Model::load(a.model);
   std::vector<std::string> outputs(tasks.size());
   std::atomic<size_t> next{0};
   auto worker = [&] {

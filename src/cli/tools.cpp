@@ -6,7 +6,7 @@
 #include <chrono>
 
 #include "cli/common.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "model/synth.h"
 #include "util/error.h"
 
@@ -29,7 +29,7 @@ int run_synth(const SynthArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   write_synth_gguf(shape, types, a.seed, a.out);
   // Read it back through the real loader so a broken file never leaves this command.
-  const auto model = LlamaModel::load(a.out);
+  const auto model = Model::load(a.out);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   fmt::print("wrote {}: {} shape ({}), {} weights, seed {}, {:.1f}M parameters, {:.1f} MiB of tensors ({:.1f} s)\n",
              a.out, shape.name, shape.arch, a.type, a.seed, static_cast<double>(shape.n_params()) / 1e6,

@@ -34,11 +34,11 @@ class TimedObserver final : public SelectorState {
 };
 }  // namespace
 
-Engine::Engine(const LlamaModel& model, int n_threads, KvType kv_type)
+Engine::Engine(const Model& model, int n_threads, KvType kv_type)
     : model_(model), rope_(model.config().rope), pool_(n_threads), kv_type_(kv_type) {}
 
 KvShape Engine::kv_shape() const {
-  const LlamaConfig& c = model_.config();
+  const ModelConfig& c = model_.config();
   return KvShape{c.n_layers, c.n_kv_heads, c.head_dim, kv_type_};
 }
 
@@ -77,7 +77,7 @@ void Engine::run_prefill(Sequence& seq, std::span<const int32_t> tokens, std::ve
                            timed.get(),
                            wants_probs(seq),
                            /*is_prefill=*/true};
-  llama_forward_segments(model_, rope_, std::span<const ForwardSegment>(&seg, 1),
+  model_forward_segments(model_, rope_, std::span<const ForwardSegment>(&seg, 1),
                          all_logits ? LogitsWanted::All : LogitsWanted::Last, logits, pool_, buf_, allow_blas);
   seq.n_seen += static_cast<int64_t>(tokens.size());
   seq.prompt_len = seq.n_seen;
@@ -89,7 +89,7 @@ void Engine::decode(Sequence& seq, int32_t token, std::vector<float>& logits) {
   const auto t0 = Clock::now();
   const int32_t tok[1] = {token};
   TimedObserver timed(seq);
-  llama_forward(model_, rope_, seq.kv, tok, seq.n_seen, seq.eviction.positions, LogitsWanted::Last, logits, timed.get(),
+  model_forward(model_, rope_, seq.kv, tok, seq.n_seen, seq.eviction.positions, LogitsWanted::Last, logits, timed.get(),
                 wants_probs(seq), /*is_prefill=*/false, pool_, buf_);
   seq.n_seen += 1;
   seq.stats.decode_steps += 1;
@@ -137,7 +137,7 @@ void Engine::forward_step(std::span<Sequence* const> seqs, std::span<const int32
     segs.push_back(ForwardSegment{&p.kv, chunk, p.n_seen, p.eviction.positions, timed.back()->get(), wants_probs(p),
                                   /*is_prefill=*/true});
   }
-  llama_forward_segments(model_, rope_, segs, LogitsWanted::Last, logits, pool_, buf_);
+  model_forward_segments(model_, rope_, segs, LogitsWanted::Last, logits, pool_, buf_);
   // Time shared out per row: one per decoding sequence, |chunk| for the prefill.
   const double per_row = ms_since(t0) / static_cast<double>(seqs.size() + chunk.size());
   for (Sequence* s : seqs) {

@@ -16,7 +16,7 @@
 #include "eviction/schedule.h"
 #include "kvcache/kv_cache.h"
 #include "model/forward.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "util/thread_pool.h"
 
 namespace kvevict {
@@ -61,9 +61,9 @@ class Engine {
  public:
   /// n_threads: worker threads for matmuls, attention and rounds (0 = all cores).
   /// kv_type: element type of the caches new_sequence allocates (F32 default, F16 halves them).
-  Engine(const LlamaModel& model, int n_threads, KvType kv_type = KvType::F32);
+  Engine(const Model& model, int n_threads, KvType kv_type = KvType::F32);
 
-  const LlamaModel& model() const { return model_; }
+  const Model& model() const { return model_; }
   ThreadPool& pool() { return pool_; }
   /// Shape (and element type) of the caches this engine allocates.
   KvShape kv_shape() const;
@@ -129,7 +129,7 @@ class Engine {
                     std::span<const int32_t> chunk, std::vector<float>& logits);
   void run_prefill(Sequence& seq, std::span<const int32_t> tokens, std::vector<float>& logits, bool all_logits,
                    bool allow_blas);
-  const LlamaModel& model_;
+  const Model& model_;
   Rope rope_;
   ThreadPool pool_;
   KvType kv_type_ = KvType::F32;

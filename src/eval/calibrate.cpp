@@ -18,7 +18,7 @@ namespace {
 /// Sums of the pre-RoPE query bands per (layer, head, band) over every observed query token.
 class QuerySums final : public SelectorState {
  public:
-  QuerySums(const LlamaConfig& c, const Rope& rope)
+  QuerySums(const ModelConfig& c, const Rope& rope)
       : c_(c), rope_(rope), re_(size()), im_(size()), abs_(size()), q_(static_cast<size_t>(c.head_dim)) {}
 
   void observe(const AttentionObservation& obs) override {
@@ -58,7 +58,7 @@ class QuerySums final : public SelectorState {
         static_cast<size_t>(c_.head_dim / 2) +
         static_cast<size_t>(band);
   }
-  const LlamaConfig& c_;
+  const ModelConfig& c_;
   const Rope& rope_;
   std::vector<double> re_, im_, abs_;
   std::vector<float> q_;
@@ -66,9 +66,9 @@ class QuerySums final : public SelectorState {
 
 }  // namespace
 
-QueryStats calibrate_query_stats(const LlamaModel& model, std::span<const int32_t> tokens, int64_t ctx,
+QueryStats calibrate_query_stats(const Model& model, std::span<const int32_t> tokens, int64_t ctx,
                                  ThreadPool& pool, const std::function<void(int64_t, int64_t)>& on_chunk) {
-  const LlamaConfig& c = model.config();
+  const ModelConfig& c = model.config();
   if (ctx == 0) ctx = c.context_length;
   if (ctx < 2) throw Error(fmt::format("calibration chunk size {} must be >= 2 tokens", ctx));
   if (tokens.size() < 2) throw Error(fmt::format("calibration needs at least 2 tokens, got {}", tokens.size()));
@@ -83,7 +83,7 @@ QueryStats calibrate_query_stats(const LlamaModel& model, std::span<const int32_
     chunk.assign(tokens.begin() + start, tokens.begin() + std::min(n, start + ctx));
     if (start > 0 && model.tokenizer().add_bos()) chunk[0] = model.tokenizer().bos_id();
     SequenceKv kv(shape, static_cast<int64_t>(chunk.size()));
-    llama_forward(model, rope, kv, chunk, 0, PositionMode::Logical, LogitsWanted::None, logits, &sums,
+    model_forward(model, rope, kv, chunk, 0, PositionMode::Logical, LogitsWanted::None, logits, &sums,
                   /*want_probs=*/false, /*is_prefill=*/true, pool, buf);
     if (on_chunk) on_chunk(std::min(n, start + ctx), n);
   }

@@ -10,7 +10,7 @@
 #include <span>
 
 #include "eviction/query_stats.h"
-#include "model/llama.h"
+#include "model/model.h"
 
 namespace kvevict {
 
@@ -25,7 +25,7 @@ class ThreadPool;
 /// tokens = tokens.size() and model/source left empty for the caller.
 /// Throws kvevict::Error when fewer than 2 tokens are given or ctx is 1 or negative.
 /// `on_chunk(tokens_done, tokens_total)`, when set, is called after each chunk (progress).
-QueryStats calibrate_query_stats(const LlamaModel& model, std::span<const int32_t> tokens, int64_t ctx,
+QueryStats calibrate_query_stats(const Model& model, std::span<const int32_t> tokens, int64_t ctx,
                                  ThreadPool& pool, const std::function<void(int64_t, int64_t)>& on_chunk = nullptr);
 
 }  // namespace kvevict

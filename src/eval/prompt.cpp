@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "model/llama.h"
+#include "model/model.h"
 #include "util/error.h"
 
 namespace kvevict {
@@ -17,7 +17,7 @@ TemplateChoice parse_template_choice(const std::string& name) {
   throw Error(fmt::format("--template '{}': expected auto, plain or chat", name));
 }
 
-PromptBuilder::PromptBuilder(const LlamaModel& model, const PromptOptions& opts,
+PromptBuilder::PromptBuilder(const Model& model, const PromptOptions& opts,
                              const std::function<void(const std::string&)>& warn, const ChatPromptOptions& chat)
     : model_(model), opts_(opts), chat_opts_(chat) {
   if (opts.choice == TemplateChoice::Plain) return;

@@ -20,7 +20,7 @@
 
 namespace kvevict {
 
-class LlamaModel;
+class Model;
 
 /// The paper's math suffix.
 inline constexpr const char* kMathSuffix = "Please reason step by step, and put your final answer within \\boxed{}.";
@@ -55,7 +55,7 @@ class PromptBuilder {
   /// receives one message when Auto falls back to plain although a template is present.
   /// Throws kvevict::Error when Chat was asked for and no supported template is present.
   /// `chat.chat_template` overrides the detected family (an unknown name throws).
-  PromptBuilder(const LlamaModel& model, const PromptOptions& opts,
+  PromptBuilder(const Model& model, const PromptOptions& opts,
                 const std::function<void(const std::string&)>& warn = {}, const ChatPromptOptions& chat = {});
 
   /// The user message: problem, then "\n" + kMathSuffix when math_suffix is set.
@@ -69,7 +69,7 @@ class PromptBuilder {
   const std::string& template_name() const { return template_; }
 
  private:
-  const LlamaModel& model_;
+  const Model& model_;
   PromptOptions opts_;
   ChatPromptOptions chat_opts_;
   std::string template_ = "plain";

@@ -29,7 +29,7 @@ namespace kvevict {
 class ThreadPool;
 
 /// A weight matrix [rows, cols] stored row-major in a ggml type (rows of row_bytes bytes), in
-/// place (e.g. inside a GGUF mapping). The model's weights are these views (model/llama.h).
+/// place (e.g. inside a GGUF mapping). The model's weights are these views (model/model.h).
 struct WeightView {
   GgmlType type = GgmlType::F32;
   const uint8_t* data = nullptr;

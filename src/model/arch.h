@@ -9,7 +9,7 @@
 //   phi3   — Phi-3/3.5, Phi-4(-mini, -reasoning): fused `attn_qkv` [Q|K|V] and fused `ffn_up`
 //            [gate|up], NEOX RoPE over `rope.dimension_count` dims (partial rotary), optional
 //            LongRoPE (`rope_factors_short/long.weight` + `rope.scaling.attn_factor`,
-//            Phi-3.5 / Phi-4-mini; model/llama.h says which set is used).
+//            Phi-3.5 / Phi-4-mini; model/model.h says which set is used).
 // Common to all: pre-norm RMSNorm blocks, SwiGLU FFN, GQA, tied output when `output.weight` is
 // absent.
 //

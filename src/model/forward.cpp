@@ -1,4 +1,4 @@
-// The forward pass, step by step. llama_forward_segments at the bottom reads top to bottom:
+// The forward pass, step by step. model_forward_segments at the bottom reads top to bottom:
 // plan the batch, embed, RoPE angles, then per layer attention (project, RoPE + store, attend,
 // merge split rows, observe, output projection) and FFN, then the logits.
 #include "model/forward.h"
@@ -50,7 +50,7 @@ struct Batch {
 };
 
 // Checks every segment (before any cache is modified) and lays out the rows.
-Batch plan_batch(const LlamaConfig& c, std::span<const ForwardSegment> segments) {
+Batch plan_batch(const ModelConfig& c, std::span<const ForwardSegment> segments) {
   if (segments.empty()) throw Error("forward pass called with no sequences");
   Batch b;
   b.seg = segments;
@@ -102,7 +102,7 @@ int64_t attention_chunk(int64_t n_slots) {
 // The forward pass of one call: activations sized for the batch, one method per step.
 class ForwardPass {
  public:
-  ForwardPass(const LlamaModel& model, const Rope& rope, const Batch& b, ThreadPool& pool, ForwardBuffers& buf,
+  ForwardPass(const Model& model, const Rope& rope, const Batch& b, ThreadPool& pool, ForwardBuffers& buf,
               bool allow_blas)
       : m_(model), c_(model.config()), rope_(rope), b_(b), pool_(pool), buf_(buf), blas_(allow_blas) {
     const int64_t T = b.T;
@@ -144,7 +144,7 @@ class ForwardPass {
 
   // Pre-norm attention block: x += Wo · attention(RoPE(project(rmsnorm(x)))).
   void attention_block(int l) {
-    const LlamaLayer& L = m_.layers()[at(l)];
+    const LayerWeights& L = m_.layers()[at(l)];
     project_qkv(L);
     rope_and_store(l);
     plan_attention();
@@ -157,7 +157,7 @@ class ForwardPass {
 
   // Pre-norm SwiGLU block: x += W_down · (SiLU(W_gate · h) ⊙ (W_up · h)), h = rmsnorm(x).
   void ffn_block(int l) {
-    const LlamaLayer& L = m_.layers()[at(l)];
+    const LayerWeights& L = m_.layers()[at(l)];
     const int64_t T = b_.T;
     for (int64_t t = 0; t < T; ++t) rmsnorm(x_ + t * c_.dim, L.ffn_norm.data(), c_.dim, c_.rms_eps, xn_ + t * c_.dim);
     run_jobs({{L.w_gate, gate_}, {L.w_up, up_}}, xn_, T);
@@ -188,7 +188,7 @@ class ForwardPass {
   }
 
   // q, k, v = projections of rmsnorm(x), plus biases (qwen2) and per-head Q/K RMSNorm (qwen3).
-  void project_qkv(const LlamaLayer& L) {
+  void project_qkv(const LayerWeights& L) {
     const int64_t T = b_.T;
     const int hd = c_.head_dim;
     for (int64_t t = 0; t < T; ++t) rmsnorm(x_ + t * c_.dim, L.attn_norm.data(), c_.dim, c_.rms_eps, xn_ + t * c_.dim);
@@ -357,8 +357,8 @@ class ForwardPass {
     }
   }
 
-  const LlamaModel& m_;
-  const LlamaConfig& c_;
+  const Model& m_;
+  const ModelConfig& c_;
   const Rope& rope_;
   const Batch& b_;
   ThreadPool& pool_;
@@ -375,7 +375,7 @@ class ForwardPass {
 
 }  // namespace
 
-void llama_forward_segments(const LlamaModel& model, const Rope& rope, std::span<const ForwardSegment> segments,
+void model_forward_segments(const Model& model, const Rope& rope, std::span<const ForwardSegment> segments,
                             LogitsWanted wanted, std::vector<float>& logits, ThreadPool& pool, ForwardBuffers& buf,
                             bool allow_blas) {
   const Batch batch = plan_batch(model.config(), segments);
@@ -389,12 +389,12 @@ void llama_forward_segments(const LlamaModel& model, const Rope& rope, std::span
   pass.output_logits(wanted, logits);
 }
 
-void llama_forward(const LlamaModel& model, const Rope& rope, SequenceKv& kv, std::span<const int32_t> tokens,
+void model_forward(const Model& model, const Rope& rope, SequenceKv& kv, std::span<const int32_t> tokens,
                    int64_t pos0, PositionMode mode, LogitsWanted wanted, std::vector<float>& logits,
                    AttentionObserver* observer, bool want_probs, bool is_prefill, ThreadPool& pool,
                    ForwardBuffers& buf) {
   const ForwardSegment seg{&kv, tokens, pos0, mode, observer, want_probs, is_prefill};
-  llama_forward_segments(model, rope, std::span<const ForwardSegment>(&seg, 1), wanted, logits, pool, buf,
+  model_forward_segments(model, rope, std::span<const ForwardSegment>(&seg, 1), wanted, logits, pool, buf,
                          /*allow_blas=*/true);
 }
 

@@ -23,7 +23,7 @@
 
 #include "kernels/matmul.h"
 #include "kvcache/kv_cache.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "model/observer.h"
 #include "model/rope.h"
 
@@ -58,11 +58,11 @@ struct ForwardSegment {
 };
 
 /// Runs every segment's tokens through the model in one pass (weights streamed once).
-/// Per segment the semantics are llama_forward's. logits: Last -> [n_segments, n_vocab] (each
+/// Per segment the semantics are model_forward's. logits: Last -> [n_segments, n_vocab] (each
 /// segment's last token); All -> [Σ T_i, n_vocab] in segment order; None -> untouched.
 /// allow_blas: matmuls with many rows may use BLAS (prefill; slightly different rounding).
-/// Throws kvevict::Error as llama_forward for any segment (before any cache is modified).
-void llama_forward_segments(const LlamaModel& model, const Rope& rope, std::span<const ForwardSegment> segments,
+/// Throws kvevict::Error as model_forward for any segment (before any cache is modified).
+void model_forward_segments(const Model& model, const Rope& rope, std::span<const ForwardSegment> segments,
                             LogitsWanted wanted, std::vector<float>& logits, ThreadPool& pool, ForwardBuffers& buf,
                             bool allow_blas = false);
 
@@ -74,7 +74,7 @@ void llama_forward_segments(const LlamaModel& model, const Rope& rope, std::span
 /// want_probs also its attention probabilities; without want_probs none are computed.
 /// is_prefill is passed on to the observer (AttentionObservation::prefill).
 /// Throws kvevict::Error when a token id is out of range or the cache lacks room for T slots.
-void llama_forward(const LlamaModel& model, const Rope& rope, SequenceKv& kv, std::span<const int32_t> tokens,
+void model_forward(const Model& model, const Rope& rope, SequenceKv& kv, std::span<const int32_t> tokens,
                    int64_t pos0, PositionMode mode, LogitsWanted wanted, std::vector<float>& logits,
                    AttentionObserver* observer, bool want_probs, bool is_prefill, ThreadPool& pool,
                    ForwardBuffers& buf);

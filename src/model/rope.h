@@ -38,7 +38,7 @@ namespace kvevict {
 /// Pairing of head coordinates into rotated bands (see the file comment).
 enum class RopeStyle { Adjacent, Neox };
 
-/// Everything that fixes a model's RoPE. Filled by the model loader (model/llama.h).
+/// Everything that fixes a model's RoPE. Filled by the model loader (model/model.h).
 struct RopeConfig {
   int head_dim = 0;        ///< coordinates per head
   int n_rot = 0;           ///< rotated coordinates (even, <= head_dim); 0 means head_dim

@@ -14,7 +14,7 @@
 // and `tiny-phi3` (partial rotary: 12 of 16 dims) for tests. Family tensors: qwen2 Q/K/V
 // biases (random), qwen3 Q/K norms (ones), phi3 fused attn_qkv and ffn_up [gate | up].
 //
-// The file is a GGUF v3 of llama.cpp's "llama" naming (model/llama.h), written by
+// The file is a GGUF v3 of llama.cpp's "llama" naming (model/model.h), written by
 // format/gguf_writer.h: 2-D weights (and token_embd, output) in the requested type or mix
 // (SynthTypes), norm vectors in F32 (all ones). Weights are uniform in ±sqrt(3 / cols) (unit-variance products),
 // drawn from xoshiro256** streams keyed by (seed, tensor index, row), so the file is a pure
@@ -43,7 +43,7 @@ struct SynthShape {
   std::string arch = "llama";
   int head_dim = 0;  ///< per-head width; 0 means dim / n_heads (written as attention.key_length otherwise)
   int n_rot = 0;     ///< rotated dims (rope.dimension_count); 0 means head_dim
-  /// LongRoPE (phi3 only; model/llama.h LongRopeInfo): when set, written as the F32 tensors
+  /// LongRoPE (phi3 only; model/model.h LongRopeInfo): when set, written as the F32 tensors
   /// rope_factors_short.weight and rope_factors_long.weight [n_rot / 2] (both or neither).
   std::vector<float> rope_factors_short{}, rope_factors_long{};
   int original_context_length = 0;  ///< `rope.scaling.original_context_length`, written when > 0

@@ -62,7 +62,7 @@ struct Scheduler::Active {
       : req(std::move(r)), choice(c), seq(std::move(s)), text(req->params.stop), bytes(b) {}
 };
 
-Scheduler::Scheduler(const LlamaModel& model, SchedulerOptions opt)
+Scheduler::Scheduler(const Model& model, SchedulerOptions opt)
     : model_(model), opt_(opt), engine_(model, opt.threads, opt.kv_type), pool_(opt.kv_memory_bytes) {
   if (opt.max_seqs < 1) throw Error(fmt::format("--max-seqs {}: must be >= 1", opt.max_seqs));
   // Every request passes through the queue, so 0 would refuse everything.

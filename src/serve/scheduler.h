@@ -147,7 +147,7 @@ enum class Admission { Queued, QueueFull, TooLarge, ShuttingDown };
 class Scheduler {
  public:
   /// Starts the scheduler thread. Throws kvevict::Error on invalid options.
-  Scheduler(const LlamaModel& model, SchedulerOptions opt);
+  Scheduler(const Model& model, SchedulerOptions opt);
   ~Scheduler();  ///< shutdown(0) when still running
 
   /// Bytes one sequence of `p` reserves: required_capacity (eviction/schedule.h) slots per
@@ -169,7 +169,7 @@ class Scheduler {
   /// The KV memory pool (bytes reserved by running sequences).
   const KvMemoryPool& pool() const { return pool_; }
   /// The model the engine runs.
-  const LlamaModel& model() const { return model_; }
+  const Model& model() const { return model_; }
   /// The options the scheduler was started with.
   const SchedulerOptions& options() const { return opt_; }
 
@@ -182,7 +182,7 @@ class Scheduler {
   void finish(Active& a, FinishReason why, const std::string& error = {});
   void drop_finished();
 
-  const LlamaModel& model_;
+  const Model& model_;
   SchedulerOptions opt_;
   Engine engine_;
   KvMemoryPool pool_;

@@ -13,7 +13,7 @@
 
 namespace kvevict {
 
-std::string greedy_solve(Engine& engine, const LlamaModel& model, const Task& task, int64_t max_new, uint64_t seq_id) {
+std::string greedy_solve(Engine& engine, const Model& model, const Task& task, int64_t max_new, uint64_t seq_id) {
   if (max_new < 1) throw Error(fmt::format("greedy_solve: max_new {} must be >= 1", max_new));
   const Tokenizer& tok = model.tokenizer();
   const std::vector<int32_t> prompt = tok.encode(task.problem, true);

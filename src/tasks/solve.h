@@ -6,7 +6,7 @@
 #include <string>
 
 #include "engine/engine.h"
-#include "model/llama.h"
+#include "model/model.h"
 #include "tasks/generator.h"
 
 namespace kvevict {
@@ -16,7 +16,7 @@ namespace kvevict {
 /// ties). Stops at EOS, once the generated text closes a "\boxed{...}", or after `max_new`
 /// tokens. Returns the generated text (EOS not included). `seq_id` only labels the sequence.
 /// Throws kvevict::Error when max_new < 1 or the prompt exceeds the engine's limits.
-std::string greedy_solve(Engine& engine, const LlamaModel& model, const Task& task, int64_t max_new,
+std::string greedy_solve(Engine& engine, const Model& model, const Task& task, int64_t max_new,
                          uint64_t seq_id = 0);
 
 /// Default decode limit for `task`: its trace length plus 16 tokens; without a trace, the

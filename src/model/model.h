@@ -1,7 +1,6 @@
 // A decoder-only model loaded from GGUF — any family of model/arch.h (llama, qwen2, qwen3, phi3):
 // hyper-parameters, weights (in place in the mapping) and the tokenizer. Immutable after load,
-// so one model serves any number of sequences. The name LlamaModel is historical: the family
-// is LlamaConfig::arch.
+// so one model serves any number of sequences. The family is ModelConfig::arch.
 //
 // Source: llama.cpp's GGUF naming (keys `<arch>.*`, tensors `token_embd`,
 // `blk.N.attn_{norm,q,k,v,qkv,q_norm,k_norm,output}`, `blk.N.ffn_{norm,gate,up,down}`,
@@ -41,7 +40,7 @@ struct LongRopeInfo {
 };
 
 /// Hyper-parameters of a model (any supported architecture).
-struct LlamaConfig {
+struct ModelConfig {
   std::string arch = "llama";                              ///< `general.architecture`
   int n_vocab = 0;                                         ///< tokens
   int dim = 0;                                             ///< model width (embedding_length)
@@ -64,7 +63,7 @@ struct LlamaConfig {
 using WeightMatrix = WeightView;
 
 /// Weights of one transformer block. Norm weights are converted to float32 at load.
-struct LlamaLayer {
+struct LayerWeights {
   std::vector<float> attn_norm;       ///< [dim]
   WeightMatrix wq;                    ///< [n_heads * head_dim, dim]
   WeightMatrix wk;                    ///< [n_kv_heads * head_dim, dim]
@@ -78,7 +77,7 @@ struct LlamaLayer {
   WeightMatrix w_down;                ///< [dim, hidden_dim]
 };
 
-/// Options of LlamaModel::load.
+/// Options of Model::load.
 struct LoadOptions {
   /// Build the tokenizer from the file's vocabulary. Tests of the forward pass on files whose
   /// vocabulary type the tokenizer does not read yet (byte-level BPE, `tokenizer.ggml.model =
@@ -94,7 +93,7 @@ struct LoadOptions {
 };
 
 /// A loaded model. Keeps the GGUF mapping alive; weights point into it.
-class LlamaModel {
+class Model {
  public:
   /// Loads `path`. Throws kvevict::Error (naming file and key/tensor) when the file is not GGUF,
   /// `general.architecture` is not supported (model/arch.h), a required key or tensor is
@@ -105,9 +104,9 @@ class LlamaModel {
   /// > 0, `rope.scaling.attn_factor` not finite and > 0, `rope.scaling.type = longrope` without
   /// factor tensors, LongRoPE combined with a linear `rope.scaling.factor`), naming the tensor or
   /// key. A negative options.context_size is refused too.
-  static std::unique_ptr<LlamaModel> load(const std::string& path, const LoadOptions& options = {});
+  static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& options = {});
 
-  const LlamaConfig& config() const { return config_; }
+  const ModelConfig& config() const { return config_; }
   /// The family's description (model/arch.h).
   const ArchInfo& arch() const { return *arch_; }
   /// False when loaded with LoadOptions::tokenizer = false.
@@ -120,7 +119,7 @@ class LlamaModel {
   /// empty for files without LongRoPE. Printed at load with print_warnings.
   const std::string& rope_note() const { return rope_note_; }
   const GgufFile& gguf() const { return file_; }
-  const std::vector<LlamaLayer>& layers() const { return layers_; }
+  const std::vector<LayerWeights>& layers() const { return layers_; }
   const WeightMatrix& token_embedding() const { return token_embd_; }     ///< [n_vocab, dim]
   const WeightMatrix& output() const { return output_; }                  ///< [n_vocab, dim]
   const std::vector<float>& output_norm() const { return output_norm_; }  ///< [dim]
@@ -130,16 +129,16 @@ class LlamaModel {
   GgmlType weight_type() const { return layers_.empty() ? GgmlType::F32 : layers_[0].wq.type; }
 
  private:
-  explicit LlamaModel(GgufFile f) : file_(std::move(f)) {}
+  explicit Model(GgufFile f) : file_(std::move(f)) {}
   void read_config();
   void read_rope();
   GgufFile file_;
-  LlamaConfig config_;
+  ModelConfig config_;
   const ArchInfo* arch_ = nullptr;
   std::vector<std::string> warnings_;
   std::string rope_note_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::vector<LlamaLayer> layers_;
+  std::vector<LayerWeights> layers_;
   WeightMatrix token_embd_, output_;
   std::vector<float> output_norm_;
   int64_t weight_bytes_ = 0;

@@ -1,4 +1,4 @@
-#include "model/llama.h"
+#include "model/model.h"
 
 #include <fmt/format.h>
 
@@ -75,10 +75,10 @@ WeightMatrix row_range(const WeightMatrix& w, int64_t r0, int64_t n) {
 }
 
 // One block's weights; fused tensors are split into views, optional tensors read when present.
-LlamaLayer load_layer(TensorReader& tr, const LlamaConfig& c, const ArchInfo& arch, int l) {
+LayerWeights load_layer(TensorReader& tr, const ModelConfig& c, const ArchInfo& arch, int l) {
   const int64_t qd = int64_t{c.n_heads} * c.head_dim, kvd = int64_t{c.n_kv_heads} * c.head_dim;
   const std::string p = fmt::format("blk.{}.", l);
-  LlamaLayer L;
+  LayerWeights L;
   L.attn_norm = tr.vector_f32(p + "attn_norm.weight", c.dim);
   if (arch.fused_qkv) {
     const WeightMatrix qkv = tr.matrix(p + "attn_qkv.weight", qd + 2 * kvd, c.dim);
@@ -124,16 +124,16 @@ int positive(const GgufFile& f, const std::string& key) {
 
 }  // namespace
 
-const Tokenizer& LlamaModel::tokenizer() const {
+const Tokenizer& Model::tokenizer() const {
   if (!tokenizer_) throw Error(fmt::format("{}: model was loaded without its tokenizer", file_.path()));
   return *tokenizer_;
 }
 
 // Shape keys of `<arch>.*` and the keys that change the computation in ways not implemented.
-void LlamaModel::read_config() {
+void Model::read_config() {
   const GgufFile& f = file_;
   const std::string& path = f.path();
-  LlamaConfig& c = config_;
+  ModelConfig& c = config_;
   arch_ = &arch_info(f.get_string("general.architecture"), path);
   c.arch = arch_->name;
   const std::string a = c.arch + ".";
@@ -190,10 +190,10 @@ void LlamaModel::read_config() {
 // RoPE: style from the architecture, rotated dims, linear scaling, attention factor; refuses the
 // scaling types that are not implemented, naming the key. Factor tensors (rope_freqs, LongRoPE)
 // are read in load() through the TensorReader.
-void LlamaModel::read_rope() {
+void Model::read_rope() {
   const GgufFile& f = file_;
   const std::string& path = f.path();
-  LlamaConfig& c = config_;
+  ModelConfig& c = config_;
   const std::string a = c.arch + ".";
   RopeConfig& r = c.rope;
   r.head_dim = c.head_dim;
@@ -244,7 +244,7 @@ std::vector<float> read_factor_set(TensorReader& tr, const std::string& path, co
 // LongRoPE (phi3): both factor sets, the original context length, and the set for the context
 // size the model runs with (LongRopeInfo). Refuses inconsistent files, naming the tensor/key.
 void read_longrope(const GgufFile& f, TensorReader& tr, const ArchInfo& arch, const LoadOptions& options,
-                   LlamaConfig& c, std::string& note) {
+                   ModelConfig& c, std::string& note) {
   const std::string& path = f.path();
   const std::string a = c.arch + ".";
   const char* const kShort = tensor_name::kRopeFactorsShort;
@@ -294,12 +294,12 @@ void read_longrope(const GgufFile& f, TensorReader& tr, const ArchInfo& arch, co
 
 }  // namespace
 
-std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, const LoadOptions& options) {
-  std::unique_ptr<LlamaModel> m(new LlamaModel(GgufFile::open(path)));
+std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& options) {
+  std::unique_ptr<Model> m(new Model(GgufFile::open(path)));
   const GgufFile& f = m->file_;
   m->read_config();
   m->read_rope();
-  LlamaConfig& c = m->config_;
+  ModelConfig& c = m->config_;
   const ArchInfo& arch = *m->arch_;
   TensorReader tr(f);
   if (tr.has(tensor_name::kRopeFreqs)) {
