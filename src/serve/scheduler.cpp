@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "serve/text_stream.h"
+#include "engine/text_stream.h"
 #include "util/error.h"
 #include "util/rng.h"
 
