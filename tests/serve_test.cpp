@@ -115,8 +115,8 @@ TEST(ServeRequest, ParsesABodyWithoutASocket) {
   std::atomic<uint64_t>& counter = parse.counter;
   const serve::ParsedRequest p = parse(R"({"prompt": "AB", "max_tokens": 4, "seed": 9})");
   EXPECT_EQ(p.gen.prompt, tok.encode("AB", true));
-  EXPECT_EQ(p.gen.max_tokens, 4);
-  EXPECT_EQ(p.gen.sampler.seed, 9u);
+  EXPECT_EQ(p.gen.generation.max_new_tokens, 4);
+  EXPECT_EQ(p.gen.generation.sampler.seed, 9u);
   EXPECT_EQ(counter.load(), 0u);  // a request with a seed takes no derived one
   (void)parse(R"({"prompt": "AB"})");
   EXPECT_EQ(counter.load(), 1u);

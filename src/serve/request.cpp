@@ -162,9 +162,10 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
       ? "max_completion_tokens"
       : "max_tokens";
   // Defaults: OpenAI's legacy completions default of 16 tokens; chat has none, so the limit.
-  g.max_tokens = mt ? *mt : (ep == Endpoint::Completions ? std::min<int64_t>(16, limit) : limit);
-  if (g.max_tokens < 1 || g.max_tokens > limit)
-    throw bad_value(mt_name, std::to_string(g.max_tokens),
+  GenerationConfig& gc = g.generation;
+  gc.max_new_tokens = mt ? *mt : (ep == Endpoint::Completions ? std::min<int64_t>(16, limit) : limit);
+  if (gc.max_new_tokens < 1 || gc.max_new_tokens > limit)
+    throw bad_value(mt_name, std::to_string(gc.max_new_tokens),
                     fmt::format("in [1, {}] (the upper limit is the server's --max-tokens)", limit));
 
   g.n = static_cast<int>(get_int(body, "n", 1, opt.max_n).value_or(1));
@@ -188,15 +189,15 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
   } else {
     seed = stream_id({opt.policy_settings.seed, request_counter.fetch_add(1)});
   }
-  g.sampler = SamplerConfig{static_cast<float>(temp), static_cast<float>(top_p), static_cast<int>(top_k), seed};
+  gc.sampler = SamplerConfig{static_cast<float>(temp), static_cast<float>(top_p), static_cast<int>(top_k), seed};
 
   if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
     if (it->is_string())
-      g.stop.push_back(it->get<std::string>());
+      gc.stop.push_back(it->get<std::string>());
     else if (it->is_array() && it->size() <= 16) {
       for (const json& s : *it) {
         if (!s.is_string()) throw bad("stop", "must be a string or an array of strings");
-        g.stop.push_back(s.get<std::string>());
+        gc.stop.push_back(s.get<std::string>());
       }
     } else
       throw bad("stop", "must be a string or an array of at most 16 strings");
@@ -207,7 +208,7 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
     if (!p.stream) throw bad("stream_options", "is only allowed with stream: true");
     p.include_usage = get_bool(*it, "include_usage").value_or(false);
   }
-  g.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
+  gc.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
   if (get_bool(body, "echo").value_or(false)) throw bad("echo", "is not supported");
   if (auto it = body.find("logprobs"); it != body.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>()))
     throw bad("logprobs", "is not supported");
@@ -235,6 +236,11 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
     s.budget = get_int(body, "kv_budget", 1, limits::kTokens).value_or(s.budget);
     s.recent = get_int(body, "kv_buffer", 1, limits::kTokens).value_or(s.recent);
     g.kv = build_schedule(s, policy);
+  } catch (const FieldError& e) {
+    throw api_error(e);
+  }
+  try {
+    validate_generation(gc, n_vocab);  // what the fields above did not already check
   } catch (const FieldError& e) {
     throw api_error(e);
   }
