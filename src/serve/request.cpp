@@ -209,6 +209,43 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
     p.include_usage = get_bool(*it, "include_usage").value_or(false);
   }
   gc.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
+  // vLLM / llama-server sampling fields (engine/sampler.h gives each formula); their ranges are
+  // checked by validate_generation below, so a 400 names the field as the request spells it.
+  gc.sampler.min_p = static_cast<float>(get_number(body, "min_p").value_or(0.0));
+  gc.sampler.repetition_penalty = static_cast<float>(get_number(body, "repetition_penalty").value_or(1.0));
+  gc.sampler.presence_penalty = static_cast<float>(get_number(body, "presence_penalty").value_or(0.0));
+  gc.sampler.frequency_penalty = static_cast<float>(get_number(body, "frequency_penalty").value_or(0.0));
+  if (auto it = body.find("logit_bias"); it != body.end() && !it->is_null()) {
+    // OpenAI's shape: {"token id": bias}; the id is a decimal string (JSON keys are strings).
+    if (!it->is_object()) throw bad("logit_bias", "must be an object mapping token ids to numbers");
+    if (it->size() > static_cast<size_t>(n_vocab))
+      throw bad("logit_bias", fmt::format("has {} entries, more than the vocabulary of {}", it->size(), n_vocab));
+    for (const auto& [key, v] : it->items()) {
+      size_t used = 0;
+      int64_t id = -1;
+      try {
+        id = std::stoll(key, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != key.size() || id < 0 || id >= n_vocab)
+        throw bad("logit_bias", fmt::format("key {}: must be a token id in [0, {})", dump(json(key)), n_vocab));
+      if (!v.is_number()) throw bad("logit_bias", fmt::format("token {}: the bias {} must be a number", id, dump(v)));
+      gc.sampler.logit_bias[static_cast<int32_t>(id)] = static_cast<float>(v.get<double>());
+    }
+  }
+  gc.min_tokens = get_int(body, "min_tokens", 0, gc.max_new_tokens, fmt::format(" (max_tokens is {})", gc.max_new_tokens))
+                      .value_or(0);
+  if (auto it = body.find("stop_token_ids"); it != body.end() && !it->is_null()) {
+    if (!it->is_array()) throw bad("stop_token_ids", "must be an array of token ids");
+    if (it->size() > static_cast<size_t>(n_vocab))
+      throw bad("stop_token_ids", fmt::format("has {} entries, more than the vocabulary of {}", it->size(), n_vocab));
+    for (const json& t : *it) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
+        throw bad("stop_token_ids", fmt::format("token id {}: must be an integer in [0, {})", dump(t), n_vocab));
+      gc.stop_token_ids.push_back(t.get<int32_t>());
+    }
+  }
   if (get_bool(body, "echo").value_or(false)) throw bad("echo", "is not supported");
   if (auto it = body.find("logprobs"); it != body.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>()))
     throw bad("logprobs", "is not supported");
