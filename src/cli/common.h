@@ -38,7 +38,7 @@ std::string default_policy(const PolicyArgs& a);
 /// Upper bounds of the count and size options, checked while the command line is parsed, before
 /// any file is read. They are far above any sensible run and far below what would exhaust memory
 /// or never finish: a value past one is a typo (e.g. `--rollouts 100000000`), not a workload.
-/// README ("Limits") lists them; the flag table in CONTRIBUTING.md names the options.
+/// docs/cli.md ("Errors") lists them; the flag table in CONTRIBUTING.md names the options.
 namespace limits {
 inline constexpr long long kTokens =
     1 << 20;  ///< -n, -c, --max-length, --budget(s), --buffer, --sinks, lengths (tokens)
