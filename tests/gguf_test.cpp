@@ -27,6 +27,7 @@
 
 #include "format/ggml_types.h"
 #include "format/gguf.h"
+#include "kernels/dot_row.h"
 #include "test_paths.h"
 #include "util/error.h"
 
