@@ -102,11 +102,11 @@ int run_eval(const EvalArgs& a) {
   std::vector<EvalCell> cells;
   std::vector<Policy> grid_policies;
   for (GridEntry& g : policy_grid(a.policy, names, budget_grid(budgets, a.policy.budget))) {
-    grid_policies.push_back(g.policy);
+    grid_policies.push_back(g.policy());
     EvalCell c;
-    c.spec = {g.name, g.eviction.budget};
-    c.policy = std::move(g.policy);
-    c.eviction = g.eviction;
+    c.spec = {g.name, g.eviction().budget};
+    c.policy = g.policy();
+    c.eviction = g.eviction();
     cells.push_back(std::move(c));
   }
   if (const std::string w = unused_schedule_warning(a.policy, grid_policies); !w.empty()) warn(w);
@@ -175,7 +175,7 @@ int run_eval(const EvalArgs& a) {
     warn(fmt::format("{} of {} prompts leave no room under --max-length {}: they are recorded as not answered",
                      over_cap, tasks.size(), a.max_length));
   for (const EvalCell& c : cells)
-    if (auto w = long_prompt_warning(c.eviction, c.policy, longest); !w.empty())
+    if (auto w = long_prompt_warning(c.eviction, c.policy, longest, flag_name); !w.empty())
       warn(fmt::format("{} (longest prompt): {}", c.spec.label(), w));
   // 4. Another model's TriAttention statistics (or any selector that does not fit this model's KV
   // shape) are refused here, before the output directory exists.

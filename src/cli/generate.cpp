@@ -40,8 +40,9 @@ struct GenerateArgs {
 int run_generate(const GenerateArgs& a) {
   // Options first, then the model, then what needs its shape: all before the first token.
   if (!a.chat_template.empty()) (void)ChatTemplate::by_name(a.chat_template);  // bad name: fail before loading
-  const Policy policy = build_policy(a.policy, default_policy(a.policy));
-  const EvictionConfig cfg = build_eviction(a.policy, policy);
+  const CheckedPolicy kv = build_policy_config(policy_settings(a.policy));
+  const Policy& policy = kv.policy();
+  const EvictionConfig& cfg = kv.eviction();
   if (const std::string w = unused_schedule_warning(a.policy, {policy}); !w.empty()) warn(w);
   SamplerConfig sc{a.temp, a.top_p, a.top_k, a.policy.seed};
   validate_sampler(sc);
@@ -64,14 +65,14 @@ int run_generate(const GenerateArgs& a) {
     parse_special = true;
   }
   const std::vector<int32_t> prompt = tok.encode(prompt_text, add_special, parse_special);
-  if (auto w = long_prompt_warning(cfg, policy, static_cast<int64_t>(prompt.size())); !w.empty()) warn(w);
+  if (auto w = long_prompt_warning(cfg, policy, static_cast<int64_t>(prompt.size()), flag_name); !w.empty()) warn(w);
   if (!policy.evicts && static_cast<int64_t>(prompt.size()) + a.n > model->config().context_length)
     warn(fmt::format("{} tokens exceed the model's stated context of {}", prompt.size() + static_cast<size_t>(a.n),
                      model->config().context_length));
 
   Engine engine(*model, a.threads, parse_kv_type(a.kv_type));
   if (policy.selector) (void)policy.selector->make_state(engine.kv_shape());  // another model's statistics
-  auto seq = engine.new_sequence(0, policy, cfg, static_cast<int64_t>(prompt.size()), a.n);
+  auto seq = engine.new_sequence(0, kv, static_cast<int64_t>(prompt.size()), a.n);
   std::optional<KeepLogWriter> keep_log;
   if (!a.keep_log.empty()) keep_log.emplace(a.keep_log, a.keep_log_positions);
   std::vector<float> logits;

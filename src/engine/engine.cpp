@@ -42,11 +42,22 @@ KvShape Engine::kv_shape() const {
   return KvShape{c.n_layers, c.n_kv_heads, c.head_dim, kv_type_};
 }
 
+void check_kv_type(KvType kv_type, const CheckedPolicy& kv) {
+  if (kv_type == KvType::F16 && kv.eviction().positions == PositionMode::Cache && kv.policy().evicts)
+    throw FieldError(Field::KvType, "",
+                     " f16 cannot be combined with position mode cache (keys are re-rotated in float32)");
+}
+
 std::unique_ptr<Sequence> Engine::new_sequence(uint64_t id, const Policy& policy, const EvictionConfig& cfg,
                                                int64_t prompt_len, int64_t max_new_tokens) {
-  validate_eviction(cfg, policy);
-  if (kv_type_ == KvType::F16 && cfg.positions == PositionMode::Cache && policy.evicts)
-    throw Error("--kv-type f16 cannot be combined with --position-mode cache (keys are re-rotated in float32)");
+  return new_sequence(id, CheckedPolicy::check(policy, cfg), prompt_len, max_new_tokens);
+}
+
+std::unique_ptr<Sequence> Engine::new_sequence(uint64_t id, const CheckedPolicy& kv, int64_t prompt_len,
+                                               int64_t max_new_tokens) {
+  const Policy& policy = kv.policy();
+  const EvictionConfig& cfg = kv.eviction();
+  check_kv_type(kv_type_, kv);
   if (prompt_len < 1) throw Error("a sequence needs a prompt of at least one token");
   if (max_new_tokens < 0) throw Error(fmt::format("max new tokens {} must be >= 0", max_new_tokens));
   const int64_t cap = required_capacity(cfg, policy, prompt_len, max_new_tokens);
