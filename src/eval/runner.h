@@ -1,6 +1,6 @@
 // The rollout loop of `kvevict eval`: for each problem and each (policy, budget) cell, the
 // missing rollouts are decoded as parallel sequences through one Engine (their decode steps are
-// interleaved; a batched kernel can replace the interleaving later without changing results),
+// interleaved; a sequence's tokens do not depend on what runs beside it),
 // graded, and handed to a callback as soon as each one finishes.
 //
 // Source: the paper's protocol (docs/eviction-spec.md §4): sampling with temperature / top-p (top-k
