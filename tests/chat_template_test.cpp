@@ -7,8 +7,6 @@
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +17,7 @@
 #include "format/gguf.h"
 #include "model/tokenizer.h"
 #include "test_paths.h"
+#include "test_tmp.h"
 #include "util/error.h"
 
 namespace kvevict {
@@ -73,8 +72,7 @@ std::vector<std::string> jinja_render(const GgufFile& g, const std::vector<Case>
                            {"add_generation_prompt", c.opt.add_generation_prompt},
                            {"enable_thinking", c.opt.enable_thinking}});
   }
-  const fs::path dir = fs::temp_directory_path() / ("kvevict_chat_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const fs::path dir = test::fresh_dir("chat_" + tag);
   const fs::path in_path = dir / (tag + "_in.json"), out_path = dir / (tag + "_out.json");
   std::ofstream(in_path) << in.dump();
   const std::string script = std::string(KVEVICT_SOURCE_DIR) + "/tests/chat_template_jinja.py";

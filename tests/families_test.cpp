@@ -11,8 +11,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <complex>
 #include <cstdio>
@@ -34,6 +32,7 @@
 #include "reference_model.h"
 #include "selector_budget.h"
 #include "test_paths.h"
+#include "test_tmp.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -57,9 +56,7 @@ const std::vector<FamilyFile>& f16_files() {
                                             {"phi3", "tiny-random-phi3-f16"}};
   return v;
 }
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("kvevict_fam_" + std::to_string(::getpid()) + "_" + name)).string();
-}
+std::string temp_path(const std::string& name) { return test::tmp_path("fam_" + name); }
 
 std::string model_path(const std::string& stem) { return test::shared_path("models/tiny-random/" + stem + ".gguf"); }
 

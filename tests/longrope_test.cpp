@@ -16,8 +16,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -41,6 +39,7 @@
 #include "reference_model.h"
 #include "selector_budget.h"
 #include "test_paths.h"
+#include "test_tmp.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -54,9 +53,7 @@ std::vector<std::string>& created_files() {
   return files;
 }
 std::string temp_path(const std::string& name) {
-  const std::string p =
-      (std::filesystem::temp_directory_path() / ("kvevict_longrope_" + std::to_string(::getpid()) + "_" + name))
-          .string();
+  const std::string p = test::tmp_path("longrope_" + name);
   created_files().push_back(p);
   return p;
 }

@@ -8,7 +8,6 @@
 // the Engine and check the spec's invariants (budget exactly B after each round, the newest r,
 // pins) and that attention probabilities are computed only for H2O.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -30,6 +29,7 @@
 #include "model/forward.h"
 #include "model/rope.h"
 #include "model_fixture.h"
+#include "test_tmp.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -515,9 +515,7 @@ QueryStats random_stats(uint64_t seed) {
   return s;
 }
 
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("kvevict_sel_" + std::to_string(::getpid()) + "_" + name)).string();
-}
+std::string temp_path(const std::string& name) { return test::tmp_path("sel_" + name); }
 
 /// The spec's formula, literally, from the *pre-RoPE* keys the cache was built from: per query
 /// head and band, amp·cos((t − p + d)ω_f + φ) averaged over d ∈ {1, 2, …, 65536}, plus the extra
