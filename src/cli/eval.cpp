@@ -20,7 +20,7 @@
 #include "eval/results.h"
 #include "eval/runner.h"
 #include "eval/summary.h"
-#include "eval/tasks.h"
+#include "eval/task_file.h"
 #include "model/chat_template.h"
 #include "model/model.h"
 #include "util/error.h"

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "eval/tasks.h"
+#include "eval/task_file.h"
 #include "test_paths.h"
 #include "test_tmp.h"
 #include "util/error.h"
