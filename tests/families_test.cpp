@@ -712,5 +712,30 @@ TEST(SynthGgufFamilies, RealShapesHaveTheirParameterCounts) {
   EXPECT_THROW(synth_default_shape("gemma"), Error);
 }
 
+// Every row of the architecture table, a family added later included: its default synthetic
+// shape is of that family, and it has a small shape (< 1M parameters) whose file the writer makes
+// from the table alone and the loader accepts as that family. Expected parameter count: the
+// elements of the tensors actually written (read back from the file), which n_params() computes
+// from the same table without writing anything.
+TEST(SynthGgufFamilies, EveryFamilyOfTheTableHasShapesThatLoad) {
+  for (const ArchInfo& arch : architectures()) {
+    ASSERT_FALSE(arch.synth_shape.empty()) << arch.name << ": no default synthetic shape";
+    EXPECT_EQ(synth_shape(synth_default_shape(arch.name)).arch, arch.name);
+    std::string small;
+    for (const std::string& name : synth_shape_names()) {
+      const SynthShape s = synth_shape(name);
+      if (s.arch == arch.name && s.n_params() < 1'000'000) small = name;
+    }
+    ASSERT_FALSE(small.empty()) << arch.name << ": no synthetic shape under 1M parameters for tests";
+    const std::string path = temp_path("table_" + arch.name + ".gguf");
+    write_synth_gguf(synth_shape(small), GgmlType::F32, 1, path);
+    const auto m = Model::load(path, LoadOptions{.tokenizer = true, .print_warnings = false});
+    EXPECT_EQ(m->config().arch, arch.name);
+    int64_t elements = 0;
+    for (const GgufTensor& t : m->gguf().tensors()) elements += t.n_elements();
+    EXPECT_EQ(elements, synth_shape(small).n_params()) << small;
+  }
+}
+
 }  // namespace
 }  // namespace kvevict
