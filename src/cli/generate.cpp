@@ -57,7 +57,7 @@ int run_generate(const GenerateArgs& a) {
   bool add_special = true, parse_special = false;
   if (a.chat) {
     const ChatTemplate chat = ChatTemplate::from_gguf(model->gguf(), a.chat_template);
-    if (a.no_think && chat.name() != "qwen3" && chat.name() != "deepseek-r1")
+    if (a.no_think && !chat.can_disable_thinking())
       warn(fmt::format("--no-think has no effect with the {} chat template", chat.name()));
     prompt_text = chat.render({{"user", a.prompt}}, ChatOptions{true, !a.no_think});
     add_special = !chat.renders_bos();
