@@ -224,8 +224,8 @@ TEST_F(LongRope, ForwardRotatesLayer0QueriesAndKeysByTheFormula) {
   ForwardBuffers buf;
   std::vector<float> logits;
   const Rope rope(c.rope);
-  model_forward(*m, rope, kv, tokens, pos0, PositionMode::Logical, LogitsWanted::Last, logits, &obs, false, true, pool,
-                buf);
+  const ForwardSegment seg{&kv, tokens, pos0, PositionMode::Logical, &obs, /*want_probs=*/false, /*is_prefill=*/true};
+  model_forward({.model = *m, .rope = rope, .pool = pool, .buf = buf, .allow_blas = true}, seg, logits);
   double worst = 0, worst_short = 0;
   for (size_t t = 0; t < tokens.size(); ++t) {
     const PreRope pre = layer0_pre_rope(f, tokens[t]);
