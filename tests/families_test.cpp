@@ -566,7 +566,7 @@ TEST(RopeStyles, NeoxPartialRotaryBands) {
 // ---- TriAttention and calibration with NEOX RoPE and partial rotary ----
 
 TEST(TriAttentionFamilies, NeoxPartialRotaryScoresEqualTheFormula) {
-  // The selector's closed form (post-RoPE keys, model/rope.h bands) vs the spec's formula written
+  // The selector's closed form (post-RoPE keys, kernels/rope.h bands) vs the spec's formula written
   // out from the pre-RoPE keys with the NEOX pairing stated here independently: band f < 3 is
   // (k[f], k[f+3]) rotating at ω_f = 10000^(-2f/6); bands 3 and 4 are the unrotated tail
   // (k[6], k[7]) ... with ω = 0. Per query head: mean over d in {1,2,...,65536} of

@@ -26,6 +26,7 @@
 
 #include "format/ggml_types.h"
 #include "format/gguf.h"
+#include "kernels/dot_row.h"
 #include "test_paths.h"
 #include "test_tmp.h"
 #include "util/error.h"

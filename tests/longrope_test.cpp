@@ -1,6 +1,6 @@
 // LongRoPE (phi3: Phi-3.5, Phi-4-mini): two per-band factor sets, one chosen by the context size
 // the model runs with, and an attention factor on cos/sin (model/model.h LongRopeInfo,
-// model/rope.h).
+// kernels/rope.h).
 //
 // Expected values are computed here, never by the code under test:
 //  - the RoPE formula as published (LongRoPE, arXiv 2402.13753 §3; HF transformers

@@ -359,7 +359,7 @@ TEST(QuantKernels, Q8_0ActivationsRoundHalvesAwayFromZero) {
     x[3] = 127.0f * s;
     x[40] = -127.0f * s;
     std::vector<ggml::BlockQ8_0> b(2);
-    quantize_row_q8_0(x.data(), b.data(), 64);
+    quantize_rows_q8_0(x.data(), 1, 64, reinterpret_cast<uint8_t*>(b.data()));
     for (int ib = 0; ib < 2; ++ib) {
       float amax = 0;
       for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[static_cast<size_t>(32 * ib + j)]));

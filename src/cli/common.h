@@ -130,6 +130,8 @@ void add_keeplog(CLI::App& root, std::vector<Command>& out);
 void add_eval(CLI::App& root, std::vector<Command>& out);
 void add_merge(CLI::App& root, std::vector<Command>& out);
 void add_probe(CLI::App& root, std::vector<Command>& out);
+/// `divergence` (KL from full and perplexity over many texts, sink attention mass) — cli/divergence.cpp.
+void add_divergence(CLI::App& root, std::vector<Command>& out);
 /// `serve` (OpenAI-compatible HTTP server) and `bench serve` — cli/serve.cpp, cli/bench_serve.cpp.
 void add_serve(CLI::App& root, std::vector<Command>& out);
 

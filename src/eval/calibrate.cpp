@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "eviction/selector.h"
+#include "kernels/rope.h"
 #include "model/forward.h"
-#include "model/rope.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -29,7 +29,7 @@ class QuerySums final : public SelectorState {
       for (int f = 0; f < F; ++f) {
         const size_t k = index(obs.layer, h, f);
         const double re = q_[static_cast<size_t>(rope_.band_re(f))], im = q_[static_cast<size_t>(rope_.band_im(f))];
-        re_[k] += re;  // band f of model/rope.h (adjacent pair or NEOX halves)
+        re_[k] += re;  // band f of kernels/rope.h (adjacent pair or NEOX halves)
         im_[k] += im;
         abs_[k] += std::hypot(re, im);
       }

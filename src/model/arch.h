@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "model/rope.h"
+#include "kernels/rope.h"
 
 namespace kvevict {
 

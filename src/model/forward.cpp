@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "kernels/attention.h"
+#include "kernels/rmsnorm.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -20,13 +21,6 @@ void matmul(const WeightMatrix& W, const float* x, int64_t T, float* y, ThreadPo
   MatmulScratch scratch;
   const MatmulJob job{W, y};
   matmul_jobs(std::span<const MatmulJob>(&job, 1), x, T, pool, scratch);
-}
-
-void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out) {
-  float ss = 0.0f;
-  for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
-  const float scale = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
-  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
 }
 
 namespace {

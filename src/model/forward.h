@@ -1,7 +1,7 @@
 // The forward pass over a sequence's budgeted KV cache, one for every family of model/arch.h.
 //
 // Source: LLaMA (arXiv 2302.13971) §2: pre-norm RMSNorm (Zhang & Sennrich, arXiv 1910.07467),
-// SwiGLU FFN (Shazeer, arXiv 2002.05202), RoPE (model/rope.h: adjacent or NEOX pairs, partial
+// SwiGLU FFN (Shazeer, arXiv 2002.05202), RoPE (kernels/rope.h: adjacent or NEOX pairs, partial
 // rotary, frequency factors); grouped-query attention (Ainslie et al., arXiv 2305.13245): query
 // head h reads KV head h / group_size. Family options (model/arch.h), applied between the Q/K/V
 // projections and RoPE: Q/K/V biases (Qwen2), per-head RMSNorm of Q and K (Qwen3); fused
@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "kernels/matmul.h"
+#include "kernels/rope.h"
 #include "kvcache/kv_cache.h"
 #include "model/model.h"
 #include "model/observer.h"
-#include "model/rope.h"
 
 namespace kvevict {
 
@@ -92,8 +92,5 @@ void model_forward(const ForwardArgs& args, const ForwardSegment& segment, std::
 /// thread in a fixed order, so results do not depend on the thread count). Q8_0/Q4_0 weights
 /// use Q8_0-quantised activations (kernels/matmul.h).
 void matmul(const WeightMatrix& W, const float* x, int64_t T, float* y, ThreadPool& pool);
-
-/// out[n] = x[n] / sqrt(mean(x²) + eps) * w[n].
-void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out);
 
 }  // namespace kvevict

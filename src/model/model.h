@@ -14,8 +14,8 @@
 
 #include "format/gguf.h"
 #include "kernels/matmul.h"
+#include "kernels/rope.h"
 #include "model/arch.h"
-#include "model/rope.h"
 #include "model/tokenizer.h"
 
 namespace kvevict {
