@@ -7,6 +7,7 @@
 #include <optional>
 #include <thread>
 
+#include "model/arch.h"
 #include "util/error.h"
 #include "util/file.h"
 #include "util/suggest.h"
@@ -205,6 +206,10 @@ std::string unused_schedule_warning(const PolicyArgs& a, const std::vector<Polic
 }
 
 void warn(const std::string& msg) { fmt::print(stderr, "kvevict: warning: {}\n", msg); }
+
+std::string model_help() {
+  return fmt::format("GGUF model (general.architecture {})", fmt::join(supported_architectures(), ", "));
+}
 
 std::string read_file(const std::string& path, const std::string& option) {
   return read_file_limited(path, limits::kFileBytes, option);

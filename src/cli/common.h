@@ -110,6 +110,10 @@ std::vector<std::string> split_list(const std::string& s, const std::string& opt
 /// Prints "kvevict: warning: <msg>" to stderr.
 void warn(const std::string& msg);
 
+/// Help text of -m/--model: "GGUF model (general.architecture llama, qwen2, qwen3, phi3)", from
+/// the architecture table (model/arch.h).
+std::string model_help();
+
 /// A subcommand: its CLI11 app and what runs once it was parsed (returns the exit code).
 struct Command {
   CLI::App* app = nullptr;

@@ -125,7 +125,7 @@ int run_generate(const GenerateArgs& a) {
 void add_generate(CLI::App& root, std::vector<Command>& out) {
   auto g = std::make_shared<GenerateArgs>();
   auto* gen = root.add_subcommand("generate", "Generate text with eviction active and print a summary line");
-  gen->add_option("-m,--model", g->model, "GGUF model (llama architecture)")->required()->check(CLI::ExistingFile);
+  gen->add_option("-m,--model", g->model, model_help())->required()->check(CLI::ExistingFile);
   gen->add_option("-p,--prompt", g->prompt, "Prompt text")->required();
   gen->add_option("-n,--n-predict", g->n, "Tokens to generate")
       ->check(int_range(1, limits::kTokens))

@@ -165,7 +165,7 @@ int run_perplexity(const PerplexityArgs& a) {
 void add_perplexity(CLI::App& root, std::vector<Command>& out) {
   auto pp = std::make_shared<PerplexityArgs>();
   auto* ppl = root.add_subcommand("perplexity", "Perplexity of a text with the policy active");
-  ppl->add_option("-m,--model", pp->model, "GGUF model (llama architecture)")->required()->check(CLI::ExistingFile);
+  ppl->add_option("-m,--model", pp->model, model_help())->required()->check(CLI::ExistingFile);
   ppl->add_option("-f,--file", pp->file, "Text file")->required()->check(CLI::ExistingFile);
   ppl->add_option("--tokens", pp->tokens, "Use only the first N tokens (BOS included; 0 = all)")
       ->check(int_range(0, limits::kCorpusTokens))
