@@ -39,7 +39,7 @@ void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy) {
                  "RoPE positions: logical (tokens seen) or cache (slot index, keys re-rotated; StreamingLLM)")
       ->check(CLI::IsMember({"logical", "cache"}))
       ->capture_default_str();
-  cmd.add_option("--seed", a.seed, "Base seed of every random choice")->check(seed_value())->capture_default_str();
+  cmd.add_option("-s,--seed", a.seed, "Base seed of every random choice")->check(seed_value())->capture_default_str();
   cmd.add_option("--param", a.params,
                  "Selector parameter [POLICY:]NAME=VALUE (repeatable; with POLICY: only that policy, e.g. "
                  "triattention:stats=FILE; `kvevict policies` lists them)");

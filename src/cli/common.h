@@ -29,7 +29,7 @@ struct PolicyArgs {
 };
 
 /// Adds --policy/--budget/--buffer/--sinks/--protect-prompt/--no-protect-prompt/--long-prompt/
-/// --position-mode/--seed/--param to `cmd`.
+/// --position-mode/-s,--seed/--param to `cmd`.
 void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy = true);
 
 /// The policy to run when --policy was not given: `random` with a budget, `full` without.
