@@ -207,6 +207,14 @@ std::string unused_schedule_warning(const PolicyArgs& a, const std::vector<Polic
 
 void warn(const std::string& msg) { fmt::print(stderr, "kvevict: warning: {}\n", msg); }
 
+void warn_if_recent_looks_like_reps(int64_t r, const std::string& repetitions) {
+  if (r > 10) return;
+  warn(
+      fmt::format("-r {} sets the recent buffer r (newest slots never evicted), not the repetitions as in "
+                  "llama-bench; repetitions are {}",
+                  r, repetitions));
+}
+
 std::string model_help() {
   return fmt::format("GGUF model (general.architecture {})", fmt::join(supported_architectures(), ", "));
 }

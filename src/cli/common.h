@@ -110,6 +110,11 @@ std::vector<std::string> split_list(const std::string& s, const std::string& opt
 /// Prints "kvevict: warning: <msg>" to stderr.
 void warn(const std::string& msg);
 
+/// bench's -r is the recent buffer r, llama-bench's the repetition count (default 5): warns,
+/// naming `repetitions` (what sets them here), when a given -r is at most 10, which looks like
+/// one rather than a buffer.
+void warn_if_recent_looks_like_reps(int64_t r, const std::string& repetitions);
+
 /// Help text of -m/--model: "GGUF model (general.architecture llama, qwen2, qwen3, phi3)", from
 /// the architecture table (model/arch.h).
 std::string model_help();
