@@ -7,6 +7,7 @@
 #include <optional>
 #include <thread>
 
+#include "model/arch.h"
 #include "util/error.h"
 #include "util/file.h"
 #include "util/suggest.h"
@@ -38,7 +39,7 @@ void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy) {
                  "RoPE positions: logical (tokens seen) or cache (slot index, keys re-rotated; StreamingLLM)")
       ->check(CLI::IsMember({"logical", "cache"}))
       ->capture_default_str();
-  cmd.add_option("--seed", a.seed, "Base seed of every random choice")->check(seed_value())->capture_default_str();
+  cmd.add_option("-s,--seed", a.seed, "Base seed of every random choice")->check(seed_value())->capture_default_str();
   cmd.add_option("--param", a.params,
                  "Selector parameter [POLICY:]NAME=VALUE (repeatable; with POLICY: only that policy, e.g. "
                  "triattention:stats=FILE; `kvevict policies` lists them)");
@@ -248,6 +249,18 @@ std::string unused_schedule_warning(const PolicyArgs& a, const std::vector<Polic
 }
 
 void warn(const std::string& msg) { fmt::print(stderr, "kvevict: warning: {}\n", msg); }
+
+void warn_if_recent_looks_like_reps(int64_t r, const std::string& repetitions) {
+  if (r > 10) return;
+  warn(
+      fmt::format("-r {} sets the recent buffer r (newest slots never evicted), not the repetitions as in "
+                  "llama-bench; repetitions are {}",
+                  r, repetitions));
+}
+
+std::string model_help() {
+  return fmt::format("GGUF model (general.architecture {})", fmt::join(supported_architectures(), ", "));
+}
 
 std::string read_file(const std::string& path, const std::string& option) {
   return read_file_limited(path, limits::kFileBytes, option);

@@ -32,7 +32,7 @@ struct PolicyArgs {
 };
 
 /// Adds --policy/--budget/--buffer/--sinks/--protect-prompt/--no-protect-prompt/--long-prompt/
-/// --position-mode/--seed/--param to `cmd`.
+/// --position-mode/-s,--seed/--param to `cmd`.
 void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy = true);
 
 /// The settings the policy options describe (engine/policy_settings.h builds the policy from
@@ -91,6 +91,15 @@ std::vector<std::string> split_list(const std::string& s, const std::string& opt
 /// Prints "kvevict: warning: <msg>" to stderr.
 void warn(const std::string& msg);
 
+/// bench's -r is the recent buffer r, llama-bench's the repetition count (default 5): warns,
+/// naming `repetitions` (what sets them here), when a given -r is at most 10, which looks like
+/// one rather than a buffer.
+void warn_if_recent_looks_like_reps(int64_t r, const std::string& repetitions);
+
+/// Help text of -m/--model: "GGUF model (general.architecture llama, qwen2, qwen3, phi3)", from
+/// the architecture table (model/arch.h).
+std::string model_help();
+
 /// A subcommand: its CLI11 app and what runs once it was parsed (returns the exit code).
 struct Command {
   CLI::App* app = nullptr;
@@ -111,6 +120,8 @@ void add_keeplog(CLI::App& root, std::vector<Command>& out);
 void add_eval(CLI::App& root, std::vector<Command>& out);
 void add_merge(CLI::App& root, std::vector<Command>& out);
 void add_probe(CLI::App& root, std::vector<Command>& out);
+/// `divergence` (KL from full and perplexity over many texts, sink attention mass) — cli/divergence.cpp.
+void add_divergence(CLI::App& root, std::vector<Command>& out);
 /// `serve` (OpenAI-compatible HTTP server) and `bench serve` — cli/serve.cpp, cli/bench_serve.cpp.
 void add_serve(CLI::App& root, std::vector<Command>& out);
 

@@ -20,7 +20,7 @@
 #include "eval/results.h"
 #include "eval/runner.h"
 #include "eval/summary.h"
-#include "eval/tasks.h"
+#include "eval/task_file.h"
 #include "model/chat_template.h"
 #include "model/model.h"
 #include "util/error.h"
@@ -304,7 +304,7 @@ void add_eval(CLI::App& root, std::vector<Command>& out) {
   auto e = std::make_shared<EvalArgs>();
   auto* cmd = root.add_subcommand(
       "eval", "Accuracy of policies x budgets on a task file (resumable; paired CIs and sign tests)");
-  cmd->add_option("-m,--model", e->model, "GGUF model (llama architecture)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-m,--model", e->model, model_help())->required()->check(CLI::ExistingFile);
   cmd->add_option("-f,--file", e->tasks, "Task file, JSON lines (MATH-500, GSM8K or kvevict format)")
       ->required()
       ->check(CLI::ExistingFile);

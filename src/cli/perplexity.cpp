@@ -79,6 +79,14 @@ int run_perplexity(const PerplexityArgs& a) {
   if (a.tokens > 0 && static_cast<int64_t>(tokens.size()) > a.tokens) tokens.resize(static_cast<size_t>(a.tokens));
   if (a.tokens > 0 && static_cast<int64_t>(tokens.size()) < a.tokens)
     warn(fmt::format("{} holds only {} tokens, fewer than --tokens {}", a.file, tokens.size(), a.tokens));
+  // llama-perplexity's habit (no -c) on a long file would decode every token one at a time.
+  // Past the context only on request: --tokens, or -c for the chunked protocol.
+  if (a.ctx == 0 && a.tokens == 0 && static_cast<int64_t>(tokens.size()) > model->config().context_length)
+    throw Error(fmt::format(
+        "{}: {} tokens exceed the model's context of {} ({}context_length): pass -c N for llama-perplexity's chunked "
+        "mode (e.g. -c {}), or --tokens N to score the first N tokens one at a time",
+        a.file, tokens.size(), model->config().context_length, model->config().arch + ".",
+        std::min<int64_t>(model->config().context_length, 512)));
   Engine engine(*model, a.threads);
   // Per-token NLL goes to --csv, and to <plot>.nll.csv for the figure.
   std::string nll_path = a.csv;
@@ -166,7 +174,7 @@ int run_perplexity(const PerplexityArgs& a) {
 void add_perplexity(CLI::App& root, std::vector<Command>& out) {
   auto pp = std::make_shared<PerplexityArgs>();
   auto* ppl = root.add_subcommand("perplexity", "Perplexity of a text with the policy active");
-  ppl->add_option("-m,--model", pp->model, "GGUF model (llama architecture)")->required()->check(CLI::ExistingFile);
+  ppl->add_option("-m,--model", pp->model, model_help())->required()->check(CLI::ExistingFile);
   ppl->add_option("-f,--file", pp->file, "Text file")->required()->check(CLI::ExistingFile);
   ppl->add_option("--tokens", pp->tokens, "Use only the first N tokens (BOS included; 0 = all)")
       ->check(int_range(0, limits::kCorpusTokens))

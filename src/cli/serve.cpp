@@ -189,7 +189,7 @@ void add_serve(CLI::App& root, std::vector<Command>& out) {
   auto s = std::make_shared<ServeArgs>();
   auto* cmd =
       root.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching over a KV memory pool");
-  cmd->add_option("-m,--model", s->model, "GGUF model (llama architecture)")->required();
+  cmd->add_option("-m,--model", s->model, model_help())->required();
   cmd->add_option("--host", s->host, "Address to bind (loopback by default)")->capture_default_str();
   cmd->add_option("--port", s->port, "TCP port (0 = any free port; the ready line names it)")
       ->check(CLI::Range(0, 65535))

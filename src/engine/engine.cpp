@@ -88,8 +88,13 @@ void Engine::run_prefill(Sequence& seq, std::span<const int32_t> tokens, std::ve
                            timed.get(),
                            wants_probs(seq),
                            /*is_prefill=*/true};
-  model_forward_segments(model_, rope_, std::span<const ForwardSegment>(&seg, 1),
-                         all_logits ? LogitsWanted::All : LogitsWanted::Last, logits, pool_, buf_, allow_blas);
+  model_forward({.model = model_,
+                 .rope = rope_,
+                 .pool = pool_,
+                 .buf = buf_,
+                 .wanted = all_logits ? LogitsWanted::All : LogitsWanted::Last,
+                 .allow_blas = allow_blas},
+                seg, logits);
   seq.n_seen += static_cast<int64_t>(tokens.size());
   seq.prompt_len = seq.n_seen;
   seq.stats.peak_slots = std::max(seq.stats.peak_slots, seq.kv.length(0));
@@ -100,8 +105,9 @@ void Engine::decode(Sequence& seq, int32_t token, std::vector<float>& logits) {
   const auto t0 = Clock::now();
   const int32_t tok[1] = {token};
   TimedObserver timed(seq);
-  model_forward(model_, rope_, seq.kv, tok, seq.n_seen, seq.eviction.positions, LogitsWanted::Last, logits, timed.get(),
-                wants_probs(seq), /*is_prefill=*/false, pool_, buf_);
+  const ForwardSegment seg{
+      &seq.kv, tok, seq.n_seen, seq.eviction.positions, timed.get(), wants_probs(seq), /*is_prefill=*/false};
+  model_forward({.model = model_, .rope = rope_, .pool = pool_, .buf = buf_}, seg, logits);
   seq.n_seen += 1;
   seq.stats.decode_steps += 1;
   seq.stats.decode_ms += ms_since(t0);
@@ -148,7 +154,7 @@ void Engine::forward_step(std::span<Sequence* const> seqs, std::span<const int32
     segs.push_back(ForwardSegment{&p.kv, chunk, p.n_seen, p.eviction.positions, timed.back()->get(), wants_probs(p),
                                   /*is_prefill=*/true});
   }
-  model_forward_segments(model_, rope_, segs, LogitsWanted::Last, logits, pool_, buf_);
+  model_forward_segments({.model = model_, .rope = rope_, .pool = pool_, .buf = buf_}, segs, logits);
   // Time shared out per row: one per decoding sequence, |chunk| for the prefill.
   const double per_row = ms_since(t0) / static_cast<double>(seqs.size() + chunk.size());
   for (Sequence* s : seqs) {

@@ -2,9 +2,9 @@
 // the shared schedule calls for after each decode step.
 //
 // Source: docs/eviction-spec.md §2 (no eviction in prefill; a round after a decode step when due).
-// Separation for what comes later (batching, a shared KV pool, a server): the model is
-// immutable, a Sequence owns its cache and policy state, and the Engine owns only threads and
-// scratch, so many sequences can share one model and engine.
+// The model is immutable, a Sequence owns its cache and policy state, and the Engine owns only
+// threads and scratch, so many sequences share one model and engine (batched decode, the
+// server's scheduler).
 #pragma once
 
 #include <cstdint>

@@ -7,7 +7,6 @@
 
 #include "engine/generation.h"
 #include "eval/grader.h"
-#include "tasks/generator.h"
 #include "util/error.h"
 #include "util/rng.h"
 

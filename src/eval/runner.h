@@ -22,7 +22,7 @@
 #include "engine/sampler.h"
 #include "eval/prompt.h"
 #include "eval/results.h"
-#include "eval/tasks.h"
+#include "eval/task_file.h"
 
 namespace kvevict {
 
@@ -45,7 +45,7 @@ struct RolloutOptions {
 uint64_t rollout_sequence_id(const std::string& problem_id, int rollout);
 
 /// Index in `prompt` [T] of the token that holds a once task's code digit (the fact stated once,
-/// tasks/generator.h once_code_offset): the first token at which the decoded prompt contains
+/// once_code_offset, eval/task_file.h): the first token at which the decoded prompt contains
 /// "#<digit>". nullopt when `problem` is not a once problem or no token completes the code.
 std::optional<int64_t> fact_token_position(const Tokenizer& tok, std::span<const int32_t> prompt,
                                            const std::string& problem);

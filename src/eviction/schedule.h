@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "eviction/registry.h"
+#include "kernels/rope.h"
 #include "kvcache/kv_cache.h"
-#include "model/rope.h"
 #include "util/field_error.h"
 
 namespace kvevict {

@@ -1,7 +1,7 @@
 // Upper bounds on counts and sizes a user can ask for, shared by every front end (CLI flags,
 // server fields, the settings builder). They are far above any sensible run and far below what
 // would exhaust memory or never finish: a value past one is a typo (e.g. `--rollouts 100000000`),
-// not a workload. README ("Limits") lists them; CONTRIBUTING.md names the options.
+// not a workload. docs/cli.md ("Errors") lists them; CONTRIBUTING.md names the options.
 #pragma once
 
 namespace kvevict::limits {

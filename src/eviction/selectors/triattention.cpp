@@ -29,7 +29,7 @@
 
 #include "eviction/query_stats.h"
 #include "eviction/registry.h"
-#include "model/rope.h"
+#include "kernels/rope.h"
 #include "util/error.h"
 #include "util/field_error.h"
 #include "util/thread_pool.h"
@@ -116,7 +116,7 @@ class TriAttentionSelector final : public Selector {
     std::vector<double> kabs(static_cast<size_t>(n * F));
     std::vector<cplx> coef(static_cast<size_t>(F));
     std::vector<double> extra(static_cast<size_t>(F));
-    // Band f is (k[re[f]], k[im[f]]): adjacent pairs or NEOX halves (model/rope.h).
+    // Band f is (k[re[f]], k[im[f]]): adjacent pairs or NEOX halves (kernels/rope.h).
     std::vector<int> re(static_cast<size_t>(F)), im(static_cast<size_t>(F));
     for (int f = 0; f < F; ++f)
       re[static_cast<size_t>(f)] = in.rope->band_re(f), im[static_cast<size_t>(f)] = in.rope->band_im(f);
