@@ -56,7 +56,8 @@ int run_generate(const GenerateArgs& a) {
   std::string prompt_text = a.prompt;
   bool add_special = true, parse_special = false;
   if (a.chat) {
-    const ChatTemplate chat = ChatTemplate::from_gguf(model->gguf(), a.chat_template);
+    const ChatTemplate chat =
+        ChatTemplate::from_text(model->chat_template(), model->path(), model->chat_template_key(), a.chat_template);
     if (a.no_think && chat.name() != "qwen3" && chat.name() != "deepseek-r1")
       warn(fmt::format("--no-think has no effect with the {} chat template", chat.name()));
     prompt_text = chat.render({{"user", a.prompt}}, ChatOptions{true, !a.no_think});
@@ -125,7 +126,7 @@ int run_generate(const GenerateArgs& a) {
 void add_generate(CLI::App& root, std::vector<Command>& out) {
   auto g = std::make_shared<GenerateArgs>();
   auto* gen = root.add_subcommand("generate", "Generate text with eviction active and print a summary line");
-  gen->add_option("-m,--model", g->model, "GGUF model (llama architecture)")->required()->check(CLI::ExistingFile);
+  gen->add_option("-m,--model", g->model, kModelHelp)->required()->check(CLI::ExistingPath);
   gen->add_option("-p,--prompt", g->prompt, "Prompt text")->required();
   gen->add_option("-n,--n-predict", g->n, "Tokens to generate")
       ->check(int_range(1, limits::kTokens))

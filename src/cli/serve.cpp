@@ -114,7 +114,7 @@ int run_serve(const ServeArgs& a) {
   so.prefill_chunk = a.prefill_chunk;
   serve::ApiOptions ao;
   std::string chat_name = "none";
-  ao.model_name = a.alias.empty() ? std::filesystem::path(a.model).stem().string() : a.alias;
+  ao.model_name = a.alias.empty() ? model_display_name(a.model) : a.alias;
   ao.api_key = a.api_key;
   ao.max_tokens_limit = a.max_tokens > 0 ? a.max_tokens : mc.context_length;
   ao.policy = policy;
@@ -125,7 +125,8 @@ int run_serve(const ServeArgs& a) {
   // Chat: the GGUF's template, or --chat-template NAME; without one /v1/chat/completions
   // answers 400 with the reason.
   try {
-    const ChatTemplate chat = ChatTemplate::from_gguf(model->gguf(), a.chat_template);
+    const ChatTemplate chat =
+        ChatTemplate::from_text(model->chat_template(), model->path(), model->chat_template_key(), a.chat_template);
     ao.chat = [chat](const std::vector<std::pair<std::string, std::string>>& msgs, bool thinking) {
       std::vector<ChatMessage> m;
       for (const auto& [role, content] : msgs) m.push_back({role, content});
@@ -189,7 +190,7 @@ void add_serve(CLI::App& root, std::vector<Command>& out) {
   auto s = std::make_shared<ServeArgs>();
   auto* cmd =
       root.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching over a KV memory pool");
-  cmd->add_option("-m,--model", s->model, "GGUF model (llama architecture)")->required();
+  cmd->add_option("-m,--model", s->model, kModelHelp)->required();
   cmd->add_option("--host", s->host, "Address to bind (loopback by default)")->capture_default_str();
   cmd->add_option("--port", s->port, "TCP port (0 = any free port; the ready line names it)")
       ->check(CLI::Range(0, 65535))
