@@ -35,18 +35,20 @@ std::string greedy_solve(Engine& engine, const Model& model, const Task& task, i
 
 int64_t default_max_new(const Task& task) {
   if (!task.trace.empty()) return static_cast<int64_t>(task.trace.size()) + 16;
-  int64_t steps = task.size.steps;
-  if (steps < 1) {
-    // No trace and no "length": read N from the question line.
-    const std::optional<int64_t> n = question_steps(task.problem);
-    if (!n)
+  TaskSize size = task.size;
+  if (size.steps < 1) {
+    // No trace and no "length": read the size from the problem text.
+    const std::optional<TaskSize> read = size_from_problem(task.family, task.problem);
+    if (!read)
       throw Error(
           fmt::format("task {}: no trace, no length.steps and no question line \"<marker><NNN>S\" to read "
                       "the number of steps from",
                       task.id));
-    steps = *n;
+    size = *read;
   }
-  return trace_length(task.family, std::max<int64_t>(steps, min_steps(task.family))) + 16;
+  size = with_defaults(task.family, size);
+  size.steps = std::max(size.steps, min_steps(task.family, size));
+  return trace_length(task.family, size) + 16;
 }
 
 }  // namespace kvevict
