@@ -18,8 +18,11 @@ import torch.nn.functional as F
 # then one token per character of the task alphabet (tasks/generator.h). Space is stored as
 # U+2581 like every SPM vocabulary, so plain text with spaces still tokenizes.
 UNK, BOS, EOS = 0, 1, 2
+# The first 53 characters are the vocabulary of the 2-layer models (models/reasoner-small/,
+# models/reasoner-kv/: 312 tokens); the last four came with the recall / revisit families (316).
 CHARS = (list("ABCDEFGHIJKLMNOPQRSTUVWXYZ") + list("0123456789")
-         + ["\n", ">", "+", "=", "#", "?", "$", "@", "\\", "b", "o", "x", "e", "d", "{", "}", "\u2581"])
+         + ["\n", ">", "+", "=", "#", "?", "$", "@", "\\", "b", "o", "x", "e", "d", "{", "}", "\u2581"]
+         + ["%", "^", "&", "!"])
 TOKEN_TYPE_NORMAL, TOKEN_TYPE_UNKNOWN, TOKEN_TYPE_CONTROL, TOKEN_TYPE_BYTE = 1, 2, 3, 6
 
 
@@ -35,6 +38,13 @@ PIECES, TYPES = vocab_pieces()
 CHAR_ID = {c: 259 + i for i, c in enumerate(CHARS)}
 CHAR_ID[" "] = CHAR_ID["\u2581"]
 VOCAB_SIZE = len(PIECES)
+
+
+def vocab_for(vocab_size):
+    """(pieces, types) of the first `vocab_size` tokens (an older model's vocabulary is a prefix)."""
+    if vocab_size > len(PIECES):
+        raise ValueError(f"vocabulary of {vocab_size} tokens is larger than this code's {len(PIECES)}")
+    return PIECES[:vocab_size], TYPES[:vocab_size]
 
 
 def encode(text):
@@ -228,11 +238,13 @@ def load_gguf(path):
             raise ValueError(f"{path}: missing key {key}")
         return f.parts[f.data[0]][0].item()
 
+    n_vocab = len(r.fields["tokenizer.ggml.tokens"].data)
     c = Config(dim=field("llama.embedding_length"), n_layers=field("llama.block_count"),
                n_heads=field("llama.attention.head_count"), n_kv_heads=field("llama.attention.head_count_kv"),
                hidden_dim=field("llama.feed_forward_length"), context_length=field("llama.context_length"),
                rope_theta=float(f'{field("llama.rope.freq_base"):.7g}'),
-               rms_eps=float(f'{field("llama.attention.layer_norm_rms_epsilon"):.7g}'))  # float32 -> 1e-05
+               rms_eps=float(f'{field("llama.attention.layer_norm_rms_epsilon"):.7g}'),  # float32 -> 1e-05
+               vocab_size=n_vocab)
     tensors = {}
     for t in r.tensors:
         if t.tensor_type != gguf.GGMLQuantizationType.F32:
