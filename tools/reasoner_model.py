@@ -121,7 +121,8 @@ class Block(nn.Module):
         self.w_up = nn.Linear(c.dim, c.hidden_dim, bias=False)
         self.w_down = nn.Linear(c.hidden_dim, c.dim, bias=False)
 
-    def forward(self, x, cos, sin, mask):
+    def forward(self, x, cos, sin, mask, attn_out=None):
+        """attn_out: optional list; the attention probabilities [B, n_heads, T, T] are appended."""
         c = self.c
         B, T, _ = x.shape
         h = self.attn_norm(x)
@@ -135,6 +136,8 @@ class Block(nn.Module):
         att = torch.matmul(q, k.unsqueeze(2).transpose(-1, -2)) / math.sqrt(c.head_dim)
         att = att + mask
         att = torch.softmax(att, dim=-1)
+        if attn_out is not None:
+            attn_out.append(att.reshape(B, c.n_heads, T, T).detach())
         o = torch.matmul(att, v.unsqueeze(2)).reshape(B, c.n_heads, T, c.head_dim)
         o = o.transpose(1, 2).reshape(B, T, c.n_heads * c.head_dim)
         x = x + self.wo(o)
@@ -165,10 +168,12 @@ class Reasoner(nn.Module):
             for lin in (b.wo, b.w_down):
                 nn.init.normal_(lin.weight, std=0.02 / math.sqrt(2 * c.n_layers))
 
-    def forward(self, ids, hide=None):
+    def forward(self, ids, hide=None, attn_out=None):
         """ids: [B, T] -> logits [B, T, vocab]. Causal; right padding needs no extra mask.
         hide: optional bool [B, T, T], True where query position i must not see key position j
-        (on top of causality; used by tools/ablate_prompt.py)."""
+        (on top of causality; used by tools/ablate_prompt.py). attn_out: optional list that gets
+        each layer's attention probabilities [B, n_heads, T, T] (query head h uses KV head
+        h // (n_heads / n_kv_heads)); tools/head_similarity.py reads them."""
         B, T = ids.shape
         x = self.tok(ids)
         cos, sin = self.cos[:T], self.sin[:T]
@@ -176,7 +181,7 @@ class Reasoner(nn.Module):
         if hide is not None:
             mask = mask.expand(B, T, T).masked_fill(hide, float("-inf"))[:, None, None]
         for b in self.blocks:
-            x = b(x, cos, sin, mask)
+            x = b(x, cos, sin, mask, attn_out)
         return F.linear(self.norm(x), self.tok.weight)
 
 
