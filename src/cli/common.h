@@ -38,7 +38,7 @@ std::string default_policy(const PolicyArgs& a);
 /// Upper bounds of the count and size options, checked while the command line is parsed, before
 /// any file is read. They are far above any sensible run and far below what would exhaust memory
 /// or never finish: a value past one is a typo (e.g. `--rollouts 100000000`), not a workload.
-/// README ("Limits") lists them; the flag table in CONTRIBUTING.md names the options.
+/// docs/cli.md ("Errors") lists them; the flag table in CONTRIBUTING.md names the options.
 namespace limits {
 inline constexpr long long kTokens =
     1 << 20;  ///< -n, -c, --max-length, --budget(s), --buffer, --sinks, lengths (tokens)
@@ -130,6 +130,8 @@ void add_keeplog(CLI::App& root, std::vector<Command>& out);
 void add_eval(CLI::App& root, std::vector<Command>& out);
 void add_merge(CLI::App& root, std::vector<Command>& out);
 void add_probe(CLI::App& root, std::vector<Command>& out);
+/// `divergence` (KL from full and perplexity over many texts, sink attention mass) — cli/divergence.cpp.
+void add_divergence(CLI::App& root, std::vector<Command>& out);
 /// `serve` (OpenAI-compatible HTTP server) and `bench serve` — cli/serve.cpp, cli/bench_serve.cpp.
 void add_serve(CLI::App& root, std::vector<Command>& out);
 

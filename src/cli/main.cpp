@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
   add_eval(app, commands);
   add_merge(app, commands);
   add_probe(app, commands);
+  add_divergence(app, commands);
   add_serve(app, commands);
 
   if (argc < 2) {
