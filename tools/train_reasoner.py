@@ -251,6 +251,9 @@ def main():
     ap.add_argument("--skill-weight", type=float, default=1.0,
                     help="loss weight of the few tokens that recall or re-read a far value (once's code, recall's and "
                     "revisit's answers and copies, the restate decisions); 1 = plain mean")
+    ap.add_argument("--lookup-weight", type=float, default=1.0,
+                    help="loss weight of the lookup tokens (Y of X=Y), about 1 in 7 trace tokens; > 1 speeds up the "
+                    "forming of the lookup (induction) circuit")
     args = ap.parse_args()
     if args.heads < 1 or args.dim % args.heads != 0:
         sys.exit(f"--heads {args.heads}: must divide --dim {args.dim}")
@@ -329,6 +332,7 @@ def main():
     weights = torch.ones(len(KIND_NAMES))
     for k in (KIND_PASS, KIND_COPY, KIND_RECALL, KIND_REVISIT, KIND_RESTATE):
         weights[k] = args.skill_weight
+    weights[KIND_LOOKUP] = args.lookup_weight
 
     def save(path=ckpt_path):
         state["cpu_s"] = cpu_base + time.process_time() - cpu0
