@@ -81,6 +81,8 @@ def export(ckpt_path, out_path, name="kvevict-reasoner"):
         kv("llama.attention.head_count", T_UINT32, c.n_heads),
         kv("llama.attention.head_count_kv", T_UINT32, c.n_kv_heads),
         kv("llama.rope.dimension_count", T_UINT32, c.head_dim),
+    ] + ([kv("llama.attention.key_length", T_UINT32, c.head_dim), kv("llama.attention.value_length", T_UINT32, c.head_dim)]
+         if c.head_dim * c.n_heads != c.dim else []) + [
         kv("llama.rope.freq_base", T_FLOAT32, c.rope_theta),
         kv("llama.attention.layer_norm_rms_epsilon", T_FLOAT32, c.rms_eps),
         kv("llama.vocab_size", T_UINT32, len(pieces)),

@@ -66,20 +66,21 @@ def decode(ids):
 # ---------------------------------------------------------------------------------------------
 class Config:
     def __init__(self, dim=128, n_layers=3, n_heads=4, n_kv_heads=2, hidden_dim=384, context_length=2048,
-                 rope_theta=10000.0, rms_eps=1e-5, vocab_size=VOCAB_SIZE):
+                 rope_theta=10000.0, rms_eps=1e-5, vocab_size=VOCAB_SIZE, head_dim=None):
+        """head_dim: size of each query/key/value head; default dim // n_heads. Another value makes
+        the attention width n_heads * head_dim differ from dim (GGUF attention.key_length, as
+        Qwen3 does)."""
         self.dim, self.n_layers, self.n_heads, self.n_kv_heads = dim, n_layers, n_heads, n_kv_heads
         self.hidden_dim, self.context_length, self.rope_theta, self.rms_eps = hidden_dim, context_length, rope_theta, rms_eps
         self.vocab_size = vocab_size
-        self.head_dim = dim // n_heads
+        self.head_dim = head_dim or dim // n_heads
 
     def to_dict(self):
         return dict(self.__dict__)
 
     @staticmethod
     def from_dict(d):
-        d = dict(d)
-        d.pop("head_dim", None)
-        return Config(**d)
+        return Config(**dict(d))
 
 
 class RMSNorm(nn.Module):
@@ -244,12 +245,13 @@ def load_gguf(path):
         return f.parts[f.data[0]][0].item()
 
     n_vocab = len(r.fields["tokenizer.ggml.tokens"].data)
+    key_length = field("llama.attention.key_length") if "llama.attention.key_length" in r.fields else None
     c = Config(dim=field("llama.embedding_length"), n_layers=field("llama.block_count"),
                n_heads=field("llama.attention.head_count"), n_kv_heads=field("llama.attention.head_count_kv"),
                hidden_dim=field("llama.feed_forward_length"), context_length=field("llama.context_length"),
                rope_theta=float(f'{field("llama.rope.freq_base"):.7g}'),
                rms_eps=float(f'{field("llama.attention.layer_norm_rms_epsilon"):.7g}'),  # float32 -> 1e-05
-               vocab_size=n_vocab)
+               vocab_size=n_vocab, head_dim=key_length)
     tensors = {}
     for t in r.tensors:
         if t.tensor_type != gguf.GGMLQuantizationType.F32:
