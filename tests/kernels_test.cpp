@@ -15,6 +15,7 @@
 #include "kernels/matmul.h"
 #include "model/synth.h"
 #include "model_fixture.h"
+#include "test_tmp.h"
 #include "util/error.h"
 #include "util/rng.h"
 #include "util/thread_pool.h"
@@ -72,6 +73,28 @@ TEST(Kernels, IntegerDotsEqualScalarReference) {
       EXPECT_NEAR(dot_q8_0_q8_0(w8.data() + mis, xq.data() + mis, n), exact, bound + 1e-4);
     }
   }
+}
+
+TEST(Kernels, ActivationQuantiserEqualsFormatQuantiser) {
+  // Expected: the vectorised activation quantiser (kernels/activation_quant.h) writes the same
+  // bytes as format's scalar Q8_0 quantiser, its definition, for 4 rows of 8 blocks: random
+  // values, exact halves of the step (x = (k + 0.5) s with max 127 s), and an all-zero block.
+  for (int trial = 0; trial < 50; ++trial) {
+    const int64_t T = 4, n = 256;
+    auto x = random_floats(T * n, static_cast<uint64_t>(trial) + 300, 3.0f);
+    const float s = std::ldexp(1.0f, trial % 9 - 4);
+    for (int64_t j = 0; j < 32; ++j) x[static_cast<size_t>(j)] = (static_cast<float>((j * 37) % 254 - 127) + 0.5f) * s;
+    x[5] = 127.0f * s;
+    for (int64_t j = 64; j < 96; ++j) x[static_cast<size_t>(j)] = 0.0f;
+    const int64_t rb = ggml_row_bytes(GgmlType::Q8_0, n);
+    std::vector<uint8_t> got(static_cast<size_t>(T * rb)), want(got.size());
+    quantize_rows_q8_0(x.data(), T, n, got.data());
+    for (int64_t t = 0; t < T; ++t) quantize_row_q8_0(x.data() + t * n, want.data() + t * rb, n);
+    ASSERT_EQ(got, want) << "trial " << trial;
+  }
+  float dummy[48] = {};
+  uint8_t out[64];
+  EXPECT_THROW(quantize_rows_q8_0(dummy, 1, 48, out), Error);
 }
 
 struct MatmulCase {
@@ -481,7 +504,7 @@ TEST(SynthGguf, WritesLoadableModelsOfEveryType) {
   // K-quants need rows of whole 256-element super-blocks (else they fall back, see
   // SynthTypes), so they are written at a 256-wide variant of `tiny`; "wq" names the type of
   // attn_q, which no mix promotes.
-  const std::string dir = ::testing::TempDir();
+  const std::string dir = test::tmp_dir();
   const SynthShape tiny = synth_shape("tiny");
   SynthShape tiny256 = tiny;
   tiny256.name = "tiny-256";
@@ -537,7 +560,7 @@ TEST(SynthGguf, RealShapesHaveTheirParameterCounts) {
 TEST(GgufWriter, RoundTripsMetadataAndTensors) {
   // Expected: every value written reads back through GgufFile with its type; tensor data sits at
   // aligned offsets; repeated keys and bad tensors are errors.
-  const std::string path = ::testing::TempDir() + "/writer.gguf";
+  const std::string path = test::tmp_path("writer.gguf");
   GgufWriter w(64);
   w.add_string("general.architecture", "test");
   w.add_uint32("a.u32", 7);

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "eviction/selector.h"
+#include "kernels/rope.h"
 #include "model/forward.h"
-#include "model/rope.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -29,7 +29,7 @@ class QuerySums final : public SelectorState {
       for (int f = 0; f < F; ++f) {
         const size_t k = index(obs.layer, h, f);
         const double re = q_[static_cast<size_t>(rope_.band_re(f))], im = q_[static_cast<size_t>(rope_.band_im(f))];
-        re_[k] += re;  // band f of model/rope.h (adjacent pair or NEOX halves)
+        re_[k] += re;  // band f of kernels/rope.h (adjacent pair or NEOX halves)
         im_[k] += im;
         abs_[k] += std::hypot(re, im);
       }
@@ -83,8 +83,10 @@ QueryStats calibrate_query_stats(const Model& model, std::span<const int32_t> to
     chunk.assign(tokens.begin() + start, tokens.begin() + std::min(n, start + ctx));
     if (start > 0 && model.tokenizer().add_bos()) chunk[0] = model.tokenizer().bos_id();
     SequenceKv kv(shape, static_cast<int64_t>(chunk.size()));
-    model_forward(model, rope, kv, chunk, 0, PositionMode::Logical, LogitsWanted::None, logits, &sums,
-                  /*want_probs=*/false, /*is_prefill=*/true, pool, buf);
+    const ForwardSegment seg{&kv, chunk, 0, PositionMode::Logical, &sums, /*want_probs=*/false, /*is_prefill=*/true};
+    model_forward(
+        {.model = model, .rope = rope, .pool = pool, .buf = buf, .wanted = LogitsWanted::None, .allow_blas = true}, seg,
+        logits);
     if (on_chunk) on_chunk(std::min(n, start + ctx), n);
   }
   QueryStats s;

@@ -2,7 +2,7 @@
 // file format (written by `kvevict calibrate`, read by `--policy triattention --param stats=FILE`).
 //
 // A RoPE band f of a head vector x[head_dim] is the complex number x_f = x[a_f] + i·x[b_f]
-// (model/rope.h: adjacent pairs for llama, NEOX halves for qwen2/qwen3/phi3), rotated at
+// (kernels/rope.h: adjacent pairs for llama, NEOX halves for qwen2/qwen3/phi3), rotated at
 // position p by exp(i·p·ω_f) with the model's ω_f (0 for the unrotated bands of partial rotary). Per (layer, query
 // head, band) the file holds E[x_f] (real and imaginary part) and E|x_f| over the pre-RoPE queries of a calibration
 // corpus.

@@ -1,9 +1,9 @@
-// Row kernels for the ggml tensor types kvevict reads (layouts: see ggml_types.h).
+// The ggml tensor types kvevict reads (layouts: see ggml_types.h and ggml_blocks.h): the type
+// table, fp16 / bf16 conversions, dequantisation and the weight quantisers.
 //
-// dot_row serves the float weight types in every matmul (AVX2+FMA body, F16C for the fp16
-// loads, and a scalar twin; both accumulate in float32); quantised weights normally go through
-// the integer kernels of kernels/matmul.h instead. The quantisers for types other than
-// Q8_0/Q4_0 are a plain round-to-nearest per (sub-)block, enough for synthetic models.
+// The quantisers for types other than Q8_0/Q4_0 are a plain round-to-nearest per (sub-)block,
+// enough for synthetic models. Everything here is scalar: the vectorised row kernels (dots,
+// activation quantisation) live in kernels/.
 #include "format/ggml_types.h"
 
 #include "format/ggml_blocks.h"
@@ -13,14 +13,6 @@
 #include <cstring>
 
 #include "util/error.h"
-#include "util/simd.h"
-
-#if defined(__AVX2__) || defined(__F16C__)
-#include <immintrin.h>
-#endif
-#if defined(__AVX2__) && defined(__FMA__)
-#define KVEVICT_AVX2 1
-#endif
 
 namespace kvevict {
 namespace {
@@ -49,142 +41,15 @@ uint32_t shift_round_even(uint32_t v, int shift) {
   return (rem > half || (rem == half && (q & 1u))) ? q + 1 : q;
 }
 
-// Throws unless n is a non-negative multiple of t's block size; `what` names the caller.
-void check_row_length(GgmlType t, int64_t n, const char* what) {
+}  // namespace
+
+void ggml_check_row_length(GgmlType t, int64_t n, const char* what) {
   const int64_t blk = ggml_block_elems(t);
   if (n < 0 || n % blk != 0) {
     throw Error(std::string(what) + ": row of " + std::to_string(n) + " elements is not a multiple of the " +
                 ggml_type_name(static_cast<uint32_t>(t)) + " block size " + std::to_string(blk));
   }
 }
-
-// Block scale as float. Exact either way; F16C is just faster than the bit-twiddling version.
-inline float scale_of(uint16_t d) {
-#if defined(__F16C__)
-  return _cvtsh_ss(d);
-#else
-  return fp16_to_fp32(d);
-#endif
-}
-
-#ifdef KVEVICT_AVX2
-
-// Eight int8 (the low 8 bytes of v) widened to floats.
-inline __m256 i8x8_to_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
-
-// Dot product of a row of 16-/32-bit elements with x: load8(i) returns row elements i..i+7 as
-// floats, load1(i) element i. Four independent accumulators hide the FMA latency.
-template <class Load8, class Load1>
-float dot_lanes(int64_t n, const float* x, Load8 load8, Load1 load1) {
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    for (int k = 0; k < 4; ++k) acc[k] = _mm256_fmadd_ps(load8(i + 8 * k), _mm256_loadu_ps(x + i + 8 * k), acc[k]);
-  }
-  for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(load8(i), _mm256_loadu_ps(x + i), acc[0]);
-  float sum = hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-  for (; i < n; ++i) sum += load1(i) * x[i];
-  return sum;
-}
-#else
-template <class Load8, class Load1>
-float dot_lanes(int64_t n, const float* x, Load8 /*load8*/, Load1 load1) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum += load1(i) * x[i];
-  return sum;
-}
-#endif
-
-float dot_f32(const float* a, const float* x, int64_t n) {
-#ifdef KVEVICT_AVX2
-  auto load8 = [a](int64_t i) { return _mm256_loadu_ps(a + i); };
-#else
-  auto load8 = nullptr;
-#endif
-  return dot_lanes(n, x, load8, [a](int64_t i) { return a[i]; });
-}
-
-float dot_f16(const uint16_t* a, const float* x, int64_t n) {
-#if defined(KVEVICT_AVX2) && defined(__F16C__)
-  auto load8 = [a](int64_t i) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i))); };
-  return dot_lanes(n, x, load8, [a](int64_t i) { return _cvtsh_ss(a[i]); });
-#else
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum += fp16_to_fp32(a[i]) * x[i];
-  return sum;
-#endif
-}
-
-float dot_bf16(const uint16_t* a, const float* x, int64_t n) {
-#ifdef KVEVICT_AVX2
-  // bf16 is the top half of an f32: widen to 32 bits and shift into place.
-  auto load8 = [a](int64_t i) {
-    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-  };
-#else
-  auto load8 = nullptr;
-#endif
-  return dot_lanes(n, x, load8, [a](int64_t i) { return bf16_to_fp32(a[i]); });
-}
-
-float dot_q8_0(const BlockQ8_0* b, const float* x, int64_t n) {
-  const int64_t nb = n / kQK;
-#ifdef KVEVICT_AVX2
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t ib = 0; ib < nb; ++ib, x += kQK) {
-    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[ib].qs));       // q[0..15]
-    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[ib].qs + 16));  // q[16..31]
-    __m256 s = _mm256_mul_ps(i8x8_to_ps(lo), _mm256_loadu_ps(x));
-    s = _mm256_fmadd_ps(i8x8_to_ps(_mm_srli_si128(lo, 8)), _mm256_loadu_ps(x + 8), s);
-    s = _mm256_fmadd_ps(i8x8_to_ps(hi), _mm256_loadu_ps(x + 16), s);
-    s = _mm256_fmadd_ps(i8x8_to_ps(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(x + 24), s);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(scale_of(b[ib].d)), s, acc);
-  }
-  return hsum8(acc);
-#else
-  float sum = 0.0f;
-  for (int64_t ib = 0; ib < nb; ++ib, x += kQK) {
-    float s = 0.0f;
-    for (int j = 0; j < kQK; ++j) s += static_cast<float>(b[ib].qs[j]) * x[j];
-    sum += scale_of(b[ib].d) * s;
-  }
-  return sum;
-#endif
-}
-
-float dot_q4_0(const BlockQ4_0* b, const float* x, int64_t n) {
-  const int64_t nb = n / kQK;
-#ifdef KVEVICT_AVX2
-  const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t ib = 0; ib < nb; ++ib, x += kQK) {
-    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[ib].qs));
-    // Low nibbles are elements 0..15, high nibbles 16..31; both centred on 8.
-    const __m128i lo = _mm_sub_epi8(_mm_and_si128(bytes, mask), eight);
-    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask), eight);
-    __m256 s = _mm256_mul_ps(i8x8_to_ps(lo), _mm256_loadu_ps(x));
-    s = _mm256_fmadd_ps(i8x8_to_ps(_mm_srli_si128(lo, 8)), _mm256_loadu_ps(x + 8), s);
-    s = _mm256_fmadd_ps(i8x8_to_ps(hi), _mm256_loadu_ps(x + 16), s);
-    s = _mm256_fmadd_ps(i8x8_to_ps(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(x + 24), s);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(scale_of(b[ib].d)), s, acc);
-  }
-  return hsum8(acc);
-#else
-  float sum = 0.0f;
-  for (int64_t ib = 0; ib < nb; ++ib, x += kQK) {
-    float s = 0.0f;
-    for (int j = 0; j < kQK / 2; ++j) {
-      s += static_cast<float>((b[ib].qs[j] & 0x0F) - 8) * x[j];
-      s += static_cast<float>((b[ib].qs[j] >> 4) - 8) * x[j + kQK / 2];
-    }
-    sum += scale_of(b[ib].d) * s;
-  }
-  return sum;
-#endif
-}
-
-}  // namespace
 
 namespace {
 
@@ -260,7 +125,7 @@ int64_t ggml_block_bytes(GgmlType t) { return type_info(t, "ggml_block_bytes").b
 bool ggml_is_k_quant(GgmlType t) { return find_type(static_cast<uint32_t>(t)) && ggml_block_elems(t) == kQKK; }
 
 int64_t ggml_row_bytes(GgmlType t, int64_t n) {
-  check_row_length(t, n, "ggml_row_bytes");
+  ggml_check_row_length(t, n, "ggml_row_bytes");
   // n / blk * bytes <= n * 4 / 1 for every supported type; overflow only past 2^61 elements.
   if (n > INT64_MAX / 4) throw Error("ggml_row_bytes: row of " + std::to_string(n) + " elements is too large");
   return n / ggml_block_elems(t) * ggml_block_bytes(t);
@@ -415,7 +280,7 @@ void dequant_blocks(const void* src, float* dst, int64_t n, int64_t per_block) {
 }  // namespace
 
 void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
-  check_row_length(t, n, "dequantize_row");
+  ggml_check_row_length(t, n, "dequantize_row");
   switch (t) {
     case GgmlType::F32:
       std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
@@ -468,87 +333,21 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
   }
 }
 
-float dot_row(GgmlType t, const void* row, const float* x, int64_t n) {
-  check_row_length(t, n, "dot_row");
-  switch (t) {
-    case GgmlType::F32:
-      return dot_f32(static_cast<const float*>(row), x, n);
-    case GgmlType::F16:
-      return dot_f16(static_cast<const uint16_t*>(row), x, n);
-    case GgmlType::BF16:
-      return dot_bf16(static_cast<const uint16_t*>(row), x, n);
-    case GgmlType::Q8_0:
-      return dot_q8_0(static_cast<const BlockQ8_0*>(row), x, n);
-    case GgmlType::Q4_0:
-      return dot_q4_0(static_cast<const BlockQ4_0*>(row), x, n);
-    default:
-      break;
-  }
-  // Other quantised types: one block at a time through a float buffer (not a hot path).
-  const int64_t blk = ggml_block_elems(t), bytes = ggml_block_bytes(t);
-  float buf[kQKK];
-  float sum = 0.0f;
-  for (int64_t ib = 0; ib < n / blk; ++ib) {
-    dequantize_row(t, static_cast<const uint8_t*>(row) + ib * bytes, buf, blk);
-    sum += dot_f32(buf, x + ib * blk, blk);
-  }
-  return sum;
-}
-
-#ifdef KVEVICT_AVX2
-namespace {
-// std::round (halves away from zero) on 8 floats, exactly: truncate, then add ±1 where the
-// (exact) remainder is at least one half.
-inline __m256 round_half_away(__m256 v) {
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-  const __m256 ge = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v, t)), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
-  return _mm256_add_ps(t, _mm256_and_ps(ge, _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f))));
-}
-}  // namespace
-#endif
-
 void quantize_row_q8_0(const float* src, void* dst, int64_t n) {
-  check_row_length(GgmlType::Q8_0, n, "quantize_row_q8_0");
+  ggml_check_row_length(GgmlType::Q8_0, n, "quantize_row_q8_0");
   auto* b = static_cast<BlockQ8_0*>(dst);
   for (int64_t ib = 0; ib < n / kQK; ++ib, src += kQK) {
-#ifdef KVEVICT_AVX2
-    // Same arithmetic as the scalar loop below (max, one multiply, std::round), 8 lanes at a
-    // time: the activations of every quantised matmul go through here once per call.
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 v[4];
-    __m256 m = _mm256_setzero_ps();
-    for (int k = 0; k < 4; ++k) {
-      v[k] = _mm256_loadu_ps(src + 8 * k);
-      m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
-    }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float amax = _mm_cvtss_f32(m4);
-#else
     float amax = 0.0f;
     for (int j = 0; j < kQK; ++j) amax = std::fmax(amax, std::fabs(src[j]));
-#endif
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;  // all-zero block -> d = 0, q = 0
     b[ib].d = fp32_to_fp16(d);
-#ifdef KVEVICT_AVX2
-    __m256i q[4];
-    for (int k = 0; k < 4; ++k) q[k] = _mm256_cvtps_epi32(round_half_away(_mm256_mul_ps(v[k], _mm256_set1_ps(id))));
-    // Pack 32 int32 to int8 (values already in [-127, 127]); packs interleave 128-bit lanes,
-    // the permute restores element order.
-    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[ib].qs),
-                        _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-#else
     for (int j = 0; j < kQK; ++j) b[ib].qs[j] = static_cast<int8_t>(std::round(src[j] * id));
-#endif
   }
 }
 
 void quantize_row_q4_0(const float* src, void* dst, int64_t n) {
-  check_row_length(GgmlType::Q4_0, n, "quantize_row_q4_0");
+  ggml_check_row_length(GgmlType::Q4_0, n, "quantize_row_q4_0");
   auto* b = static_cast<BlockQ4_0*>(dst);
   for (int64_t ib = 0; ib < n / kQK; ++ib, src += kQK) {
     // ggml keeps the sign of the largest-magnitude element so that it maps exactly to -8.
@@ -740,7 +539,7 @@ void quant_blocks(const float* src, void* dst, int64_t n, int64_t per_block, Qua
 }  // namespace
 
 void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
-  check_row_length(t, n, "quantize_row");
+  ggml_check_row_length(t, n, "quantize_row");
   auto* out = static_cast<uint8_t*>(dst);
   switch (t) {
     case GgmlType::F32:
@@ -777,56 +576,6 @@ void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
                                            [](const float* x, ggml::BlockQ5_K& b) { quant_k4_like(x, b, 31, b.qh); });
     case GgmlType::Q6_K:
       return quant_blocks<ggml::BlockQ6_K>(src, dst, n, kQKK, quant_q6_k);
-  }
-}
-
-void quantize_row_q8_k(const float* src, void* dst, int64_t n) {
-  if (n < 0 || n % kQKK != 0)
-    throw Error("quantize_row_q8_k: row of " + std::to_string(n) + " elements is not a multiple of 256");
-  auto* b = static_cast<ggml::BlockQ8_K*>(dst);
-  for (int64_t ib = 0; ib < n / kQKK; ++ib, src += kQKK) {
-#ifdef KVEVICT_AVX2
-    // The scalar loop below, 8 lanes at a time (same max, multiply and rounding).
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 m = _mm256_setzero_ps();
-    for (int j = 0; j < kQKK; j += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(src + j)));
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float amax = _mm_cvtss_f32(m4);
-    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    b[ib].d = d;
-    for (int g = 0; g < kQKK / 32; ++g) {  // 32 elements: two bsum groups
-      __m256i q[4];
-      for (int k = 0; k < 4; ++k)
-        q[k] = _mm256_cvtps_epi32(
-            round_half_away(_mm256_mul_ps(_mm256_loadu_ps(src + 32 * g + 8 * k), _mm256_set1_ps(id))));
-      const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[ib].qs + 32 * g),
-                          _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-      for (int h = 0; h < 2; ++h) {
-        const __m256i s8 = _mm256_add_epi32(q[2 * h], q[2 * h + 1]);
-        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
-        s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
-        b[ib].bsums[2 * g + h] = static_cast<int16_t>(_mm_cvtsi128_si32(s4));
-      }
-    }
-#else
-    float amax = 0.0f;
-    for (int j = 0; j < kQKK; ++j) amax = std::fmax(amax, std::fabs(src[j]));
-    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    b[ib].d = d;
-    for (int g = 0; g < kQKK / 16; ++g) {
-      int sum = 0;
-      for (int j = 16 * g; j < 16 * g + 16; ++j) {
-        const int q = round_clamp(src[j] * id, -127, 127);
-        b[ib].qs[j] = static_cast<int8_t>(q);
-        sum += q;
-      }
-      b[ib].bsums[g] = static_cast<int16_t>(sum);
-    }
-#endif
   }
 }
 

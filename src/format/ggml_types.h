@@ -1,4 +1,6 @@
-// Tensor element types of the GGUF format and their row kernels (dequantise, dot product).
+// Tensor element types of the GGUF format: the type table, fp16/bf16 conversions, and reading
+// (dequantise) and writing (quantise) rows in their block layouts. The compute kernels on these
+// layouts (dots, activation quantisation) live in kernels/.
 //
 // Source: GGUF specification (ggml docs/gguf.md, "GGML types") and ggml's block layouts, which
 // format/ggml_blocks.h describes: F32, F16 (IEEE half), BF16 (bfloat16), the legacy 32-element
@@ -53,6 +55,10 @@ bool ggml_is_k_quant(GgmlType t);
 /// Bytes of a row of `n` elements. Throws kvevict::Error if n is not a multiple of the block size.
 int64_t ggml_row_bytes(GgmlType t, int64_t n);
 
+/// Throws kvevict::Error ("<what>: row of <n> elements is not a multiple of the <type> block size
+/// <k>") unless n is a non-negative multiple of t's block size.
+void ggml_check_row_length(GgmlType t, int64_t n, const char* what);
+
 /// IEEE 754 half <-> single conversions (round-to-nearest-even on the way down).
 float fp16_to_fp32(uint16_t h);
 uint16_t fp32_to_fp16(float f);
@@ -65,11 +71,6 @@ uint16_t fp32_to_bf16(float f);
 /// Throws kvevict::Error when n is not a multiple of the block size.
 void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
 
-/// Dot product of one stored row (n elements of type t) with float vector x[n], accumulated in
-/// float32 (Q8_0/Q4_0: per-block integer-free float sums scaled by the block's d; the other
-/// quantised types dequantise 32 elements at a time and use the float kernel).
-float dot_row(GgmlType t, const void* row, const float* x, int64_t n);
-
 /// Quantises n floats into a row of type t (any GgmlType; float types convert with rounding
 /// to nearest even). Q8_0 and Q4_0 follow ggml's reference quantisers; the others are a plain
 /// round-to-nearest per block (see quantize_row_* in ggml_types.cpp), valid blocks but not
@@ -77,12 +78,9 @@ float dot_row(GgmlType t, const void* row, const float* x, int64_t n);
 /// block size.
 void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
 
-/// Quantises n floats (n % 256 == 0) to Q8_K blocks (ggml::BlockQ8_K): d = max|x| / 127
-/// (float), q = round(x / d), bsums = sums of q over each 16 elements. The activation format
-/// of the K-quant dot products (kernels/matmul.h).
-void quantize_row_q8_k(const float* src, void* dst, int64_t n);
-
-/// Quantises n floats (n % 32 == 0) into Q8_0 blocks as ggml does (d = max|x| / 127, q = round(x / d)).
+/// Quantises n floats (n % 32 == 0) into Q8_0 blocks as ggml does (d = max|x| / 127, q = round(x / d),
+/// halves away from zero), scalar: the definition kernels/activation_quant.h's vectorised
+/// quantize_rows_q8_0 reproduces byte for byte.
 void quantize_row_q8_0(const float* src, void* dst, int64_t n);
 
 /// Quantises n floats (n % 32 == 0) into Q4_0 blocks as ggml does (d = max-by-abs / -8).

@@ -92,11 +92,6 @@ void init_blas_once() {
 
 }  // namespace
 
-void quantize_rows_q8_0(const float* x, int64_t T, int64_t n, uint8_t* dst) {
-  const int64_t row_bytes = n / kQK * static_cast<int64_t>(sizeof(BlockQ8));
-  for (int64_t t = 0; t < T; ++t) quantize_row_q8_0(x + t * n, dst + t * row_bytes, n);
-}
-
 // Block sums are accumulated the way the AVX2 kernels do, so SIMD and scalar agree bit for bit:
 // lane k (0..7) of a block's integer sum covers elements 4k..4k+3; each lane accumulates
 // fma(d_w * d_x, lane sum, acc[k]) over the blocks, even blocks and odd blocks in two separate
@@ -158,11 +153,6 @@ float dot_q8_0_q8_0(const void* w, const void* xq, int64_t n) {
 #else
   return dot_q8_0_q8_0_ref(w, xq, n);
 #endif
-}
-
-void quantize_rows_q8_k(const float* x, int64_t T, int64_t n, uint8_t* dst) {
-  const int64_t row_bytes = n / kQKK * static_cast<int64_t>(sizeof(BlockQ8_K));
-  for (int64_t t = 0; t < T; ++t) quantize_row_q8_k(x + t * n, dst + t * row_bytes, n);
 }
 
 namespace {
@@ -527,25 +517,6 @@ float dot_q6_k_q8_k(const void* w, const void* xq, int64_t n) {
 #else
   return dot_dequantised(GgmlType::Q6_K, w, ActivationQuant::Q8_K, xq, n);
 #endif
-}
-
-ActivationQuant activation_quant(GgmlType t) {
-  switch (t) {
-    case GgmlType::Q4_0:
-    case GgmlType::Q4_1:
-    case GgmlType::Q5_0:
-    case GgmlType::Q5_1:
-    case GgmlType::Q8_0:
-      return ActivationQuant::Q8_0;
-    case GgmlType::Q2_K:
-    case GgmlType::Q3_K:
-    case GgmlType::Q4_K:
-    case GgmlType::Q5_K:
-    case GgmlType::Q6_K:
-      return ActivationQuant::Q8_K;
-    default:
-      return ActivationQuant::None;
-  }
 }
 
 float dot_quantised(GgmlType t, const void* w, const void* xq, int64_t n) {

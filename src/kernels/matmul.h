@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "format/ggml_types.h"
+#include "kernels/activation_quant.h"
+#include "kernels/dot_row.h"
 
 namespace kvevict {
 
@@ -61,9 +63,6 @@ struct MatmulScratch {
 void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, ThreadPool& pool, MatmulScratch& scratch,
                  bool allow_blas = false);
 
-/// Quantises T rows of n floats (n % 32 == 0) to Q8_0 blocks into dst[T * n / 32 * 34 bytes].
-void quantize_rows_q8_0(const float* x, int64_t T, int64_t n, uint8_t* dst);
-
 /// Dot product of a Q8_0 (or Q4_0) weight row of n elements with a Q8_0-quantised activation
 /// row (both n / 32 blocks): sum over blocks of d_w · d_x · Σ q_w q_x, the integer sums exact
 /// (8 lanes of 4 products per block), scaled and accumulated per lane in float32 with FMA, the
@@ -74,15 +73,6 @@ float dot_q4_0_q8_0(const void* w, const void* xq, int64_t n);
 /// Scalar references of the two above (same lane layout and operation order): for tests.
 float dot_q8_0_q8_0_ref(const void* w, const void* xq, int64_t n);
 float dot_q4_0_q8_0_ref(const void* w, const void* xq, int64_t n);
-
-/// How a weight type's matmul quantises the activations: Q8_0 (32-element blocks) for the
-/// legacy quants, Q8_K (256-element blocks with 16-element sums) for the K-quants, None for
-/// float types (they use dot_row on the float activations).
-enum class ActivationQuant { None, Q8_0, Q8_K };
-ActivationQuant activation_quant(GgmlType t);
-
-/// Quantises T rows of n floats (n % 256 == 0) to Q8_K blocks into dst[T * n / 256 * 292 bytes].
-void quantize_rows_q8_k(const float* x, int64_t T, int64_t n, uint8_t* dst);
 
 /// Integer dot products of one weight row of n elements with its quantised activation row
 /// (activation_quant of the type): Σ over sub-blocks of d_w · d_x · scale · Σ q_w q_x, minus

@@ -1,7 +1,7 @@
 // The forward pass over a sequence's budgeted KV cache, one for every family of model/arch.h.
 //
 // Source: LLaMA (arXiv 2302.13971) §2: pre-norm RMSNorm (Zhang & Sennrich, arXiv 1910.07467),
-// SwiGLU FFN (Shazeer, arXiv 2002.05202), RoPE (model/rope.h: adjacent or NEOX pairs, partial
+// SwiGLU FFN (Shazeer, arXiv 2002.05202), RoPE (kernels/rope.h: adjacent or NEOX pairs, partial
 // rotary, frequency factors); grouped-query attention (Ainslie et al., arXiv 2305.13245): query
 // head h reads KV head h / group_size. Family options (model/arch.h), applied between the Q/K/V
 // projections and RoPE: Q/K/V biases (Qwen2), per-head RMSNorm of Q and K (Qwen3); fused
@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "kernels/matmul.h"
+#include "kernels/rope.h"
 #include "kvcache/kv_cache.h"
 #include "model/model.h"
 #include "model/observer.h"
-#include "model/rope.h"
 
 namespace kvevict {
 
@@ -57,34 +57,40 @@ struct ForwardSegment {
   bool is_prefill = false;  ///< passed on as AttentionObservation::prefill
 };
 
+/// What a forward call runs with (the model, its RoPE tables, threads and scratch) and what it
+/// writes. Written with designated initialisers at the call: {.model = m, .rope = r, .pool = p,
+/// .buf = b, .wanted = LogitsWanted::All, .allow_blas = true}.
+struct ForwardArgs {
+  const Model& model;
+  const Rope& rope;  ///< built from model.config().rope
+  ThreadPool& pool;
+  ForwardBuffers& buf;  ///< one per concurrently running call
+  LogitsWanted wanted = LogitsWanted::Last;
+  /// Matmuls with at least 16 rows may use BLAS (prefill; slightly different rounding, and
+  /// results that depend on how many rows a call has).
+  bool allow_blas = false;
+};
+
 /// Runs every segment's tokens through the model in one pass (weights streamed once).
 /// Per segment the semantics are model_forward's. logits: Last -> [n_segments, n_vocab] (each
 /// segment's last token); All -> [Σ T_i, n_vocab] in segment order; None -> untouched.
-/// allow_blas: matmuls with many rows may use BLAS (prefill; slightly different rounding).
 /// Throws kvevict::Error as model_forward for any segment (before any cache is modified).
-void model_forward_segments(const Model& model, const Rope& rope, std::span<const ForwardSegment> segments,
-                            LogitsWanted wanted, std::vector<float>& logits, ThreadPool& pool, ForwardBuffers& buf,
-                            bool allow_blas = false);
+void model_forward_segments(const ForwardArgs& args, std::span<const ForwardSegment> segments,
+                            std::vector<float>& logits);
 
-/// Runs `tokens` [T] through the model. Token t has logical position pos0 + t and is appended at
-/// slot length(layer) + t of every (layer, KV head); it attends to slots [0, length + t] (causal).
-/// RoPE position: pos0 + t (PositionMode::Logical) or its slot index (PositionMode::Cache).
-/// logits: [n_vocab] (Last) or [T, n_vocab] (All), resized here.
+/// Runs one segment's tokens [T] through the model. Token t has logical position pos0 + t and
+/// is appended at slot length(layer) + t of every (layer, KV head) of segment.kv; it attends to
+/// slots [0, length + t] (causal). RoPE position: pos0 + t (PositionMode::Logical) or its slot
+/// index (PositionMode::Cache). logits: [n_vocab] (Last) or [T, n_vocab] (All), resized here.
 /// observer: when non-null, each token's post-RoPE queries are delivered per layer, and with
 /// want_probs also its attention probabilities; without want_probs none are computed.
 /// is_prefill is passed on to the observer (AttentionObservation::prefill).
 /// Throws kvevict::Error when a token id is out of range or the cache lacks room for T slots.
-void model_forward(const Model& model, const Rope& rope, SequenceKv& kv, std::span<const int32_t> tokens,
-                   int64_t pos0, PositionMode mode, LogitsWanted wanted, std::vector<float>& logits,
-                   AttentionObserver* observer, bool want_probs, bool is_prefill, ThreadPool& pool,
-                   ForwardBuffers& buf);
+void model_forward(const ForwardArgs& args, const ForwardSegment& segment, std::vector<float>& logits);
 
 /// y[T, W.rows] = x[T, W.cols] · Wᵀ, rows split across the pool (each output computed by one
 /// thread in a fixed order, so results do not depend on the thread count). Q8_0/Q4_0 weights
 /// use Q8_0-quantised activations (kernels/matmul.h).
 void matmul(const WeightMatrix& W, const float* x, int64_t T, float* y, ThreadPool& pool);
-
-/// out[n] = x[n] / sqrt(mean(x²) + eps) * w[n].
-void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out);
 
 }  // namespace kvevict

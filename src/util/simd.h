@@ -1,5 +1,5 @@
-// Small AVX helpers shared by the row kernels (format/ggml_types.cpp) and the compute kernels
-// (kernels/). Only defined when the translation unit is compiled with AVX.
+// Small AVX helpers shared by the compute kernels (kernels/). Only defined when the translation
+// unit is compiled with AVX.
 #pragma once
 
 #if defined(__AVX__)

@@ -29,8 +29,9 @@
 
 #include "eviction/query_stats.h"
 #include "eviction/registry.h"
-#include "model/rope.h"
+#include "kernels/rope.h"
 #include "util/error.h"
+#include "util/field_error.h"
 #include "util/thread_pool.h"
 
 namespace kvevict {
@@ -115,7 +116,7 @@ class TriAttentionSelector final : public Selector {
     std::vector<double> kabs(static_cast<size_t>(n * F));
     std::vector<cplx> coef(static_cast<size_t>(F));
     std::vector<double> extra(static_cast<size_t>(F));
-    // Band f is (k[re[f]], k[im[f]]): adjacent pairs or NEOX halves (model/rope.h).
+    // Band f is (k[re[f]], k[im[f]]): adjacent pairs or NEOX halves (kernels/rope.h).
     std::vector<int> re(static_cast<size_t>(F)), im(static_cast<size_t>(F));
     for (int f = 0; f < F; ++f)
       re[static_cast<size_t>(f)] = in.rope->band_re(f), im[static_cast<size_t>(f)] = in.rope->band_im(f);
@@ -188,8 +189,8 @@ const PolicyInfo& policy_triattention() {
       .make = [](const SelectorParams& params) {
         const std::string path = params.get_string("stats", "");
         if (path.empty())
-          throw Error(
-              "policy 'triattention' needs --param stats=FILE (query statistics written by `kvevict calibrate`)");
+          throw FieldError(Field::Param, "policy 'triattention' needs ",
+                           " stats=FILE (query statistics written by `kvevict calibrate`)");
         QueryStats st = load_query_stats(path);
         return std::make_unique<TriAttentionSelector>(std::move(st));
       }};

@@ -14,7 +14,7 @@
 #include "eviction/registry.h"
 #include "eviction/schedule.h"
 #include "eviction/selector.h"
-#include "model/rope.h"
+#include "kernels/rope.h"
 #include "util/error.h"
 
 namespace kvevict {
