@@ -18,6 +18,7 @@
 #include "eviction/registry.h"
 #include "eviction/schedule.h"
 #include "model/tokenizer.h"
+#include "serve/api_error.h"
 #include "serve/scheduler.h"
 
 namespace kvevict::serve {
@@ -52,13 +53,6 @@ struct ApiOptions {
   /// Why chat is unavailable (the message of the 400 /v1/chat/completions answers with).
   std::string chat_unavailable;
   int retry_after_s = 1;  ///< Retry-After of 429/503 answers, seconds
-};
-
-/// An API error: HTTP status and OpenAI error object fields.
-struct ApiError {
-  int status = 400;
-  std::string message;
-  std::string param;  ///< empty -> null
 };
 
 /// The two generation endpoints.
