@@ -19,6 +19,7 @@
 #include "eviction/schedule.h"
 #include "model/tokenizer.h"
 #include "serve/api_error.h"
+#include "serve/http_transport.h"
 #include "serve/scheduler.h"
 
 namespace kvevict::serve {
@@ -40,7 +41,6 @@ struct ApiOptions {
   std::string model_name;            ///< reported by /v1/models and in responses
   std::string api_key;               ///< empty: no authentication
   int64_t max_tokens_limit = 0;      ///< largest max_tokens accepted (tokens, >= 1)
-  int64_t max_body_bytes = 4 << 20;  ///< larger bodies get 413
   int max_n = 16;                    ///< largest `n` (choices per request)
   /// Server defaults that per-request kv_* fields override.
   Policy policy = make_policy("full");  ///< the server's policy (--policy, --param, --sinks)
@@ -53,6 +53,9 @@ struct ApiOptions {
   /// Why chat is unavailable (the message of the 400 /v1/chat/completions answers with).
   std::string chat_unavailable;
   int retry_after_s = 1;  ///< Retry-After of 429/503 answers, seconds
+  HttpLimits http;        ///< what one client may make the server hold (body size, connections, timeout)
+  /// Origins browsers may call the API from ("*" = any; empty = no CORS headers).
+  std::vector<std::string> cors_origins;
 };
 
 /// The two generation endpoints.
