@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -226,10 +227,12 @@ TEST(ServeHttp, LongRequestLineIs414AndLargeOrManyHeadersAre431) {
 
 TEST(ServeHttp, SlowClientsHoldNoWorkerAndStalledOnesAreClosed) {
   // The reproducer: 340 slow connections (more than the 336 HTTP worker threads of the old
-  // server) and /health got no answer within 10 s. Here they trickle one header byte a second
-  // while /health is asked; one more connection stalls and must be closed by the 1 s timeout.
+  // server) and /health got no answer within 10 s. Here they trickle a header byte every 0.3 s
+  // while /health is asked; one more connection stalls and must be closed by the 1 s inactivity
+  // timeout, and the trickling ones by the 3 s read deadline.
   serve::ApiOptions ao;
   ao.http.timeout_s = 1;
+  ao.http.read_timeout_s = 3;
   ao.http.max_connections_per_client = 1000;  // this test is about workers; caps have their own
   TestServer s(reasoner_path(), small_opts(), ao);
   ASSERT_GE(test::raise_fd_limit(2048), 1024) << "cannot open enough descriptors";
@@ -249,12 +252,23 @@ TEST(ServeHttp, SlowClientsHoldNoWorkerAndStalledOnesAreClosed) {
   });
   const int stalled = connect_from(s.port());
   ASSERT_TRUE(send_all(stalled, "GET /health HTTP/1.1\r\nHost"));
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  for (int i = 0; i < 100 && s.metric("kvevict:http_connections_open") < 342; ++i)  // + stalled + /metrics
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const auto [st, secs] = health(s.port(), "127.0.0.1", /*timeout_s=*/1.0);
   std::printf("[slowloris] 340 slow connections: /health %d in %.3f s\n", st, secs);
   EXPECT_EQ(st, 200) << "/health did not answer within 1 s";
+  EXPECT_GE(s.metric("kvevict:http_connections_open"), 340);  // the trickling ones are active: no inactivity timeout
   EXPECT_TRUE(test::closed_by_peer(stalled, 10)) << "a stalled request was not closed by the timeout";
-  EXPECT_GE(s.metric("kvevict:http_connections_open"), 340);  // the trickling ones stay (they are active)
+  // The read deadline: every trickling connection closed within 3 s of opening (+ checks, load).
+  int closed = 0;
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  for (int fd : slow)
+    closed += test::closed_by_peer(fd, std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count()));
+  EXPECT_EQ(closed, 340) << "trickling connections outlived the read deadline";
+  for (int i = 0; i < 500 && s.metric("kvevict:http_connections_open") > 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(s.metric("kvevict:http_connections_open"), 1);  // /metrics's own
   stop = true;
   trickle.join();
   for (int fd : slow) ::close(fd);

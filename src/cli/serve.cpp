@@ -247,6 +247,11 @@ void add_serve(CLI::App& root, std::vector<Command>& out) {
                   "or while it does not read its answer) before it is closed")
       ->check(CLI::Range(1, 86400))
       ->capture_default_str();
+  cmd->add_option("--read-timeout", s->http.read_timeout_s,
+                  "Seconds within which a whole request (line, headers, body) must arrive, counted from the "
+                  "connection opening or its previous answer; a slower client is disconnected")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
   cmd->add_option("--max-connections", s->http.max_connections,
                   "Connections open at once; more wait in the listen backlog")
       ->check(CLI::Range(1, 1 << 20))

@@ -149,6 +149,18 @@ struct HttpServer::Impl {
   bool started = false, stopped = false;
   std::unordered_map<PendingReply*, std::shared_ptr<PendingReply>> registry;  // replies not complete
 
+  // Every open connection: its socket and whether it is reading a request (since when), for the
+  // read deadline. An entry goes (NOTIFY_CLOSED) before the library closes its socket, so a
+  // descriptor found here under conn_mu is still this connection's.
+  struct Conn {
+    int fd = -1;
+    std::chrono::steady_clock::time_point since;  // opened, or its previous answer ended
+    bool reading = true;                          // its next request has not fully arrived yet
+    bool cut = false;                             // shut down for missing the deadline
+  };
+  std::mutex conn_mu;
+  std::unordered_map<const MHD_Connection*, Conn> conns;
+
   std::mutex job_mu;
   std::condition_variable job_cv;
   std::deque<Job> jobs;
@@ -402,6 +414,7 @@ struct HttpServer::Impl {
       return x->too_large && x->received > opt.limits.max_body_bytes + kDropAllowance ? MHD_NO : MHD_YES;
     }
     if (x->pending) return resumed(c, x->pending);
+    set_reading(c, false);
     if (x->too_large)
       return queue_error(c, 413, fmt::format("the request body exceeds {} bytes", opt.limits.max_body_bytes));
 
@@ -458,7 +471,45 @@ struct HttpServer::Impl {
     return MHD_YES;
   }
 
-  void on_completed(void** con_cls, MHD_RequestTerminationCode toe) {
+  // The connection's request is read (false) or its answer ended and the next may come (true).
+  void set_reading(const MHD_Connection* c, bool reading) {
+    std::lock_guard<std::mutex> lock(conn_mu);
+    if (auto it = conns.find(c); it != conns.end()) {
+      it->second.reading = reading;
+      if (reading) it->second.since = std::chrono::steady_clock::now();
+    }
+  }
+
+  void on_connection(MHD_Connection* c, MHD_ConnectionNotificationCode code) {
+    std::lock_guard<std::mutex> lock(conn_mu);
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+      Conn& k = conns[c];
+      if (const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD))
+        k.fd = info->connect_fd;
+      k.since = std::chrono::steady_clock::now();
+      open += 1;
+    } else {
+      conns.erase(c);
+      open -= 1;
+    }
+  }
+
+  // Connections that have been reading one request for longer than read_timeout_s (a client
+  // trickling bytes, which the inactivity timeout never catches) are shut down: the library
+  // then reads end-of-file and closes them.
+  void enforce_read_deadline() {
+    const auto now = std::chrono::steady_clock::now();
+    const auto limit = std::chrono::seconds(opt.limits.read_timeout_s);
+    std::lock_guard<std::mutex> lock(conn_mu);
+    for (auto& [c, k] : conns)
+      if (k.reading && !k.cut && k.fd >= 0 && now - k.since > limit) {
+        ::shutdown(k.fd, SHUT_RDWR);
+        k.cut = true;
+      }
+  }
+
+  void on_completed(MHD_Connection* c, void** con_cls, MHD_RequestTerminationCode toe) {
+    set_reading(c, true);
     std::unique_ptr<Exchange> x(static_cast<Exchange*>(*con_cls));
     *con_cls = nullptr;
     if (x == nullptr) return;
@@ -509,6 +560,8 @@ struct HttpServer::Impl {
     std::unique_lock<std::mutex> lock(state_mu);
     while (!stopped) {
       state_cv.wait_for(lock, std::chrono::milliseconds(opt.limits.disconnect_check_ms));
+      if (stopped) break;
+      enforce_read_deadline();
       std::vector<std::shared_ptr<PendingReply>> gone;
       for (auto& [raw, p] : registry) {
         std::lock_guard<std::mutex> pl(p->mu);
@@ -536,6 +589,7 @@ HttpServer::HttpServer(std::vector<Route> routes, HttpOptions opt) : impl_(std::
   at_least("max header bytes", l.max_header_bytes, 1024);
   at_least("max headers", l.max_headers, 1);
   at_least("timeout", l.timeout_s, 1);
+  at_least("read timeout", l.read_timeout_s, 1);
   at_least("max connections", l.max_connections, 1);
   at_least("max connections per client", l.max_connections_per_client, 1);
   at_least("event threads", l.event_threads, 1);
@@ -615,17 +669,20 @@ void HttpServer::start() {
       {MHD_OPTION_CONNECTION_TIMEOUT, l.timeout_s, nullptr},
       {MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<intptr_t>(l.max_header_bytes), nullptr},
       {MHD_OPTION_NOTIFY_COMPLETED,
-       reinterpret_cast<intptr_t>(+[](void* cls, MHD_Connection*, void** con_cls, MHD_RequestTerminationCode toe) {
+       reinterpret_cast<intptr_t>(+[](void* cls, MHD_Connection* c, void** con_cls, MHD_RequestTerminationCode toe) {
          try {
-           static_cast<Impl*>(cls)->on_completed(con_cls, toe);
+           static_cast<Impl*>(cls)->on_completed(c, con_cls, toe);
          } catch (...) {
          }
        }),
        &s},
       {MHD_OPTION_NOTIFY_CONNECTION,
        reinterpret_cast<intptr_t>(
-           +[](void* cls, MHD_Connection*, void**, MHD_ConnectionNotificationCode code) {
-             static_cast<Impl*>(cls)->open += code == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1;
+           +[](void* cls, MHD_Connection* c, void**, MHD_ConnectionNotificationCode code) {
+             try {
+               static_cast<Impl*>(cls)->on_connection(c, code);
+             } catch (...) {  // out of memory: this connection goes without a read deadline
+             }
            }),
        &s},
   };

@@ -2,10 +2,11 @@
 // libmicrohttpd, with the limits that keep one client from holding the server: request line and
 // header size (414 / 431, the library's per-connection memory limit), header count (431), body
 // size whatever the transfer encoding (413), an inactivity timeout while a request is read or a
-// connection idles, and caps on connections in total and per client address. No thread belongs
-// to a connection: a few event-loop threads (poll) do every socket's I/O, handlers that may take
-// long (tokenising a large prompt) run on a small worker pool, and a reply that waits for the
-// scheduler (a generation) suspends its connection until a Waker resumes it.
+// connection idles, a deadline for reading a whole request, and caps on connections in total and
+// per client address. No thread belongs to a connection: a few event-loop threads (poll) do every
+// socket's I/O, handlers that may take long (tokenising a large prompt) run on a small worker
+// pool, and a reply that waits for the scheduler (a generation) suspends its connection until a
+// Waker resumes it.
 //
 // Also here: 404/405 derived from the table (405 with Allow, RFC 9110 §15.5.6), OPTIONS and CORS
 // (Fetch standard, "CORS protocol"), a Bearer API key, pipelined requests answered in order, and
@@ -13,8 +14,8 @@
 //
 // Why libmicrohttpd (docs/serving.md, "HTTP layer"): it enforces these limits itself (Debian
 // bookworm 0.9.75: MHD_OPTION_CONNECTION_LIMIT, PER_IP_CONNECTION_LIMIT, CONNECTION_TIMEOUT,
-// CONNECTION_MEMORY_LIMIT, an internal thread pool, suspend/resume); the body limit and the header count are the
-// two checks made here.
+// CONNECTION_MEMORY_LIMIT, an internal thread pool, suspend/resume); the body limit, the header
+// count and the read deadline are the checks made here.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,10 @@ struct HttpLimits {
   int max_headers = 100;               ///< header fields per request; more -> 431
   int timeout_s = 30;  ///< a connection that sends or takes no byte for this long (reading a request, idling, or
                        ///< not reading its reply) is closed; one waiting for the scheduler never times out
+  /// A request (line, headers and body) must have arrived within this many seconds of the
+  /// connection opening or its previous answer ending, else the connection is closed: a client
+  /// trickling bytes (never inactive for timeout_s) cannot hold its connection for longer.
+  int read_timeout_s = 60;
   int max_connections = 1024;           ///< open at once; more wait in the listen backlog until one closes
   int max_connections_per_client = 256;  ///< per client IP address; more are closed as they arrive
   int event_threads = 2;                 ///< threads doing the sockets' I/O (poll)
