@@ -195,9 +195,10 @@ int run_divergence(const DivergenceArgs& a) {
     throw Error(fmt::format("--prompt-tokens {}: must be in [1, --length {})", a.prompt, a.length));
   const std::vector<int64_t> budgets = run_budgets(a);
   const std::vector<std::string> names =
-      a.policies.empty() ? std::vector<std::string>{default_policy(a.policy)} : split_list(a.policies, "--policies");
+      a.policies.empty() ? std::vector<std::string>{policy_name(policy_settings(a.policy))}
+                         : split_list(a.policies, "--policies");
   std::vector<GridEntry> grid = policy_grid(a.policy, names, budgets);
-  std::erase_if(grid, [](const GridEntry& g) { return !g.policy.evicts; });  // `full` is the reference
+  std::erase_if(grid, [](const GridEntry& g) { return !g.policy().evicts; });  // `full` is the reference
   if (grid.empty()) throw Error("--policies: no evicting policy to compare with `full`");
   const auto model = Model::load(a.model);
   std::vector<Text> texts;
@@ -207,7 +208,7 @@ int run_divergence(const DivergenceArgs& a) {
   }
   std::vector<DivergenceCell> cells;
   for (const GridEntry& g : grid)
-    cells.push_back({fmt::format("{}@{}", g.name, g.eviction.budget), g.policy, g.eviction});
+    cells.push_back({fmt::format("{}@{}", g.name, g.eviction().budget), g.policy(), g.eviction()});
   Engine engine(*model, a.threads);
   std::vector<DivergenceText> res;
   {
@@ -238,7 +239,7 @@ int run_divergence(const DivergenceArgs& a) {
     for (size_t i = 0; i < texts.size(); ++i)
       for (size_t c = 0; c < cells.size(); ++c)
         csv << texts[i].source << ',' << texts[i].index << ',' << texts[i].tokens.size() << ',' << texts[i].prompt
-            << ',' << grid[c].name << ',' << grid[c].eviction.budget << ',' << fmt::format("{:.6g}", res[i].kl[c])
+            << ',' << grid[c].name << ',' << grid[c].eviction().budget << ',' << fmt::format("{:.6g}", res[i].kl[c])
             << ',' << fmt::format("{:.6f}", res[i].nll[c]) << ',' << fmt::format("{:.6f}", res[i].full_nll) << ','
             << fmt::format("{:.4f}", res[i].top1[c]) << ',' << res[i].stats[c].rounds << '\n';
   }
@@ -254,14 +255,14 @@ int run_divergence(const DivergenceArgs& a) {
       const CellSummary s = summarize(res, idx, c, a.bootstrap, a.policy.seed);
       double len = 0;
       for (size_t i : idx) len += static_cast<double>(texts[i].tokens.size()) / static_cast<double>(idx.size());
-      const double frac = static_cast<double>(grid[c].eviction.budget) / len;
+      const double frac = static_cast<double>(grid[c].eviction().budget) / len;
       fmt::print("{:<22} {:>6} {:>6.2f} {:>28} {:>11.4f} {:>30} {:>7.3f} {:>7.1f}\n", grid[c].name,
-                 grid[c].eviction.budget, frac, fmt::format("{:.4f} [{:.4f}, {:.4f}]", s.kl, s.kl_lo, s.kl_hi), s.ppl,
+                 grid[c].eviction().budget, frac, fmt::format("{:.4f} [{:.4f}, {:.4f}]", s.kl, s.kl_lo, s.kl_hi), s.ppl,
                  fmt::format("{:+.4f} [{:+.4f}, {:+.4f}]", s.dnll, s.dnll_lo, s.dnll_hi), s.top1, s.rounds);
       summary.push_back({{"source", source},
                          {"texts", idx.size()},
                          {"policy", grid[c].name},
-                         {"budget", grid[c].eviction.budget},
+                         {"budget", grid[c].eviction().budget},
                          {"budget_fraction", frac},
                          {"kl", s.kl},
                          {"kl_ci", {s.kl_lo, s.kl_hi}},

@@ -150,8 +150,10 @@ AttentionMass attention_mass(const Model& model, std::span<const std::vector<int
   for (const std::vector<int32_t>& t : texts) {
     if (static_cast<int64_t>(t.size()) <= min_position) continue;
     SequenceKv kv(KvShape{c.n_layers, c.n_kv_heads, c.head_dim}, static_cast<int64_t>(t.size()));
-    model_forward(model, rope, kv, t, 0, PositionMode::Logical, LogitsWanted::None, logits, &obs,
-                  /*want_probs=*/true, /*is_prefill=*/true, pool, buf);
+    const ForwardSegment seg{&kv, t, 0, PositionMode::Logical, &obs, /*want_probs=*/true, /*is_prefill=*/true};
+    model_forward(
+        {.model = model, .rope = rope, .pool = pool, .buf = buf, .wanted = LogitsWanted::None, .allow_blas = true}, seg,
+        logits);
   }
   if (obs.queries() == 0)
     throw Error(fmt::format("attention mass: no text is longer than min_position {} tokens", min_position));

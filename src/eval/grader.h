@@ -94,7 +94,4 @@ struct Grade {
 /// text cannot end a run. Linear time in response.size() + gold.size().
 Grade grade_response(std::string_view response, std::string_view gold, Grading grading) noexcept;
 
-/// Stable lower-case name ("math", "gsm8k", "exact").
-const char* grading_name(Grading g);
-
 }  // namespace kvevict
