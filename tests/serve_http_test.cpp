@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -388,6 +389,31 @@ TEST(ServeHttp, ClientsThatHangUpWhileTheirRequestWaitsOrRunsCancelIt) {
   EXPECT_EQ(s.metric("kvevict:kv_pool_used_bytes"), 0);
   EXPECT_EQ(s.metric("kvevict:prompt_tokens_total"), prompt_a) << "the abandoned queued request ran";
   EXPECT_LT(s.metric("kvevict:generation_tokens_total"), 16 * 2000);
+}
+
+TEST(ServeHttp, ResponseIdsNeverRepeat) {
+  // The reproducer: 20 chat calls gave 17 distinct ids (the id hashed a pointer and the time in
+  // seconds). Here 40 requests on 4 keep-alive connections at once, streamed and not.
+  TestServer s(reasoner_path(), small_opts(), {});
+  std::vector<std::string> ids(40);
+  std::vector<std::thread> th;
+  for (int t = 0; t < 4; ++t)
+    th.emplace_back([&, t] {
+      auto c = s.client();
+      for (int i = t; i < 40; i += 4) {
+        json b = kSmall;
+        b["max_tokens"] = 1;
+        b["stream"] = i % 2 == 0;
+        auto r = c->Post("/v1/completions", b.dump(), "application/json");
+        if (!r) continue;
+        const size_t at = r->body.find("\"id\":\"");
+        if (at != std::string::npos) ids[static_cast<size_t>(i)] = r->body.substr(at + 6, r->body.find('"', at + 6) - at - 6);
+      }
+    });
+  for (auto& t : th) t.join();
+  std::set<std::string> distinct(ids.begin(), ids.end());
+  EXPECT_EQ(distinct.count(""), 0u) << "a request got no id";
+  EXPECT_EQ(distinct.size(), 40u);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <chrono>
 #include <ctime>
 #include <nlohmann/json.hpp>
 
@@ -77,6 +78,10 @@ struct ApiServer::Impl {
   std::unique_ptr<HttpServer> http;
   std::atomic<bool> shutting_down{false};
   std::atomic<uint64_t> request_counter{0};
+  // Response ids: splitmix64 (a bijection) of this start's clock reading plus a counter, so ids
+  // never repeat within a run and differ between runs.
+  const uint64_t id_base = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+  std::atomic<uint64_t> id_counter{0};
 
   Impl(Scheduler& s, ApiOptions o) : sched(s), opt(std::move(o)) {}
 
@@ -180,7 +185,7 @@ struct ApiServer::Impl {
     }
     const std::string id =
         fmt::format("{}-{:016x}", ep == Endpoint::Chat ? "chatcmpl" : "cmpl",
-                    stream_id({reinterpret_cast<uintptr_t>(req.get()), static_cast<uint64_t>(std::time(nullptr))}));
+                    splitmix64(id_base + id_counter.fetch_add(1)));
     const int64_t created = static_cast<int64_t>(std::time(nullptr));
     auto cancel = [req] { req->cancel(); };
     if (p.stream) return stream_reply(req, std::move(p), ep, id, created);
