@@ -4,6 +4,7 @@
 // f32/f16 slots, and compaction of one (layer, KV head) block.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 
@@ -55,6 +56,50 @@ void matmul_args(benchmark::internal::Benchmark* b) {
   for (int T : {4, 16}) b->Args({8, 2048, 2048, T, 2});
 }
 BENCHMARK(BM_Matmul)->Apply(matmul_args)->ArgNames({"type", "rows", "cols", "T", "threads"})->UseRealTime();
+
+// Tiled kernels against the one-row dots they reproduce, cache-resident (128 rows x 2048
+// columns, one thread): Args: weight type id, T, variant (-1: one-row dots per (row, token), the
+// computation matmul_jobs did before the tiled kernels; else a KernelIsa). items/s = multiply-adds.
+void BM_Tiled(benchmark::State& st) {
+  const auto type = static_cast<GgmlType>(st.range(0));
+  const int64_t T = st.range(1), variant = st.range(2), rows = 128, cols = 2048;
+  const auto isas = compiled_kernel_isas();
+  if (variant >= 0 && std::find(isas.begin(), isas.end(), static_cast<KernelIsa>(variant)) == isas.end()) {
+    st.SkipWithError("variant not compiled");
+    return;
+  }
+  const auto wf = random_floats(rows * cols, 1);
+  const int64_t rb = ggml_row_bytes(type, cols);
+  std::vector<uint8_t> w(static_cast<size_t>(rb * rows));
+  for (int64_t r = 0; r < rows; ++r) quantize_row(type, wf.data() + r * cols, w.data() + r * rb, cols);
+  const auto x = random_floats(T * cols, 2);
+  std::vector<float> y(static_cast<size_t>(T * rows));
+  const bool k = activation_quant(type) == ActivationQuant::Q8_K;
+  const int64_t xrb = k ? cols / 256 * 292 : cols / 32 * 34;
+  std::vector<uint8_t> xq(static_cast<size_t>(T * xrb));
+  PackedActivations act;
+  for (auto _ : st) {
+    if (variant < 0) {
+      if (k)
+        quantize_rows_q8_k(x.data(), T, cols, xq.data());
+      else
+        quantize_rows_q8_0(x.data(), T, cols, xq.data());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t t = 0; t < T; ++t) y[static_cast<size_t>(t * rows + r)] = dot_quantised(type, w.data() + r * rb, xq.data() + t * xrb, cols);
+    } else {
+      if (k)
+        pack_activations_q8_k(x.data(), T, cols, act);
+      else
+        pack_activations_q8_0(x.data(), T, cols, act);
+      qgemm_rows(static_cast<KernelIsa>(variant), type, w.data(), rb, 0, rows, act, y.data(), rows);
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetItemsProcessed(static_cast<int64_t>(st.iterations()) * rows * cols * T);
+}
+BENCHMARK(BM_Tiled)
+    ->ArgsProduct({{8, 2, 12, 13, 14, 3, 6, 7, 10, 11}, {1, 4, 16, 64}, {-1, 0, 1, 2}})
+    ->ArgNames({"type", "T", "variant"});
 
 // Args: slots, G (query heads per KV head), f16 (0/1). head_dim 64.
 void BM_Attention(benchmark::State& st) {

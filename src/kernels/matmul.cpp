@@ -212,21 +212,13 @@ inline __m256i nibbles_32(const uint8_t* qs) {
 
 #ifdef KVEVICT_KERNELS_AVX2
 // What the offset/affine kernels need of activation block i: its scale dx, its lane sums
-// (sum_i8x32) and those times -8. Computed from the block (one-off dots) or read from tables
-// computed once per matmul (matmul_jobs: every weight row reuses them; the same values either way).
+// (sum_i8x32) and those times -8, computed from the block.
 struct ActFromBlocks {
   const BlockQ8* x;
   float d(int64_t i) const { return _cvtsh_ss(x[i].d); }
   __m256i sums(int64_t i) const { return sum_i8x32(load32(x[i].qs)); }
   __m256i neg8(int64_t i) const { return times_minus8(sums(i)); }
   static __m256i times_minus8(__m256i v) { return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(v, 3)); }
-};
-struct ActTable {
-  const float* dx;    // 1 per block
-  const int32_t* ls;  // 16 per block: 8 lane sums, then the same times -8
-  float d(int64_t i) const { return dx[i]; }
-  __m256i sums(int64_t i) const { return load32(ls + 16 * i); }
-  __m256i neg8(int64_t i) const { return load32(ls + 16 * i + 8); }
 };
 
 // Symmetric 32-element types (Q4_0: w = d · (q − 8), Q5_0: w = d · (q − 16), q unsigned): the
@@ -553,9 +545,16 @@ float dot_quantised_ref(GgmlType t, const void* w, const void* xq, int64_t n) {
 
 void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, ThreadPool& pool, MatmulScratch& scratch,
                  bool allow_blas) {
+  MatmulOptions options;
+  options.allow_blas = allow_blas;
+  matmul_jobs(jobs, x, T, pool, scratch, options);
+}
+
+void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, ThreadPool& pool, MatmulScratch& scratch,
+                 const MatmulOptions& options) {
   if (jobs.empty() || T <= 0) return;
   const int64_t cols = jobs[0].w.cols;
-  bool need_q8_0 = false, need_q8_k = false, need_sums = false;
+  bool need_q8_0 = false, need_q8_k = false;
   for (const MatmulJob& j : jobs) {
     if (j.w.cols != cols)
       throw Error(fmt::format("matmul: fused jobs need equal column counts ({} vs {})", j.w.cols, cols));
@@ -565,45 +564,41 @@ void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, Thr
       throw Error(fmt::format("matmul: {} columns are not a multiple of the {} block size {}", cols,
                               ggml_type_name(static_cast<uint32_t>(j.w.type)), blk));
     need_q8_0 |= aq == ActivationQuant::Q8_0;
-    need_sums |= aq == ActivationQuant::Q8_0 && j.w.type != GgmlType::Q8_0;  // offset/affine types
     need_q8_k |= aq == ActivationQuant::Q8_K;
   }
-  const bool blas = allow_blas && T >= kBlasMinRows;
+  const std::vector<KernelIsa> isas = compiled_kernel_isas();
+  const bool tiled = !isas.empty();
+  const KernelIsa isa = options.isa.value_or(tiled ? isas.back() : KernelIsa::Avx2);
+  if (options.isa && std::find(isas.begin(), isas.end(), isa) == isas.end())
+    throw Error(fmt::format("matmul: kernel variant {} is not compiled into this build", kernel_isa_name(isa)));
+  const bool blas = options.allow_blas && T >= kBlasMinRows;
   if (blas) init_blas_once();
   const int64_t q_row_bytes = cols / kQK * static_cast<int64_t>(sizeof(BlockQ8));
   const int64_t qk_row_bytes = cols / kQKK * static_cast<int64_t>(sizeof(BlockQ8_K));
   if (need_q8_0 && !blas) {
-    scratch.xq.resize(static_cast<size_t>(T * q_row_bytes));
-    quantize_rows_q8_0(x, T, cols, scratch.xq.data());
-#ifdef KVEVICT_KERNELS_AVX2
-    if (need_sums) {
-      // Lane sums of every activation block, once: the offset/affine kernels need them per block
-      // and every weight row would otherwise recompute them.
-      const int64_t nb = T * (cols / kQK);
-      scratch.xls.resize(static_cast<size_t>(nb * 16));
-      scratch.xd.resize(static_cast<size_t>(nb));
-      const ActFromBlocks act{reinterpret_cast<const BlockQ8*>(scratch.xq.data())};
-      for (int64_t i = 0; i < nb; ++i) {
-        const __m256i sums = act.sums(i);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(scratch.xls.data() + 16 * i), sums);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(scratch.xls.data() + 16 * i + 8),
-                            ActFromBlocks::times_minus8(sums));
-        scratch.xd[static_cast<size_t>(i)] = act.d(i);
-      }
+    if (tiled) {
+      pack_activations_q8_0(x, T, cols, scratch.act);
+    } else {
+      scratch.xq.resize(static_cast<size_t>(T * q_row_bytes));
+      quantize_rows_q8_0(x, T, cols, scratch.xq.data());
     }
-#else
-    (void)need_sums;
-#endif
   }
   if (need_q8_k && !blas) {
-    scratch.xqk.resize(static_cast<size_t>(T * qk_row_bytes));
-    quantize_rows_q8_k(x, T, cols, scratch.xqk.data());
+    if (tiled) {
+      pack_activations_q8_k(x, T, cols, scratch.act);
+    } else {
+      scratch.xqk.resize(static_cast<size_t>(T * qk_row_bytes));
+      quantize_rows_q8_k(x, T, cols, scratch.xqk.data());
+    }
   }
-  const uint8_t* xq = scratch.xq.data();
-  const uint8_t* xqk = scratch.xqk.data();
+  scratch.act.T = T;
+  scratch.act.cols = cols;
 
   // Work items: fixed chunks of rows of each job, concatenated.
-  const int64_t chunk = blas ? kBlasTile : std::max(kRowChunk, kChunkBytes / std::max<int64_t>(1, jobs[0].w.row_bytes));
+  const int64_t chunk =
+      options.row_chunk > 0 ? options.row_chunk
+      : blas                ? kBlasTile
+                            : std::max(kRowChunk, kChunkBytes / std::max<int64_t>(1, jobs[0].w.row_bytes));
   std::vector<int64_t> first_item(jobs.size() + 1, 0);
   for (size_t j = 0; j < jobs.size(); ++j) first_item[j + 1] = first_item[j] + (jobs[j].w.rows + chunk - 1) / chunk;
   const int64_t n_items = first_item.back();
@@ -631,36 +626,17 @@ void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, Thr
                     static_cast<int>(W.rows));
         continue;
       }
-      int64_t r = r0;
-      for (; r < r1; ++r) {
+      if (tiled && qgemm_supports(W.type)) {
+        qgemm_rows(isa, W.type, W.data, W.row_bytes, r0, r1, scratch.act, y, W.rows);
+        continue;
+      }
+      const ActivationQuant aq = activation_quant(W.type);
+      for (int64_t r = r0; r < r1; ++r) {
         const uint8_t* w = W.data + r * W.row_bytes;
-        switch (W.type) {
-          case GgmlType::Q8_0:
-            for (int64_t t = 0; t < T; ++t) y[t * W.rows + r] = dot_q8_0_q8_0(w, xq + t * q_row_bytes, cols);
-            break;
-          case GgmlType::Q4_0:
-          case GgmlType::Q4_1:
-          case GgmlType::Q5_0:
-          case GgmlType::Q5_1:
-#ifdef KVEVICT_KERNELS_AVX2
-            for (int64_t t = 0; t < T; ++t)
-              y[t * W.rows + r] = dot_q8_0_act(
-                  W.type, w, reinterpret_cast<const BlockQ8*>(xq + t * q_row_bytes), cols / kQK,
-                  ActTable{scratch.xd.data() + t * (cols / kQK), scratch.xls.data() + t * (cols / kQK) * 16});
-#else
-            for (int64_t t = 0; t < T; ++t) y[t * W.rows + r] = dot_quantised(W.type, w, xq + t * q_row_bytes, cols);
-#endif
-            break;
-          case GgmlType::Q2_K:
-          case GgmlType::Q3_K:
-          case GgmlType::Q4_K:
-          case GgmlType::Q5_K:
-          case GgmlType::Q6_K:
-            for (int64_t t = 0; t < T; ++t) y[t * W.rows + r] = dot_quantised(W.type, w, xqk + t * qk_row_bytes, cols);
-            break;
-          default:
-            for (int64_t t = 0; t < T; ++t) y[t * W.rows + r] = dot_row(W.type, w, x + t * cols, cols);
-        }
+        for (int64_t t = 0; t < T; ++t)
+          y[t * W.rows + r] = aq == ActivationQuant::Q8_0   ? dot_quantised(W.type, w, scratch.xq.data() + t * q_row_bytes, cols)
+                              : aq == ActivationQuant::Q8_K ? dot_quantised(W.type, w, scratch.xqk.data() + t * qk_row_bytes, cols)
+                                                            : dot_row(W.type, w, x + t * cols, cols);
       }
     }
   };

@@ -7,8 +7,11 @@
 // vec_dot_q*_q8_0 / q8_1 kernels. For the K-quants (Q2_K .. Q6_K) the activations are quantised
 // per 256 elements to Q8_K blocks with 16-element sums (ggml's Q8_K), the sub-block products are
 // integer sums times the integer sub-block scales, and the min/offset terms use the block sums
-// (ggml's vec_dot_q*_K_q8_K). Every quantised result is within the activation quantisation
-// error of the float product of the dequantised weights (kernels_test, quant_test). F32,
+// (ggml's vec_dot_q*_K_q8_K). matmul_jobs computes the quantised products with the tiled
+// kernels of kernels/qgemm.h (each weight block unpacked once for up to 4 activation rows),
+// bit-identical to the one-row dots declared below. Every quantised result is within the
+// activation quantisation error of the float product of the dequantised weights (kernels_test,
+// quant_test). F32,
 // F16 and BF16 weights use dot_row (float32 FMA accumulation), so the F32 path is bit-identical
 // to the scalar-order kernel the parity tests were written against. Prefill (many rows) may use
 // OpenBLAS sgemm on float32 weight tiles (dequantised on the fly for other types).
@@ -19,12 +22,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "format/ggml_types.h"
 #include "kernels/activation_quant.h"
 #include "kernels/dot_row.h"
+#include "kernels/qgemm.h"
 
 namespace kvevict {
 
@@ -49,17 +54,29 @@ struct MatmulJob {
 
 /// Scratch a matmul call reuses (quantised activations, dequantised tiles).
 struct MatmulScratch {
-  std::vector<uint8_t> xq;   ///< T rows of Q8_0 blocks
-  std::vector<uint8_t> xqk;  ///< T rows of Q8_K blocks (ggml::BlockQ8_K)
-  std::vector<int32_t> xls;  ///< [T, cols / 32, 16] lane sums of the Q8_0 blocks (lane k: elements 4k..4k+3), then x -8
-  std::vector<float> xd;     ///< [T, cols / 32] the Q8_0 blocks' scales as float
+  PackedActivations act;       ///< the activations for the tiled kernels
+  std::vector<uint8_t> xq;     ///< T rows of Q8_0 blocks (builds without the tiled kernels)
+  std::vector<uint8_t> xqk;    ///< T rows of Q8_K blocks (idem)
+};
+
+/// How matmul_jobs runs; the defaults are what the model uses. Results never depend on isa or
+/// row_chunk (tests vary them to prove it).
+struct MatmulOptions {
+  /// When T >= 16, products may go through OpenBLAS sgemm (prefill of float weights); results
+  /// then differ from the per-row kernel in the last bits.
+  bool allow_blas = false;
+  std::optional<KernelIsa> isa;  ///< tiled-kernel variant; default: the widest compiled
+  int64_t row_chunk = 0;         ///< weight rows per work item; 0: derived from the shape
 };
 
 /// Runs every job over the same input x[T, cols] (all jobs must share cols) as one parallel
 /// loop on `pool` (rows split into fixed chunks, so no result depends on the thread count).
-/// allow_blas: when T >= 16, products may go through OpenBLAS sgemm (prefill); results then
-/// differ from the per-row kernel in the last bits. Throws kvevict::Error when cols differ or a
-/// quantised type's cols is not a multiple of its block size (32, or 256 for K-quants).
+/// Throws kvevict::Error when cols differ, a quantised type's cols is not a multiple of its block
+/// size (32, or 256 for K-quants) or options.isa is not compiled into this build.
+void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, ThreadPool& pool, MatmulScratch& scratch,
+                 const MatmulOptions& options);
+
+/// matmul_jobs with default options, sgemm allowed or not (see MatmulOptions::allow_blas).
 void matmul_jobs(std::span<const MatmulJob> jobs, const float* x, int64_t T, ThreadPool& pool, MatmulScratch& scratch,
                  bool allow_blas = false);
 
