@@ -1,8 +1,9 @@
-// The tiled integer matmul kernels (kernels/qgemm.h) through matmul_jobs: bit-identical to the
-// one-row dot kernels of kernels/matmul.h (themselves checked against scalar references in
-// kernels_test and quant_test) for every quantised type, whatever the number of activation rows
-// T, the thread count, the row split and the instruction-set variant; and within the activation
-// quantisation error of the float64 product of the dequantised weights.
+// The integer matmul kernels (kernels/qgemm.h) through matmul_jobs: bit-identical to the scalar
+// reference dot_quantised (kernels/matmul.h, written from the block layouts, independently of
+// the interleaved layout) for every quantised type, whatever the number of activation rows T,
+// the thread count, the row split, the instruction-set variant and whether the weights were
+// interleaved at load or on the fly; and within the activation quantisation error of the float64
+// product of the dequantised weights.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "kernels/matmul.h"
+#include "kernels/x16.h"
 #include "util/error.h"
 #include "util/rng.h"
 #include "util/thread_pool.h"
@@ -33,14 +35,17 @@ std::vector<float> random_floats(int64_t n, uint64_t seed, float scale) {
 struct Weights {
   GgmlType type;
   int64_t rows, cols;
-  std::vector<uint8_t> bytes;
-  WeightView view() const { return {type, bytes.data(), rows, cols, ggml_row_bytes(type, cols)}; }
+  std::vector<uint8_t> bytes, x16;
+  // With the interleaved copy (as the model loads them) or without (interleaved on the fly).
+  WeightView view(bool interleaved = true) const {
+    return {type, bytes.data(), rows, cols, ggml_row_bytes(type, cols), interleaved ? x16.data() : nullptr};
+  }
 };
 
 // Rows of `type` quantised from random floats; every 7th row is scaled by 100 and every 5th
 // block of it zeroed, so scales and zero blocks vary across the rows of one tile.
 Weights make_weights(GgmlType type, int64_t rows, int64_t cols, uint64_t seed) {
-  Weights w{type, rows, cols, {}};
+  Weights w{type, rows, cols, {}, {}};
   const int64_t rb = ggml_row_bytes(type, cols);
   w.bytes.resize(static_cast<size_t>(rows * rb));
   for (int64_t r = 0; r < rows; ++r) {
@@ -50,21 +55,22 @@ Weights make_weights(GgmlType type, int64_t rows, int64_t cols, uint64_t seed) {
         if ((i / 32) % 5 == 0) f[static_cast<size_t>(i)] = 0.0f;
     quantize_row(type, f.data(), w.bytes.data() + r * rb, cols);
   }
+  w.x16 = x16_pack(type, w.bytes.data(), rows, cols, rb);
   return w;
 }
 
 // y[T, rows] through matmul_jobs with the given options.
 std::vector<float> run(const Weights& w, const std::vector<float>& x, int64_t T, ThreadPool& pool,
-                       const MatmulOptions& opt) {
+                       const MatmulOptions& opt, bool interleaved = true) {
   std::vector<float> y(static_cast<size_t>(T * w.rows), std::nanf(""));
   MatmulScratch scratch;
-  const MatmulJob job{w.view(), y.data()};
+  const MatmulJob job{w.view(interleaved), y.data()};
   matmul_jobs(std::span<const MatmulJob>(&job, 1), x.data(), T, pool, scratch, opt);
   return y;
 }
 
-// The one-row dot of every (row, activation row) on activations quantised as ggml blocks.
-std::vector<float> one_row_dots(const Weights& w, const std::vector<float>& x, int64_t T) {
+// The scalar reference for every (row, activation row) on activations quantised as ggml blocks.
+std::vector<float> reference_dots(const Weights& w, const std::vector<float>& x, int64_t T) {
   const bool k = activation_quant(w.type) == ActivationQuant::Q8_K;
   const int64_t xrb = k ? w.cols / 256 * 292 : w.cols / 32 * 34;
   std::vector<uint8_t> xq(static_cast<size_t>(T * xrb));
@@ -90,13 +96,13 @@ std::vector<float> one_row_dots(const Weights& w, const std::vector<float>& x, i
   return ::testing::AssertionSuccess();
 }
 
-TEST(TiledMatmul, EqualsOneRowDotsForEveryTypeTAndVariant) {
+TEST(QuantMatmul, EqualsScalarReferenceForEveryTypeTAndVariant) {
   // Expected: for every quantised type, T in 1..17, 32, 64 and every compiled kernel variant,
-  // each output equals the one-row dot kernel's bit for bit. 37 rows (tiles of 4 rows leave a
-  // partial one); 512 columns (16 legacy blocks, 2 K-quant blocks) and, for the legacy types, 96
-  // columns (3 blocks: an odd last block).
+  // each output equals dot_quantised's bit for bit. 37 rows (groups of 16 leave a partial one);
+  // 512 columns (16 legacy blocks, 2 K-quant blocks) and, for the legacy types, 96 (3 blocks).
+  // T = 1, 5 and 17 also without the interleaved copy (interleaved on the fly per group).
   const auto isas = compiled_kernel_isas();
-  ASSERT_FALSE(isas.empty()) << "no tiled kernel variant compiled";
+  ASSERT_FALSE(isas.empty()) << "no kernel variant compiled";
   std::vector<int64_t> Ts;
   for (int64_t T = 1; T <= 17; ++T) Ts.push_back(T);
   Ts.push_back(32);
@@ -107,7 +113,7 @@ TEST(TiledMatmul, EqualsOneRowDotsForEveryTypeTAndVariant) {
     for (int64_t cols : kq ? std::vector<int64_t>{512} : std::vector<int64_t>{512, 96}) {
       const Weights w = make_weights(type, 37, cols, static_cast<uint64_t>(type) + 10 * static_cast<uint64_t>(cols));
       const auto x = random_floats(64 * cols, 7 + static_cast<uint64_t>(cols), 2.0f);
-      const auto want_all = one_row_dots(w, x, 64);
+      const auto want_all = reference_dots(w, x, 64);
       for (int64_t T : Ts) {
         const std::vector<float> want(want_all.begin(), want_all.begin() + T * w.rows);
         for (KernelIsa isa : isas) {
@@ -115,19 +121,23 @@ TEST(TiledMatmul, EqualsOneRowDotsForEveryTypeTAndVariant) {
           opt.isa = isa;
           EXPECT_TRUE(same_bits(run(w, x, T, pool, opt), want, w.rows))
               << tname(type) << " cols " << cols << " T " << T << " " << kernel_isa_name(isa);
+          if (T == 1 || T == 5 || T == 17) {
+            EXPECT_TRUE(same_bits(run(w, x, T, pool, opt, false), want, w.rows))
+                << tname(type) << " cols " << cols << " T " << T << " " << kernel_isa_name(isa) << " on the fly";
+          }
         }
       }
     }
   }
 }
 
-TEST(TiledMatmul, IndependentOfThreadsAndRowSplit) {
-  // Expected: bit-identical outputs for 1, 2 and 3 threads and work items of 1, 3, 5, 16 and the
-  // default number of rows (which moves every row to other tile positions and partners), for
-  // every type at T = 1, 5 and 17.
-  const std::vector<int64_t> chunks = {0, 1, 3, 5, 16};
+TEST(QuantMatmul, IndependentOfThreadsAndRowSplit) {
+  // Expected: bit-identical outputs for 1, 2 and 3 threads and work items of 16, 32, 48 rows and
+  // the default (other splits of the rows over work items and threads), for every type at T = 1,
+  // 5 and 17.
+  const std::vector<int64_t> chunks = {0, 16, 32, 48};
   for (GgmlType type : kTypes) {
-    const Weights w = make_weights(type, 45, 512, 99 + static_cast<uint64_t>(type));
+    const Weights w = make_weights(type, 75, 512, 99 + static_cast<uint64_t>(type));
     for (int64_t T : {1, 5, 17}) {
       const auto x = random_floats(T * 512, 50 + static_cast<uint64_t>(T), 1.0f);
       ThreadPool one(1);
@@ -145,7 +155,7 @@ TEST(TiledMatmul, IndependentOfThreadsAndRowSplit) {
   }
 }
 
-TEST(TiledMatmul, WithinActivationQuantisationErrorOfTheFloatProduct) {
+TEST(QuantMatmul, WithinActivationQuantisationErrorOfTheFloatProduct) {
   // Expected: |y - Σ w x| <= Σ |w| · (max|x| of the block / 127) / 2 · 1.01 + 1e-4 against a
   // float64 product of the dequantised weights: the error of rounding each activation to its
   // block's step (max|x| / 127, halves), for T = 9 rows with values of mixed magnitude.
@@ -176,7 +186,7 @@ TEST(TiledMatmul, WithinActivationQuantisationErrorOfTheFloatProduct) {
   }
 }
 
-TEST(TiledMatmul, RefusesAVariantThisBuildLacks) {
+TEST(QuantMatmul, RefusesAVariantThisBuildLacks) {
   // Expected: asking for a variant that is not compiled in is an error naming it, not a silent
   // fallback (only checkable in a build that lacks one).
   const auto isas = compiled_kernel_isas();

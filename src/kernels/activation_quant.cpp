@@ -71,23 +71,21 @@ void quantize_rows_q8_0(const float* x, int64_t T, int64_t n, uint8_t* dst) {
 #endif
 }
 
-void quantize_rows_q8_0_split(const float* x, int64_t T, int64_t n, int8_t* q, float* d, int32_t* ls) {
+void quantize_rows_q8_0_split(const float* x, int64_t T, int64_t n, int8_t* q, float* d, int32_t* sums) {
   ggml_check_row_length(GgmlType::Q8_0, n, "quantize_rows_q8_0_split");
   for (int64_t i = 0; i < T * (n / kQK); ++i) {
     int8_t* qs = q + i * kQK;
 #ifdef KVEVICT_AVX2
     d[i] = fp16_to_fp32(quantize_block_q8_0(x + i * kQK, qs));
-    // Lane sums: maddubs(1, q) adds byte pairs, madd(., 1) pairs of those.
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
-    const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v), _mm256_set1_epi16(1));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(ls + 8 * i), sums);
 #else
     BlockQ8_0 b;
     quantize_row_q8_0(x + i * kQK, &b, kQK);
     std::memcpy(qs, b.qs, kQK);
     d[i] = fp16_to_fp32(b.d);
-    for (int k = 0; k < 8; ++k) ls[8 * i + k] = int32_t{qs[4 * k]} + qs[4 * k + 1] + qs[4 * k + 2] + qs[4 * k + 3];
 #endif
+    int32_t s = 0;
+    for (int j = 0; j < kQK; ++j) s += qs[j];
+    sums[i] = s;
   }
 }
 

@@ -1,17 +1,16 @@
-// Tiled integer matmul kernels (see qgemm.h).
+// Integer matmul kernels on the row-interleaved weight layout (see qgemm.h, x16.h).
 //
-// One kernel body per type family, written on a 64-byte "pair" vector (two 32-element blocks or
-// chunks side by side): a zmm register on AVX-512, two ymm registers on AVX2. The per-type code
-// (unpacking 32 weight values to unsigned bytes, block scales) is 256-bit AVX2 and shared by
-// every variant; the 512-bit variant joins two such halves in one register.
+// A kernel call computes one group of 16 weight rows against C activation rows: per block, each
+// group of 4 weight bytes of the 16 rows (one 64-byte load, unpacked to unsigned bytes) is
+// multiplied with 4 activation bytes of one activation row broadcast to every lane, so lane r
+// accumulates row r's exact integer dot product (VNNI vpdpbusd; maddubs/madd without VNNI). Each
+// weight load serves C activation rows; each block then costs every (row, activation row) pair
+// one float FMA. The 16 lanes are one zmm on AVX-512 and two ymm (rows 0..7, 8..15) on AVX2.
 //
-// Legacy types (32-element blocks, Q8_0 activations): the one-row kernels add even blocks into
-// one FMA chain and odd blocks into another; here block 2j sits in the low half and block 2j + 1
-// in the high half of the pair, so the two chains are the two halves, reduced at the end as
-// hsum8(low + high). An odd last block is paired with a zero block of scale 0, which adds exactly
-// +0 to the high half (whose accumulator is never -0).
-// K-quants (256-element blocks, Q8_K activations): 64 elements per step; the integer lane sums
-// of the halves are added (exactly) before the block's single FMA.
+// The integer values are exact and every lane does the float steps of qgemm.h's definition in
+// the same order, so the variants, the tile shapes and the number of activation rows cannot
+// change a result.
+
 // GCC 12's AVX-512 intrinsic headers initialise their "undefined" operands from themselves, which
 // -Wmaybe-uninitialized reports wherever they are inlined (GCC bug 105593, fixed in GCC 13); the
 // warning is silenced in this file (before the headers are read).
@@ -25,12 +24,11 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <utility>
 
 #include "format/ggml_blocks.h"
 #include "kernels/activation_quant.h"
+#include "kernels/x16.h"
 #include "util/error.h"
-#include "util/simd.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -71,23 +69,7 @@ const char* kernel_isa_name(KernelIsa isa) {
   return "?";
 }
 
-bool qgemm_supports(GgmlType type) {
-  switch (type) {
-    case GgmlType::Q4_0:
-    case GgmlType::Q4_1:
-    case GgmlType::Q5_0:
-    case GgmlType::Q5_1:
-    case GgmlType::Q8_0:
-    case GgmlType::Q2_K:
-    case GgmlType::Q3_K:
-    case GgmlType::Q4_K:
-    case GgmlType::Q5_K:
-    case GgmlType::Q6_K:
-      return true;
-    default:
-      return false;
-  }
-}
+bool qgemm_supports(GgmlType type) { return x16_block_bytes(type) > 0; }
 
 void pack_activations_q8_0(const float* x, int64_t T, int64_t cols, PackedActivations& a) {
   ggml_check_row_length(GgmlType::Q8_0, cols, "pack_activations_q8_0");
@@ -96,8 +78,8 @@ void pack_activations_q8_0(const float* x, int64_t T, int64_t cols, PackedActiva
   a.cols = cols;
   a.q8.resize(static_cast<size_t>(T * cols));
   a.d8.resize(static_cast<size_t>(T * nb));
-  a.ls8.resize(static_cast<size_t>(T * nb * 8));
-  quantize_rows_q8_0_split(x, T, cols, a.q8.data(), a.d8.data(), a.ls8.data());
+  a.s8.resize(static_cast<size_t>(T * nb));
+  quantize_rows_q8_0_split(x, T, cols, a.q8.data(), a.d8.data(), a.s8.data());
 }
 
 void pack_activations_q8_k(const float* x, int64_t T, int64_t cols, PackedActivations& a) {
@@ -113,579 +95,527 @@ void pack_activations_q8_k(const float* x, int64_t T, int64_t cols, PackedActiva
 namespace {
 
 using ggml::BlockQ8_K;
-constexpr int64_t kQK = ggml::kQK;
-constexpr int64_t kQKK = ggml::kQKK;
 
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-inline float f16(uint16_t h) { return _cvtsh_ss(h); }
-
-// ---------------------------------------------------------------------------------------------
-// Pair vectors. I: 16 int32 / 32 int16 / 64 int8 lanes; F: 16 floats. Low half = first block.
-
-// dpbusd on 256 bits: acc + Σ4 u·s (u unsigned, s signed bytes), exact. With VNNI one
-// instruction; otherwise maddubs + madd, exact only while u ≤ 128 (no int16 pair saturates
-// against |s| ≤ 127), which the callers guarantee.
-template <bool kVnni>
-inline __m256i dpbusd256(__m256i acc, __m256i u, __m256i s) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  if constexpr (kVnni) return _mm256_dpbusd_epi32(acc, u, s);
-#elif defined(__AVXVNNI__)
-  if constexpr (kVnni) return _mm256_dpbusd_avx_epi32(acc, u, s);
-#endif
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
-}
-template <bool kVnni>
-inline __m256i dpwssd256(__m256i acc, __m256i a, __m256i b) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  if constexpr (kVnni) return _mm256_dpwssd_epi32(acc, a, b);
-#elif defined(__AVXVNNI__)
-  if constexpr (kVnni) return _mm256_dpwssd_avx_epi32(acc, a, b);
-#endif
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+inline int32_t ld32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
 }
 
-// Two 256-bit halves (the AVX2 variants).
-template <bool kVnni_>
-struct V2x256 {
-  static constexpr bool kVnni = kVnni_;
-  struct I {
-    __m256i lo, hi;
-  };
-  struct F {
-    __m256 lo, hi;
-  };
-  static I zero() { return {_mm256_setzero_si256(), _mm256_setzero_si256()}; }
-  static F fzero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
-  static I load64(const void* p) { return {load32(p), load32(static_cast<const uint8_t*>(p) + 32)}; }
-  static I load32z(const void* p) { return {load32(p), _mm256_setzero_si256()}; }
-  static I pair(__m256i lo, __m256i hi) { return {lo, hi}; }
-  static I dpbusd(I acc, I u, I s) { return {dpbusd256<kVnni>(acc.lo, u.lo, s.lo), dpbusd256<kVnni>(acc.hi, u.hi, s.hi)}; }
-  // Σ4 a·b of signed bytes (|a|, |b| ≤ 127) by the sign trick: exact without VNNI.
-  static I dot_signed(I a, I b) {
-    const auto one = [](__m256i x, __m256i y) {
-      const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-      return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-    };
-    return {one(a.lo, b.lo), one(a.hi, b.hi)};
-  }
-  static I maddubs(I u, I s) { return {_mm256_maddubs_epi16(u.lo, s.lo), _mm256_maddubs_epi16(u.hi, s.hi)}; }
-  static I dpwssd(I acc, I a, I b) { return {dpwssd256<kVnni>(acc.lo, a.lo, b.lo), dpwssd256<kVnni>(acc.hi, a.hi, b.hi)}; }
-  template <int kShift>
-  static I neg_shl(I v) {
-    const __m256i z = _mm256_setzero_si256();
-    return {_mm256_sub_epi32(z, _mm256_slli_epi32(v.lo, kShift)), _mm256_sub_epi32(z, _mm256_slli_epi32(v.hi, kShift))};
-  }
-  static __m256i fold(I v) { return _mm256_add_epi32(v.lo, v.hi); }
-  static F cvt(I v) { return {_mm256_cvtepi32_ps(v.lo), _mm256_cvtepi32_ps(v.hi)}; }
-  static F mul(F a, F b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
-  static F fmadd(F a, F b, F c) { return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)}; }
-  static F scales(float a, float b) { return {_mm256_set1_ps(a), _mm256_set1_ps(b)}; }
-  static float reduce(F v) { return hsum8(_mm256_add_ps(v.lo, v.hi)); }
-  static float reduce2(F v, F m) { return hsum8(_mm256_add_ps(_mm256_add_ps(v.lo, v.hi), _mm256_add_ps(m.lo, m.hi))); }
-};
-
-#ifdef QG_AVX512
-struct V512 {
-  static constexpr bool kVnni = true;
-  using I = __m512i;
-  using F = __m512;
-  static I zero() { return _mm512_setzero_si512(); }
-  static F fzero() { return _mm512_setzero_ps(); }
-  static I load64(const void* p) { return _mm512_loadu_si512(p); }
-  static I load32z(const void* p) { return _mm512_zextsi256_si512(load32(p)); }
-  static I pair(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1); }
-  static I dpbusd(I acc, I u, I s) { return _mm512_dpbusd_epi32(acc, u, s); }
-  static I dot_signed(I a, I b) {  // not used: kVnni
-    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), a, b);
-  }
-  static I maddubs(I u, I s) { return _mm512_maddubs_epi16(u, s); }
-  static I dpwssd(I acc, I a, I b) { return _mm512_dpwssd_epi32(acc, a, b); }
-  template <int kShift>
-  static I neg_shl(I v) {
-    return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(v, kShift));
-  }
-  static __m256i fold(I v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
-  static F cvt(I v) { return _mm512_cvtepi32_ps(v); }
-  static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
-  static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
-  static F scales(float a, float b) {
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_zextpd256_pd512(_mm256_castps_pd(_mm256_set1_ps(a))),
-                                               _mm256_castps_pd(_mm256_set1_ps(b)), 1));
-  }
-  static __m256 lo(F v) { return _mm512_castps512_ps256(v); }
-  static __m256 hi(F v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
-  static float reduce(F v) { return hsum8(_mm256_add_ps(lo(v), hi(v))); }
-  static float reduce2(F v, F m) { return hsum8(_mm256_add_ps(_mm256_add_ps(lo(v), hi(v)), _mm256_add_ps(lo(m), hi(m)))); }
-};
-#endif
-
-// ---------------------------------------------------------------------------------------------
-// Legacy types: 32 weight values of a block as unsigned bytes (u = q + kOffset for the symmetric
-// types, so Σ (u - offset) x = Σ u x - offset Σ x), and the block's float scale (and min).
-
-// Low / high nibbles of 16 bytes as 32 bytes: elements 0..15 low nibbles, 16..31 high.
-inline __m256i nibbles_32(const uint8_t* qs) {
-  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes), _mm256_set1_epi8(0x0F));
-}
 // 32 bits (little-endian at p) spread to 32 bytes: 0xFF where bit i is set, byte i.
 inline __m256i bytes_from_bits(const uint8_t* p) {
-  uint32_t bits;
-  std::memcpy(&bits, p, 4);
   const __m256i shuf =
       _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-  const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), shuf);
+  const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(ld32(p)), shuf);
   const __m256i mask = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
   return _mm256_cmpeq_epi8(_mm256_and_si256(v, mask), mask);
 }
 
-struct LQ8_0 {
-  using Block = ggml::BlockQ8_0;
-  static constexpr int kShift = 7;  // offset 128
-  static constexpr bool kAffine = false;
-  // VNNI: q + 128 as unsigned bytes; otherwise the signed values (sign-trick dot).
-  template <bool kVnni>
-  static __m256i unpack(const Block& b) {
-    const __m256i q = load32(b.qs);
-    return kVnni ? _mm256_xor_si256(q, _mm256_set1_epi8(static_cast<char>(0x80))) : q;
-  }
-  static float d(const Block& b) { return f16(b.d); }
-  static float m(const Block&) { return 0.0f; }
-};
-struct LQ4_0 {
-  using Block = ggml::BlockQ4_0;
-  static constexpr int kShift = 3;  // offset 8
-  static constexpr bool kAffine = false;
-  template <bool>
-  static __m256i unpack(const Block& b) {
-    return nibbles_32(b.qs);
-  }
-  static float d(const Block& b) { return f16(b.d); }
-  static float m(const Block&) { return 0.0f; }
-};
-struct LQ5_0 {
-  using Block = ggml::BlockQ5_0;
-  static constexpr int kShift = 4;  // offset 16
-  static constexpr bool kAffine = false;
-  template <bool>
-  static __m256i unpack(const Block& b) {
-    return _mm256_or_si256(nibbles_32(b.qs), _mm256_and_si256(bytes_from_bits(b.qh), _mm256_set1_epi8(0x10)));
-  }
-  static float d(const Block& b) { return f16(b.d); }
-  static float m(const Block&) { return 0.0f; }
-};
-struct LQ4_1 {
-  using Block = ggml::BlockQ4_1;
-  static constexpr int kShift = 0;
-  static constexpr bool kAffine = true;
-  template <bool>
-  static __m256i unpack(const Block& b) {
-    return nibbles_32(b.qs);
-  }
-  static float d(const Block& b) { return f16(b.d); }
-  static float m(const Block& b) { return f16(b.m); }
-};
-struct LQ5_1 {
-  using Block = ggml::BlockQ5_1;
-  static constexpr int kShift = 0;
-  static constexpr bool kAffine = true;
-  template <bool>
-  static __m256i unpack(const Block& b) {
-    return _mm256_or_si256(nibbles_32(b.qs), _mm256_and_si256(bytes_from_bits(b.qh), _mm256_set1_epi8(0x10)));
-  }
-  static float d(const Block& b) { return f16(b.d); }
-  static float m(const Block& b) { return f16(b.m); }
-};
-
-// Where a tile reads and writes: R weight rows (pointers, the padding rows of a partial tile
-// repeat the last real one), C activation rows from t0, outputs y[c * ldy + r] for r < n_rows.
-struct Tile {
-  const uint8_t* const* w;
-  int64_t t0;
-  float* y;
-  int64_t ldy;
-  int n_rows;
-};
-
-// The legacy kernel: acc[r][c] over block pairs, the two halves being the even / odd chains.
-template <class V, class Ty, int R, int C>
-[[gnu::noinline]] void legacy_tile(const Tile& tile, const PackedActivations& x) {
-  using I = typename V::I;
-  using F = typename V::F;
-  using Block = typename Ty::Block;
-  const int64_t cols = x.cols, nb = cols / kQK;
-  const Block* blk[R];
-  for (int r = 0; r < R; ++r) blk[r] = reinterpret_cast<const Block*>(tile.w[r]);
-  const int8_t* xq[C];
-  const float* xd[C];
-  const int32_t* xls[C];
-  for (int c = 0; c < C; ++c) {
-    const int64_t t = tile.t0 + c;
-    xq[c] = x.q8.data() + t * cols;
-    xd[c] = x.d8.data() + t * nb;
-    xls[c] = x.ls8.data() + t * nb * 8;
-  }
-  F acc[R][C], accm[R][C];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c] = accm[r][c] = V::fzero();
-
-  // Blocks i and i + 1 (kTwo) or block i and a zero block of scale 0 (the odd last block).
-  const auto step = [&]<bool kTwo>(int64_t i) {
-    I u[R];
-    F dw[R], mw[R];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m256i u0 = Ty::template unpack<V::kVnni>(blk[r][i]);
-      u[r] = V::pair(u0, kTwo ? Ty::template unpack<V::kVnni>(blk[r][i + 1]) : _mm256_setzero_si256());
-      dw[r] = V::scales(Ty::d(blk[r][i]), kTwo ? Ty::d(blk[r][i + 1]) : 0.0f);
-      if constexpr (Ty::kAffine) mw[r] = V::scales(Ty::m(blk[r][i]), kTwo ? Ty::m(blk[r][i + 1]) : 0.0f);
-    }
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) {
-      const I xs = kTwo ? V::load64(xq[c] + i * kQK) : V::load32z(xq[c] + i * kQK);
-      const F dx = V::scales(xd[c][i], kTwo ? xd[c][i + 1] : 0.0f);
-      const I ls = kTwo ? V::load64(xls[c] + i * 8) : V::load32z(xls[c] + i * 8);
-      if constexpr (Ty::kAffine) {
-        const F lsf = V::cvt(ls);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          const I prod = V::dpbusd(V::zero(), u[r], xs);
-          acc[r][c] = V::fmadd(V::mul(dw[r], dx), V::cvt(prod), acc[r][c]);
-          accm[r][c] = V::fmadd(V::mul(mw[r], dx), lsf, accm[r][c]);
-        }
-      } else if constexpr (Ty::kShift == 7 && !V::kVnni) {
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r)
-          acc[r][c] = V::fmadd(V::mul(dw[r], dx), V::cvt(V::dot_signed(u[r], xs)), acc[r][c]);
-      } else {
-        const I corr = V::template neg_shl<Ty::kShift>(ls);
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r)
-          acc[r][c] = V::fmadd(V::mul(dw[r], dx), V::cvt(V::dpbusd(corr, u[r], xs)), acc[r][c]);
-      }
-    }
-  };
-  int64_t i = 0;
-  for (; i + 1 < nb; i += 2) step.template operator()<true>(i);
-  if (i < nb) step.template operator()<false>(i);
-  for (int r = 0; r < tile.n_rows; ++r)
-    for (int c = 0; c < C; ++c)
-      tile.y[c * tile.ldy + r] = Ty::kAffine ? V::reduce2(acc[r][c], accm[r][c]) : V::reduce(acc[r][c]);
-}
-
 // ---------------------------------------------------------------------------------------------
-// K-quants: chunk k (elements 32k .. 32k + 31) of a block as unsigned bytes, the int16 scale of
-// each element pair, the block's integer correction (offset types) and its min sums.
+// 16-lane vectors (lane r = row r of the group): I holds 16 int32 / 64 bytes, F 16 floats.
 
-struct KQ4_K {
-  using Block = ggml::BlockQ4_K;
-  static constexpr bool kMins = true;
-  struct Row {
-    uint8_t sc[16];  // scales 0..7, mins 8..15
+// Two ymm halves (rows 0..7, rows 8..15): the AVX2 variants.
+template <bool kVnni_>
+struct W256 {
+  static constexpr bool kVnni = kVnni_;
+  struct I {
+    __m256i a, b;
   };
-  static Row row(const Block& b) { return row_from(b.scales); }
-  // The 8 scales and 8 mins from the 12 packed bytes (ggml::k4_scale_min, four at a time).
-  static Row row_from(const uint8_t* scales) {
-    uint32_t wd[3];
-    std::memcpy(wd, scales, 12);
-    const uint32_t lo6 = 0x3F3F3F3Fu, lo4 = 0x0F0F0F0Fu, lo2 = 0x03030303u;
-    const uint32_t s4[4] = {wd[0] & lo6, (wd[2] & lo4) | (((wd[0] >> 6) & lo2) << 4), wd[1] & lo6,
-                            ((wd[2] >> 4) & lo4) | (((wd[1] >> 6) & lo2) << 4)};
-    Row r;
-    std::memcpy(r.sc, s4, 16);
-    return r;
-  }
-  static __m256i u(const Block& b, int k) {
-    const __m256i q = load32(b.qs + 32 * (k / 2));
-    return _mm256_and_si256(k % 2 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(0x0F));
-  }
-  static __m256i sc(const Row& r, int k) { return _mm256_set1_epi16(r.sc[k]); }
-  static __m256i init(const Block&, const Row&, const BlockQ8_K&) { return _mm256_setzero_si256(); }
-  // Σ_j min_j (bsum_2j + bsum_2j+1): 4 int32 lanes (upper 4 zero).
-  static __m256i mins(const Row& r, const BlockQ8_K& x) {
-    const __m128i bs_lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.bsums));
-    const __m128i bs_hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.bsums + 8));
-    const __m128i mins16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r.sc + 8)));
-    return _mm256_zextsi128_si256(_mm_madd_epi16(mins16, _mm_hadd_epi16(bs_lo, bs_hi)));
-  }
-  static float d(const Block& b) { return f16(b.d); }
-  static float dmin(const Block& b) { return f16(b.dmin); }
-};
-struct KQ5_K : KQ4_K {
-  using Block = ggml::BlockQ5_K;
-  static Row row(const Block& b) { return row_from(b.scales); }
-  static __m256i u(const Block& b, int k) {
-    const __m256i q = load32(b.qs + 32 * (k / 2));
-    const __m256i lo = _mm256_and_si256(k % 2 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(0x0F));
-    const __m256i h = _mm256_and_si256(_mm256_srli_epi16(load32(b.qh), k), _mm256_set1_epi8(1));
-    return _mm256_or_si256(lo, _mm256_slli_epi16(h, 4));
-  }
-  static __m256i init(const Block&, const Row&, const BlockQ8_K&) { return _mm256_setzero_si256(); }
-  static float d(const Block& b) { return f16(b.d); }
-  static float dmin(const Block& b) { return f16(b.dmin); }
-};
-struct KQ6_K {
-  using Block = ggml::BlockQ6_K;
-  static constexpr bool kMins = false;
-  struct Row {};
-  static Row row(const Block&) { return {}; }
-  static __m256i u(const Block& b, int k) {
-    const int h = k / 4, g = k % 4;
-    const __m256i l = load32(b.ql + 64 * h + 32 * (g % 2));
-    const __m256i nib = _mm256_and_si256(g < 2 ? l : _mm256_srli_epi16(l, 4), _mm256_set1_epi8(0x0F));
-    const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(load32(b.qh + 32 * h), 2 * g), _mm256_set1_epi8(3));
-    return _mm256_or_si256(nib, _mm256_slli_epi16(hb, 4));
-  }
-  static __m256i sc(const Row&, const Block& b, int k) {
-    return _mm256_set_m128i(_mm_set1_epi16(b.scales[2 * k + 1]), _mm_set1_epi16(b.scales[2 * k]));
-  }
-  // Stored u = q + 32: Σ sc (u - 32) y = Σ sc u y - 32 Σ sc bsum.
-  static __m256i init(const Block& b, const Row&, const BlockQ8_K& x) {
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
-    return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(x.bsums)), 5));
-  }
-  static __m256i mins(const Row&, const BlockQ8_K&) { return _mm256_setzero_si256(); }
-  static float d(const Block& b) { return f16(b.d); }
-  static float dmin(const Block&) { return 0.0f; }
-};
-struct KQ3_K {
-  using Block = ggml::BlockQ3_K;
-  static constexpr bool kMins = false;
-  struct Row {
-    int8_t sc[16];  // scale - 32
+  struct F {
+    __m256 a, b;
   };
-  static Row row(const Block& b) {
-    uint32_t wd[3];
-    std::memcpy(wd, b.scales, 12);
-    const uint32_t lo4 = 0x0F0F0F0Fu, lo2 = 0x03030303u;
-    const uint32_t s4[4] = {(wd[0] & lo4) | ((wd[2] & lo2) << 4), (wd[1] & lo4) | (((wd[2] >> 2) & lo2) << 4),
-                            ((wd[0] >> 4) & lo4) | (((wd[2] >> 4) & lo2) << 4),
-                            ((wd[1] >> 4) & lo4) | (((wd[2] >> 6) & lo2) << 4)};
-    Row r;
-    std::memcpy(r.sc, s4, 16);
-    for (int8_t& v : r.sc) v = static_cast<int8_t>(v - 32);
-    return r;
+  template <class Op>
+  static I map(I x, I y, Op op) {
+    return {op(x.a, y.a), op(x.b, y.b)};
   }
-  static __m256i u(const Block& b, int k) {
-    const int h = k / 4, j = k % 4;
-    const __m256i low = _mm256_and_si256(_mm256_srli_epi16(load32(b.qs + 32 * h), 2 * j), _mm256_set1_epi8(3));
-    const __m256i high =
-        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(load32(b.hmask), 4 * h + j), _mm256_set1_epi8(1)), 2);
-    return _mm256_or_si256(low, high);
+  static I zero() { return {_mm256_setzero_si256(), _mm256_setzero_si256()}; }
+  static I load(const uint8_t* p) { return {load32(p), load32(p + 32)}; }
+  static I bcast(int32_t v) {
+    const __m256i x = _mm256_set1_epi32(v);
+    return {x, x};
   }
-  static __m256i sc(const Row& r, const Block&, int k) {
-    return _mm256_set_m128i(_mm_set1_epi16(r.sc[2 * k + 1]), _mm_set1_epi16(r.sc[2 * k]));
+  static I set8(int v) {
+    const __m256i x = _mm256_set1_epi8(static_cast<char>(v));
+    return {x, x};
   }
-  // Stored u = q + 4: Σ sc (u - 4) y = Σ sc u y - 4 Σ sc bsum.
-  static __m256i init(const Block&, const Row& r, const BlockQ8_K& x) {
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r.sc)));
-    return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(x.bsums)), 2));
+  static I set32(int v) { return bcast(v); }
+  static I and_(I x, I y) { return map(x, y, [](__m256i p, __m256i q) { return _mm256_and_si256(p, q); }); }
+  static I or_(I x, I y) { return map(x, y, [](__m256i p, __m256i q) { return _mm256_or_si256(p, q); }); }
+  static I xor_(I x, I y) { return map(x, y, [](__m256i p, __m256i q) { return _mm256_xor_si256(p, q); }); }
+  static I add(I x, I y) { return map(x, y, [](__m256i p, __m256i q) { return _mm256_add_epi32(p, q); }); }
+  static I mullo(I x, I y) { return map(x, y, [](__m256i p, __m256i q) { return _mm256_mullo_epi32(p, q); }); }
+  static I srl16(I x, int n) { return {_mm256_srli_epi16(x.a, n), _mm256_srli_epi16(x.b, n)}; }
+  static I sll16(I x, int n) { return {_mm256_slli_epi16(x.a, n), _mm256_slli_epi16(x.b, n)}; }
+  static I srl32(I x, int n) { return {_mm256_srli_epi32(x.a, n), _mm256_srli_epi32(x.b, n)}; }
+  // acc + Σ4 u·s, u unsigned and s signed bytes; exact (without VNNI while u <= 128).
+  static __m256i dpbusd1(__m256i acc, __m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    if constexpr (kVnni) return _mm256_dpbusd_epi32(acc, u, s);
+#elif defined(__AVXVNNI__)
+    if constexpr (kVnni) return _mm256_dpbusd_avx_epi32(acc, u, s);
+#endif
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
   }
-  static __m256i mins(const Row&, const BlockQ8_K&) { return _mm256_setzero_si256(); }
-  static float d(const Block& b) { return f16(b.d); }
-  static float dmin(const Block&) { return 0.0f; }
-};
-struct KQ2_K {
-  using Block = ggml::BlockQ2_K;
-  static constexpr bool kMins = true;
-  struct Row {};
-  static Row row(const Block&) { return {}; }
-  static __m256i u(const Block& b, int k) {
-    const int h = k / 4, j = k % 4;
-    return _mm256_and_si256(_mm256_srli_epi16(load32(b.qs + 32 * h), 2 * j), _mm256_set1_epi8(3));
+  static I dpbusd(I acc, I u, I s) { return {dpbusd1(acc.a, u.a, s.a), dpbusd1(acc.b, u.b, s.b)}; }
+  // acc + Σ4 w·x of signed bytes (|w|, |x| <= 127), exact: |w| times x with w's sign.
+  static I dot_signed(I acc, I w, I x) {
+    const auto one = [](__m256i c, __m256i p, __m256i q) {
+      const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(p, p), _mm256_sign_epi8(q, p));
+      return _mm256_add_epi32(c, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+    };
+    return {one(acc.a, w.a, x.a), one(acc.b, w.b, x.b)};
   }
-  static __m256i sc(const Row&, const Block& b, int k) {
-    return _mm256_set_m128i(_mm_set1_epi16(b.scales[2 * k + 1] & 0xF), _mm_set1_epi16(b.scales[2 * k] & 0xF));
+  static I zext8(const uint8_t* p) {
+    return {_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))),
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)))};
   }
-  static __m256i init(const Block&, const Row&, const BlockQ8_K&) { return _mm256_setzero_si256(); }
-  // Σ min_s bsum_s with the 16 mins (high nibbles): 8 int32 lanes.
-  static __m256i mins_of(const Block& b, const BlockQ8_K& x) {
-    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
-    const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0F)));
-    return _mm256_madd_epi16(mins16, load32(x.bsums));
+  static I sext8(const uint8_t* p) {
+    return {_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))),
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)))};
   }
-  static float d(const Block& b) { return f16(b.d); }
-  static float dmin(const Block& b) { return f16(b.dmin); }
-};
-
-// Uniform accessors over the five K types (some read the block, some the decoded Row).
-template <class Ty>
-inline __m256i k_sc(const typename Ty::Row& r, const typename Ty::Block& b, int k) {
-  if constexpr (requires { Ty::sc(r, k); })
-    return Ty::sc(r, k);
-  else
-    return Ty::sc(r, b, k);
-}
-template <class Ty>
-inline __m256i k_mins(const typename Ty::Row& r, const typename Ty::Block& b, const BlockQ8_K& x) {
-  if constexpr (requires { Ty::mins_of(b, x); })
-    return Ty::mins_of(b, x);
-  else
-    return Ty::mins(r, x);
-}
-
-// The K-quant kernel: per block, integer lane sums of every (row, activation) pair over four
-// 64-element steps, then one FMA per pair (and one for the min term), as the one-row kernels.
-template <class V, class Ty, int R, int C>
-[[gnu::noinline]] void kquant_tile(const Tile& tile, const PackedActivations& x) {
-  using I = typename V::I;
-  using Block = typename Ty::Block;
-  const int64_t nbk = x.cols / kQKK;
-  const Block* blk[R];
-  for (int r = 0; r < R; ++r) blk[r] = reinterpret_cast<const Block*>(tile.w[r]);
-  const BlockQ8_K* xb[C];
-  for (int c = 0; c < C; ++c) xb[c] = reinterpret_cast<const BlockQ8_K*>(x.qk.data()) + (tile.t0 + c) * nbk;
-  __m256 acc[R][C], accm[R][C];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c] = accm[r][c] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < nbk; ++i) {
-    typename Ty::Row row[R];
-    for (int r = 0; r < R; ++r) row[r] = Ty::row(blk[r][i]);
-    I sum[R][C];
-    for (int r = 0; r < R; ++r)
-      for (int c = 0; c < C; ++c) sum[r][c] = V::zero();
-#pragma GCC unroll 4
-    for (int m = 0; m < 4; ++m) {
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const I u = V::pair(Ty::u(blk[r][i], 2 * m), Ty::u(blk[r][i], 2 * m + 1));
-        const I sc = V::pair(k_sc<Ty>(row[r], blk[r][i], 2 * m), k_sc<Ty>(row[r], blk[r][i], 2 * m + 1));
-#pragma GCC unroll 8
-        for (int c = 0; c < C; ++c) sum[r][c] = V::dpwssd(sum[r][c], V::maddubs(u, V::load64(xb[c][i].qs + 64 * m)), sc);
-      }
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const float dw = Ty::d(blk[r][i]);
-#pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) {
-        const BlockQ8_K& xc = xb[c][i];
-        const __m256i sumi = _mm256_add_epi32(Ty::init(blk[r][i], row[r], xc), V::fold(sum[r][c]));
-        acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xc.d), _mm256_cvtepi32_ps(sumi), acc[r][c]);
-        if constexpr (Ty::kMins)
-          accm[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(Ty::dmin(blk[r][i]) * xc.d),
-                                       _mm256_cvtepi32_ps(k_mins<Ty>(row[r], blk[r][i], xc)), accm[r][c]);
-      }
-    }
+  // 64-bit mask at p (bit 4r + i) to bytes (0xFF where set).
+  static I mask_bytes(const uint8_t* p) { return {bytes_from_bits(p), bytes_from_bits(p + 4)}; }
+  static F fzero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+  static F cvt(I x) { return {_mm256_cvtepi32_ps(x.a), _mm256_cvtepi32_ps(x.b)}; }
+  static F cvtph(const uint8_t* p) {
+    return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)))};
   }
-  for (int r = 0; r < tile.n_rows; ++r)
-    for (int c = 0; c < C; ++c)
-      tile.y[c * tile.ldy + r] = Ty::kMins ? hsum8(acc[r][c]) - hsum8(accm[r][c]) : hsum8(acc[r][c]);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Driver: rows in panels (weights of a panel stay in L2 while every group of activation rows
-// passes over them), activation rows in groups of up to C, weight rows in tiles of R.
-
-using TileFn = void (*)(const Tile&, const PackedActivations&);
-
-template <class V, class Ty, int R, int C>
-struct TileTable {
-  template <int... Cs>
-  static constexpr auto make(std::integer_sequence<int, Cs...>) {
-    return std::array<TileFn, sizeof...(Cs)>{&run<Cs + 1>...};
-  }
-  template <int Cn>
-  static void run(const Tile& t, const PackedActivations& x) {
-    if constexpr (requires { Ty::kShift; })
-      legacy_tile<V, Ty, R, Cn>(t, x);
-    else
-      kquant_tile<V, Ty, R, Cn>(t, x);
+  static F set1(float v) { return {_mm256_set1_ps(v), _mm256_set1_ps(v)}; }
+  static F mul(F x, F y) { return {_mm256_mul_ps(x.a, y.a), _mm256_mul_ps(x.b, y.b)}; }
+  static F add(F x, F y) { return {_mm256_add_ps(x.a, y.a), _mm256_add_ps(x.b, y.b)}; }
+  static F sub(F x, F y) { return {_mm256_sub_ps(x.a, y.a), _mm256_sub_ps(x.b, y.b)}; }
+  static F fmadd(F x, F y, F z) { return {_mm256_fmadd_ps(x.a, y.a, z.a), _mm256_fmadd_ps(x.b, y.b, z.b)}; }
+  static void store(float* y, F v) {
+    _mm256_storeu_ps(y, v.a);
+    _mm256_storeu_ps(y + 8, v.b);
   }
 };
 
-// Tile shapes per variant: the accumulators of an R × C tile must fit the register file (16
-// ymm on AVX2, where a pair takes two registers; 32 zmm on AVX-512).
-template <class V>
-struct Shape;
-template <bool kVnni>
-struct Shape<V2x256<kVnni>> {
-  static constexpr int kLegacyR = 2, kLegacyC = 2, kKR = 1, kKC = 2;
-};
 #ifdef QG_AVX512
-template <>
-struct Shape<V512> {
-  static constexpr int kLegacyR = 4, kLegacyC = 4, kKR = 2, kKC = 4;
+struct W512 {
+  static constexpr bool kVnni = true;
+  using I = __m512i;
+  using F = __m512;
+  static I zero() { return _mm512_setzero_si512(); }
+  static I load(const uint8_t* p) { return _mm512_loadu_si512(p); }
+  static I bcast(int32_t v) { return _mm512_set1_epi32(v); }
+  static I set8(int v) { return _mm512_set1_epi8(static_cast<char>(v)); }
+  static I set32(int v) { return _mm512_set1_epi32(v); }
+  static I and_(I x, I y) { return _mm512_and_si512(x, y); }
+  static I or_(I x, I y) { return _mm512_or_si512(x, y); }
+  static I xor_(I x, I y) { return _mm512_xor_si512(x, y); }
+  static I add(I x, I y) { return _mm512_add_epi32(x, y); }
+  static I mullo(I x, I y) { return _mm512_mullo_epi32(x, y); }
+  static I srl16(I x, int n) { return _mm512_srli_epi16(x, static_cast<unsigned>(n)); }
+  static I sll16(I x, int n) { return _mm512_slli_epi16(x, static_cast<unsigned>(n)); }
+  static I srl32(I x, int n) { return _mm512_srli_epi32(x, static_cast<unsigned>(n)); }
+  static I dpbusd(I acc, I u, I s) { return _mm512_dpbusd_epi32(acc, u, s); }
+  static I dot_signed(I acc, I w, I x) {  // unused: kVnni (Q8_0 takes the offset form)
+    return _mm512_dpbusd_epi32(acc, w, x);
+  }
+  static I zext8(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static I sext8(const uint8_t* p) { return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static I mask_bytes(const uint8_t* p) {
+    uint64_t m;
+    std::memcpy(&m, p, 8);
+    return _mm512_movm_epi8(_cvtu64_mask64(m));
+  }
+  static F fzero() { return _mm512_setzero_ps(); }
+  static F cvt(I x) { return _mm512_cvtepi32_ps(x); }
+  static F cvtph(const uint8_t* p) { return _mm512_cvtph_ps(load32(p)); }
+  static F set1(float v) { return _mm512_set1_ps(v); }
+  static F mul(F x, F y) { return _mm512_mul_ps(x, y); }
+  static F add(F x, F y) { return _mm512_add_ps(x, y); }
+  static F sub(F x, F y) { return _mm512_sub_ps(x, y); }
+  static F fmadd(F x, F y, F z) { return _mm512_fmadd_ps(x, y, z); }
+  static void store(float* y, F v) { _mm512_storeu_ps(y, v); }
 };
 #endif
 
-constexpr int64_t kPanelRows = 64;
+// Byte-wise shift of every byte's bit `from` to bit `to` position (other bits garbage: mask after).
+template <class V>
+inline typename V::I move_bit(typename V::I x, int from, int to) {
+  return from >= to ? V::srl16(x, from - to) : V::sll16(x, to - from);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-type block kernels. Token c's activations: legacy types read q (the block's 32 values),
+// d and the block sum; K-quants a ggml::BlockQ8_K. Each adds the block to acc (and accm).
+
+struct XLeg {
+  const int8_t* q;
+  float d;
+  int32_t sum;
+};
+
+enum class Final { Acc, AccPlusM, AccMinusM };
+
+struct TQ8_0 {
+  static constexpr bool kK = false;
+  static constexpr Final kFinal = Final::Acc;
+  template <class V, int C>
+  static void block(const uint8_t* p, const XLeg (&x)[C], typename V::F (&acc)[C], typename V::F (&)[C]) {
+    using I = typename V::I;
+    I s[C];
+    // VNNI: unsigned q + 128 against the activations, minus 128 Σ x; otherwise signed bytes.
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) s[c] = V::kVnni ? V::bcast(-128 * x[c].sum) : V::zero();
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) {
+      I w = V::load(p + 32 + 64 * g);
+      if constexpr (V::kVnni) w = V::xor_(w, V::set8(0x80));
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) {
+        const I xv = V::bcast(ld32(x[c].q + 4 * g));
+        s[c] = V::kVnni ? V::dpbusd(s[c], w, xv) : V::dot_signed(s[c], w, xv);
+      }
+    }
+    const typename V::F dw = V::cvtph(p);
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) acc[c] = V::fmadd(V::mul(dw, V::set1(x[c].d)), V::cvt(s[c]), acc[c]);
+  }
+};
+
+// Q4_0, Q5_0 (symmetric: u - kOffset) and Q4_1, Q5_1 (affine: d u + m); kFive: fifth-bit masks.
+template <int kOffset, bool kFive, bool kAffine>
+struct TQ4Like {
+  static constexpr bool kK = false;
+  static constexpr Final kFinal = kAffine ? Final::AccPlusM : Final::Acc;
+  template <class V, int C>
+  static void block(const uint8_t* p, const XLeg (&x)[C], typename V::F (&acc)[C], typename V::F (&accm)[C]) {
+    using I = typename V::I;
+    const uint8_t* masks = p + (kAffine ? 64 : 32);
+    const uint8_t* qs = masks + (kFive ? 64 : 0);
+    I s[C];
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) s[c] = kAffine ? V::zero() : V::bcast(-kOffset * x[c].sum);
+    const I m4 = V::set8(0x0F);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const I w = V::load(qs + 64 * k);
+      I lo = V::and_(w, m4), hi = V::and_(V::srl16(w, 4), m4);
+      if constexpr (kFive) {
+        lo = V::or_(lo, V::and_(V::mask_bytes(masks + 8 * k), V::set8(0x10)));
+        hi = V::or_(hi, V::and_(V::mask_bytes(masks + 8 * (k + 4)), V::set8(0x10)));
+      }
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) {
+        s[c] = V::dpbusd(s[c], lo, V::bcast(ld32(x[c].q + 4 * k)));
+        s[c] = V::dpbusd(s[c], hi, V::bcast(ld32(x[c].q + 16 + 4 * k)));
+      }
+    }
+    const typename V::F dw = V::cvtph(p);
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) acc[c] = V::fmadd(V::mul(dw, V::set1(x[c].d)), V::cvt(s[c]), acc[c]);
+    if constexpr (kAffine) {
+      const typename V::F mw = V::cvtph(p + 32);
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c)
+        accm[c] = V::fmadd(V::mul(mw, V::set1(x[c].d)), V::set1(static_cast<float>(x[c].sum)), accm[c]);
+    }
+  }
+};
+
+// Σ_j min_j · (activation sum of sub-block j) for K-quants with mins: mins[j][16] bytes.
+template <class V, int C, int kSub>
+inline void k_mins(const uint8_t* mins, bool nibble_high, const BlockQ8_K* const (&xb)[C], typename V::I (&m)[C]) {
+#pragma GCC unroll 16
+  for (int c = 0; c < C; ++c) m[c] = V::zero();
+  for (int j = 0; j < kSub; ++j) {
+    typename V::I mv = V::zext8(mins + 16 * j);
+    if (nibble_high) mv = V::srl32(mv, 4);
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      const int32_t xs = kSub == 8 ? xb[c]->bsums[2 * j] + xb[c]->bsums[2 * j + 1] : xb[c]->bsums[j];
+      m[c] = V::add(m[c], V::mullo(mv, V::bcast(xs)));
+    }
+  }
+}
+
+// Q4_K and Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins.
+template <bool kFive>
+struct TQ45K {
+  static constexpr bool kK = true;
+  static constexpr Final kFinal = Final::AccMinusM;
+  template <class V, int C>
+  static void block(const uint8_t* p, const BlockQ8_K* const (&xb)[C], typename V::F (&acc)[C],
+                    typename V::F (&accm)[C]) {
+    using I = typename V::I;
+    const uint8_t* sc = p + 64;
+    const uint8_t* mn = p + 192;
+    const uint8_t* qs = p + 320;
+    const uint8_t* qh = p + 2368;
+    const I m4 = V::set8(0x0F);
+    I s[C];
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) s[c] = V::zero();
+    for (int j = 0; j < 8; ++j) {
+      I part[C];
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) part[c] = V::zero();
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        const I w = V::load(qs + 512 * (j / 2) + 64 * k);
+        I u = V::and_(j % 2 ? V::srl16(w, 4) : w, m4);
+        if constexpr (kFive) u = V::or_(u, V::and_(move_bit<V>(V::load(qh + 64 * k), j, 4), V::set8(0x10)));
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) part[c] = V::dpbusd(part[c], u, V::bcast(ld32(xb[c]->qs + 32 * j + 4 * k)));
+      }
+      const I scv = V::zext8(sc + 16 * j);
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) s[c] = V::add(s[c], V::mullo(part[c], scv));
+    }
+    I m[C];
+    k_mins<V, C, 8>(mn, false, xb, m);
+    const typename V::F dw = V::cvtph(p), dm = V::cvtph(p + 32);
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      const typename V::F dx = V::set1(xb[c]->d);
+      acc[c] = V::fmadd(V::mul(dw, dx), V::cvt(s[c]), acc[c]);
+      accm[c] = V::fmadd(V::mul(dm, dx), V::cvt(m[c]), accm[c]);
+    }
+  }
+};
+
+// The 16-element sub-block types: Q2_K (2-bit, scale and min nibbles), Q3_K (3-bit, offset 4,
+// signed scales), Q6_K (6-bit, offset 32, signed scales).
+struct TQ2_K {
+  static constexpr bool kK = true;
+  static constexpr Final kFinal = Final::AccMinusM;
+  template <class V, int C>
+  static void block(const uint8_t* p, const BlockQ8_K* const (&xb)[C], typename V::F (&acc)[C],
+                    typename V::F (&accm)[C]) {
+    using I = typename V::I;
+    const uint8_t* sc = p + 64;
+    const uint8_t* qs = p + 320;
+    I s[C];
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) s[c] = V::zero();
+    for (int sb = 0; sb < 16; ++sb) {
+      const int h = sb / 8, j = (sb % 8) / 2, half = sb % 2;
+      I part[C];
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) part[c] = V::zero();
+#pragma GCC unroll 4
+      for (int kk = 0; kk < 4; ++kk) {
+        const I u = V::and_(V::srl16(V::load(qs + 512 * h + 64 * (4 * half + kk)), 2 * j), V::set8(3));
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) part[c] = V::dpbusd(part[c], u, V::bcast(ld32(xb[c]->qs + 16 * sb + 4 * kk)));
+      }
+      const I scv = V::and_(V::zext8(sc + 16 * sb), V::set32(0x0F));
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) s[c] = V::add(s[c], V::mullo(part[c], scv));
+    }
+    I m[C];
+    k_mins<V, C, 16>(sc, true, xb, m);
+    const typename V::F dw = V::cvtph(p), dm = V::cvtph(p + 32);
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) {
+      const typename V::F dx = V::set1(xb[c]->d);
+      acc[c] = V::fmadd(V::mul(dw, dx), V::cvt(s[c]), acc[c]);
+      accm[c] = V::fmadd(V::mul(dm, dx), V::cvt(m[c]), accm[c]);
+    }
+  }
+};
+
+template <bool kSix>
+struct TQ36K {
+  static constexpr bool kK = true;
+  static constexpr Final kFinal = Final::Acc;
+  template <class V, int C>
+  static void block(const uint8_t* p, const BlockQ8_K* const (&xb)[C], typename V::F (&acc)[C],
+                    typename V::F (&)[C]) {
+    using I = typename V::I;
+    constexpr int kOffset = kSix ? 32 : 4;
+    const uint8_t* sc = p + 32;
+    const uint8_t* lo = p + (kSix ? 288 : 800);   // Q6_K ql / Q3_K qs
+    const uint8_t* hi = p + (kSix ? 2336 : 288);  // Q6_K qh / Q3_K hmask
+    I s[C];
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) s[c] = V::zero();
+    for (int sb = 0; sb < 16; ++sb) {
+      const int h = sb / 8, g = (sb % 8) / 2, half = sb % 2;
+      I part[C];
+      // Stored u = q + kOffset: Σ (u - kOffset) x = Σ u x - kOffset · (sub-block activation sum).
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) part[c] = V::bcast(-kOffset * xb[c]->bsums[sb]);
+#pragma GCC unroll 4
+      for (int kk = 0; kk < 4; ++kk) {
+        const int k = 4 * half + kk;
+        I u;
+        if constexpr (kSix) {
+          const I l = V::load(lo + 1024 * h + 512 * (g % 2) + 64 * k);
+          const I nib = V::and_(g < 2 ? l : V::srl16(l, 4), V::set8(0x0F));
+          const I hb = V::and_(V::srl16(V::load(hi + 512 * h + 64 * k), 2 * g), V::set8(3));
+          u = V::or_(nib, V::sll16(hb, 4));
+        } else {
+          const I low = V::and_(V::srl16(V::load(lo + 512 * h + 64 * k), 2 * g), V::set8(3));
+          const I high = V::and_(move_bit<V>(V::load(hi + 64 * k), 4 * h + g, 2), V::set8(4));
+          u = V::or_(low, high);
+        }
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) part[c] = V::dpbusd(part[c], u, V::bcast(ld32(xb[c]->qs + 16 * sb + 4 * kk)));
+      }
+      const I scv = V::sext8(sc + 16 * sb);
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) s[c] = V::add(s[c], V::mullo(part[c], scv));
+    }
+    const typename V::F dw = V::cvtph(p);
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) acc[c] = V::fmadd(V::mul(dw, V::set1(xb[c]->d)), V::cvt(s[c]), acc[c]);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// One group of 16 rows against activation rows t0 .. t0 + C - 1: y[c * ldy + r], r < n_rows.
+
+template <class V, class Ty, int C>
+[[gnu::noinline]] void group_tile(const uint8_t* grp, int64_t block_bytes, const PackedActivations& x, int64_t t0,
+                                  float* y, int64_t ldy, int n_rows) {
+  using F = typename V::F;
+  F acc[C], accm[C];
+  for (int c = 0; c < C; ++c) acc[c] = accm[c] = V::fzero();
+  if constexpr (Ty::kK) {
+    const int64_t nb = x.cols / ggml::kQKK;
+    const auto* xk = reinterpret_cast<const BlockQ8_K*>(x.qk.data());
+    for (int64_t b = 0; b < nb; ++b) {
+      const BlockQ8_K* xb[C];
+      for (int c = 0; c < C; ++c) xb[c] = xk + (t0 + c) * nb + b;
+      Ty::template block<V, C>(grp + b * block_bytes, xb, acc, accm);
+    }
+  } else {
+    const int64_t nb = x.cols / ggml::kQK;
+    for (int64_t b = 0; b < nb; ++b) {
+      XLeg xl[C];
+      for (int c = 0; c < C; ++c) {
+        const int64_t i = (t0 + c) * nb + b;
+        xl[c] = {x.q8.data() + i * ggml::kQK, x.d8[static_cast<size_t>(i)], x.s8[static_cast<size_t>(i)]};
+      }
+      Ty::template block<V, C>(grp + b * block_bytes, xl, acc, accm);
+    }
+  }
+  for (int c = 0; c < C; ++c) {
+    const F out = Ty::kFinal == Final::Acc        ? acc[c]
+                  : Ty::kFinal == Final::AccPlusM ? V::add(acc[c], accm[c])
+                                                  : V::sub(acc[c], accm[c]);
+    if (n_rows == static_cast<int>(kX16Rows)) {
+      V::store(y + c * ldy, out);
+    } else {
+      alignas(64) float tmp[kX16Rows];
+      V::store(tmp, out);
+      std::copy(tmp, tmp + n_rows, y + c * ldy);
+    }
+  }
+}
+
+using GroupFn = void (*)(const uint8_t*, int64_t, const PackedActivations&, int64_t, float*, int64_t, int);
+
+// Activation rows per call: 8 on AVX-512 (their accumulators fit the 32 registers), 4 on AVX2;
+// the rows of a partial last tile are taken 4, 2, 1 at a time (fewer instantiations).
+template <class V>
+constexpr int kMaxC = 4;
+#ifdef QG_AVX512
+template <>
+constexpr int kMaxC<W512> = 8;
+#endif
 
 template <class V, class Ty>
-void run_rows(const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, const PackedActivations& x, float* y,
-              int64_t ldy) {
-  constexpr bool kLegacy = requires { Ty::kShift; };
-  constexpr int R = kLegacy ? Shape<V>::kLegacyR : Shape<V>::kKR;
-  constexpr int C = kLegacy ? Shape<V>::kLegacyC : Shape<V>::kKC;
-  static constexpr auto fns = TileTable<V, Ty, R, C>::make(std::make_integer_sequence<int, C>{});
-  const int64_t T = x.T;
-  for (int64_t p0 = r0; p0 < r1; p0 += kPanelRows) {
-    const int64_t p1 = std::min(r1, p0 + kPanelRows);
-    for (int64_t t0 = 0; t0 < T; t0 += C) {
-      const int cn = static_cast<int>(std::min<int64_t>(C, T - t0));
-      for (int64_t r = p0; r < p1; r += R) {
-        const uint8_t* rows[R];
-        const int n_rows = static_cast<int>(std::min<int64_t>(R, p1 - r));
-        for (int k = 0; k < R; ++k) rows[k] = w + (r + std::min(k, n_rows - 1)) * row_bytes;
-        const Tile tile{rows, t0, y + t0 * ldy + r, ldy, n_rows};
-        fns[static_cast<size_t>(cn - 1)](tile, x);
+constexpr std::array<GroupFn, 4> group_fns() {
+  return {&group_tile<V, Ty, 1>, &group_tile<V, Ty, 2>, &group_tile<V, Ty, 4>,
+          &group_tile<V, Ty, kMaxC<V> == 8 ? 8 : 4>};
+}
+
+template <class V, class Ty>
+void run_groups(GgmlType type, const WeightView& w, int64_t g0, int64_t g1, const PackedActivations& x, float* y,
+                int64_t ldy) {
+  constexpr int C = kMaxC<V>;
+  static constexpr auto fns = group_fns<V, Ty>();
+  const int64_t block_bytes = x16_block_bytes(type), gb = x16_group_bytes(type, w.cols);
+  // Without an interleaved copy, the groups are interleaved here (once per call).
+  thread_local std::vector<uint8_t> packed;
+  const uint8_t* base = w.x16 ? w.x16 : nullptr;
+  if (!base) {
+    packed.resize(static_cast<size_t>((g1 - g0) * gb));
+    for (int64_t g = g0; g < g1; ++g)
+      x16_pack_group(type, w.data + g * kX16Rows * w.row_bytes, w.row_bytes,
+                     static_cast<int>(std::min(kX16Rows, w.rows - g * kX16Rows)), w.cols, packed.data() + (g - g0) * gb);
+    base = packed.data() - g0 * gb;
+  }
+  // Activation rows in chunks of kTokenChunk (their quantised values stay in L2 while the
+  // chunk's groups pass over them); decode-sized calls are one chunk, so each group's weights
+  // are read from memory once.
+  constexpr int64_t kTokenChunk = 64;
+  for (int64_t tc = 0; tc < x.T; tc += kTokenChunk) {
+    const int64_t tend = std::min(x.T, tc + kTokenChunk);
+    for (int64_t g = g0; g < g1; ++g) {
+      const int n_rows = static_cast<int>(std::min(kX16Rows, w.rows - g * kX16Rows));
+      const uint8_t* grp = base + g * gb;
+      for (int64_t t0 = tc; t0 < tend;) {
+        const int64_t left = tend - t0;
+        const int k = left >= C ? 3 : left >= 4 ? 2 : left >= 2 ? 1 : 0;  // C, 4, 2 or 1 rows
+        fns[static_cast<size_t>(k)](grp, block_bytes, x, t0, y + t0 * ldy + g * kX16Rows, ldy, n_rows);
+        t0 += k == 3 ? C : int64_t{1} << k;
       }
     }
   }
 }
 
 template <class V>
-void run_type(GgmlType type, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1, const PackedActivations& x,
-              float* y, int64_t ldy) {
+void run_type(GgmlType type, const WeightView& w, int64_t g0, int64_t g1, const PackedActivations& x, float* y,
+              int64_t ldy) {
   switch (type) {
     case GgmlType::Q8_0:
-      return run_rows<V, LQ8_0>(w, row_bytes, r0, r1, x, y, ldy);
+      return run_groups<V, TQ8_0>(type, w, g0, g1, x, y, ldy);
     case GgmlType::Q4_0:
-      return run_rows<V, LQ4_0>(w, row_bytes, r0, r1, x, y, ldy);
+      return run_groups<V, TQ4Like<8, false, false>>(type, w, g0, g1, x, y, ldy);
     case GgmlType::Q5_0:
-      return run_rows<V, LQ5_0>(w, row_bytes, r0, r1, x, y, ldy);
+      return run_groups<V, TQ4Like<16, true, false>>(type, w, g0, g1, x, y, ldy);
     case GgmlType::Q4_1:
-      return run_rows<V, LQ4_1>(w, row_bytes, r0, r1, x, y, ldy);
+      return run_groups<V, TQ4Like<0, false, true>>(type, w, g0, g1, x, y, ldy);
     case GgmlType::Q5_1:
-      return run_rows<V, LQ5_1>(w, row_bytes, r0, r1, x, y, ldy);
+      return run_groups<V, TQ4Like<0, true, true>>(type, w, g0, g1, x, y, ldy);
     case GgmlType::Q2_K:
-      return run_rows<V, KQ2_K>(w, row_bytes, r0, r1, x, y, ldy);
+      return run_groups<V, TQ2_K>(type, w, g0, g1, x, y, ldy);
     case GgmlType::Q3_K:
-      return run_rows<V, KQ3_K>(w, row_bytes, r0, r1, x, y, ldy);
+      return run_groups<V, TQ36K<false>>(type, w, g0, g1, x, y, ldy);
     case GgmlType::Q4_K:
-      return run_rows<V, KQ4_K>(w, row_bytes, r0, r1, x, y, ldy);
+      return run_groups<V, TQ45K<false>>(type, w, g0, g1, x, y, ldy);
     case GgmlType::Q5_K:
-      return run_rows<V, KQ5_K>(w, row_bytes, r0, r1, x, y, ldy);
+      return run_groups<V, TQ45K<true>>(type, w, g0, g1, x, y, ldy);
     case GgmlType::Q6_K:
-      return run_rows<V, KQ6_K>(w, row_bytes, r0, r1, x, y, ldy);
+      return run_groups<V, TQ36K<true>>(type, w, g0, g1, x, y, ldy);
     default:
-      throw Error("qgemm_rows: " + ggml_type_name(static_cast<uint32_t>(type)) + " is not a quantised type");
+      throw Error("qgemm_groups: " + ggml_type_name(static_cast<uint32_t>(type)) + " is not a quantised type");
   }
 }
 
 }  // namespace
 #endif  // QG_AVX2
 
-void qgemm_rows(KernelIsa isa, GgmlType type, const uint8_t* w, int64_t row_bytes, int64_t r0, int64_t r1,
-                const PackedActivations& x, float* y, int64_t ldy) {
-  if (r0 >= r1 || x.T <= 0) return;
+void qgemm_groups(KernelIsa isa, const WeightView& w, int64_t g0, int64_t g1, const PackedActivations& x, float* y,
+                  int64_t ldy) {
+  if (g0 >= g1 || x.T <= 0) return;
+  const GgmlType type = w.type;
   switch (isa) {
 #ifdef QG_AVX2
     case KernelIsa::Avx2:
-      return run_type<V2x256<false>>(type, w, row_bytes, r0, r1, x, y, ldy);
+      return run_type<W256<false>>(type, w, g0, g1, x, y, ldy);
 #endif
 #ifdef QG_VNNI256
     case KernelIsa::Avx2Vnni:
-      return run_type<V2x256<true>>(type, w, row_bytes, r0, r1, x, y, ldy);
+      return run_type<W256<true>>(type, w, g0, g1, x, y, ldy);
 #endif
 #ifdef QG_AVX512
     case KernelIsa::Avx512:
-      return run_type<V512>(type, w, row_bytes, r0, r1, x, y, ldy);
+      return run_type<W512>(type, w, g0, g1, x, y, ldy);
 #endif
     default:
       break;
   }
-  throw Error(std::string("qgemm_rows: kernel variant ") + kernel_isa_name(isa) + " is not compiled into this build");
+  throw Error(std::string("qgemm_groups: kernel variant ") + kernel_isa_name(isa) +
+              " is not compiled into this build");
 }
 
 }  // namespace kvevict
