@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <set>
 
+#include "kernels/x16.h"
 #include "util/error.h"
 
 namespace kvevict {
@@ -328,6 +329,14 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
 
   for (int l = 0; l < c.n_layers; ++l) m->layers_.push_back(load_layer(tr, c, arch, l));
   tr.check_all_used(c.arch);
+  // The matmul kernels read quantised weights row-interleaved: one copy per matrix, made once.
+  std::vector<WeightMatrix*> matmuls = {&m->output_};
+  for (LayerWeights& L : m->layers_)
+    for (WeightMatrix* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) matmuls.push_back(w);
+  // Their rows in the mapping are read again only for token embeddings (and by tests): each
+  // matrix's pages go back to the kernel once it is copied, so the file is not resident twice.
+  x16_attach(matmuls, m->x16_, 0,
+             [&f](const WeightMatrix& w) { f.release(w.data, static_cast<uint64_t>(w.rows * w.row_bytes)); });
   int64_t bytes = 0;
   for (const GgufTensor& t : f.tensors()) bytes += t.n_bytes;
   m->weight_bytes_ = bytes;
