@@ -39,7 +39,10 @@ void BM_Matmul(benchmark::State& st) {
   std::vector<float> y(static_cast<size_t>(T * rows));
   ThreadPool pool(threads);
   MatmulScratch scratch;
-  const MatmulJob job{{type, w.data(), rows, cols, rb}, y.data()};
+  // Quantised weights get their interleaved copy, as the model loader gives them.
+  const std::vector<uint8_t> x16 =
+      x16_block_bytes(type) > 0 ? x16_pack(type, w.data(), rows, cols, rb) : std::vector<uint8_t>{};
+  const MatmulJob job{{type, w.data(), rows, cols, rb, x16.empty() ? nullptr : x16.data()}, y.data()};
   for (auto _ : st) {
     matmul_jobs(std::span<const MatmulJob>(&job, 1), x.data(), T, pool, scratch);
     benchmark::DoNotOptimize(y.data());
