@@ -2,7 +2,7 @@
 // Any input must either load or raise kvevict::Error.
 #include <cstdint>
 
-#include "eval/tasks.h"
+#include "eval/task_file.h"
 #include "fuzz_util.h"
 #include "util/error.h"
 

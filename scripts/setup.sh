@@ -1,33 +1,56 @@
 #!/usr/bin/env bash
-# Installs every Debian package kvevict's build, tests and tools need. Idempotent; run as root
-# (or with sudo). Used by README's set-up commands and by .ci/run.
+# Installs the Debian packages kvevict needs, and no more than the job at hand uses. Idempotent;
+# run as root (or with sudo).
+#   setup.sh           what the build and the main job need (compiler, CMake, OpenBLAS, the
+#                      header libraries, PCRE2, the HTTP library, matplotlib for the plots)
+#   setup.sh --test    also what the test suite needs: GoogleTest, Google Benchmark, clang and its
+#                      fuzzing runtime (libFuzzer harnesses), and the Python references the tests
+#                      compare against (pip: gguf, numpy, jinja2, regex, openai, math-verify)
+#   setup.sh --train   also Debian's PyTorch for tools/train_reasoner.py
+#   setup.sh --list    print the packages the given profile needs and install nothing (for a
+#                      machine where you are not root: install them by other means)
+# Used by README's two set-up commands and by .ci/run.
 set -euo pipefail
-# Options: --train also installs what tools/train_reasoner.py needs (Debian's PyTorch, run with
-# /usr/bin/python3, and the threaded OpenBLAS it needs to be fast); CI does not train.
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
-TRAIN=0
+TEST=0 TRAIN=0 LIST=0
 for arg in "$@"; do
   case "$arg" in
+    --test) TEST=1 ;;
     --train) TRAIN=1 ;;
-    *) echo "setup: unknown option '$arg' (valid: --train)" >&2; exit 2 ;;
+    --list) LIST=1 ;;
+    *) echo "setup: unknown option '$arg' (valid: --test, --train, --list)" >&2; exit 2 ;;
   esac
 done
 PKGS=(
-  build-essential cmake git pkg-config ccache
-  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  build-essential cmake pkg-config ccache
   libopenblas0-pthread libopenblas-dev
-  nlohmann-json3-dev libcli11-dev libfmt-dev
+  nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libcpp-httplib-dev
   python3-matplotlib
-  libcpp-httplib-dev libpcre2-dev python3-jinja2 python3-regex
 )
-if [ "$TRAIN" = "1" ]; then PKGS+=(python3-torch libopenblas0-pthread); fi
-PKGS+=(clang libclang-rt-14-dev)  # libFuzzer harnesses (fuzz/run.sh)
+if [ "$TEST" = "1" ]; then
+  PKGS+=(git libgtest-dev libgmock-dev googletest libbenchmark-dev python3-jinja2 python3-regex)
+  PKGS+=(clang libclang-rt-14-dev)  # libFuzzer harnesses (fuzz/run.sh)
+fi
+if [ "$TRAIN" = "1" ]; then PKGS+=(python3-torch); fi
+PIP=()
+if [ "$TEST" = "1" ]; then PIP=(gguf:gguf numpy:numpy jinja2:jinja2 regex:regex openai:openai math_verify:math-verify); fi
+
+if [ "$LIST" = "1" ]; then
+  echo "Debian packages: ${PKGS[*]}"
+  [ "${#PIP[@]}" -eq 0 ] || echo "pip packages (for python3 on PATH): ${PIP[*]##*:}"
+  exit 0
+fi
+
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
+  if [ -n "$SUDO" ] && ! command -v sudo >/dev/null 2>&1; then
+    echo "setup: missing packages ${missing[*]}; not root and no sudo: install them by other means (README, 'Set up')" >&2
+    exit 2
+  fi
   echo "setup: installing ${missing[*]}" >&2
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
@@ -35,9 +58,8 @@ else
   echo "setup: all Debian packages present" >&2
 fi
 
-
-# Training (--train): tools/train_reasoner.py --init reads the shipped GGUF with the gguf package
-# under Debian's /usr/bin/python3 (the one that has python3-torch).
+# Training (--train): tools/train_reasoner.py --init reads a GGUF with the gguf package under
+# Debian's /usr/bin/python3 (the one that has python3-torch).
 if [ "$TRAIN" = "1" ] && ! /usr/bin/python3 -c "import gguf" 2>/dev/null; then
   /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --break-system-packages gguf >/dev/null 2>&1 ||
     echo "setup: could not pip-install gguf for /usr/bin/python3 (train_reasoner.py --init FILE.gguf needs it)" >&2
@@ -48,7 +70,7 @@ fi
 # `jinja2` (chat templates), `regex` (pre-tokenizer splits), the official `openai` client (serving
 # tests), `math-verify` (the grader's equivalence reference). Tests that need one fail under
 # CI=true when it is missing, and skip elsewhere.
-for spec in gguf:gguf numpy:numpy jinja2:jinja2 regex:regex openai:openai math_verify:math-verify; do
+for spec in "${PIP[@]}"; do
   mod="${spec%%:*}" pkg="${spec##*:}"
   if ! python3 -c "import $mod" 2>/dev/null; then
     python3 -m pip install --quiet --disable-pip-version-check "$pkg" >/dev/null 2>&1 ||

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# README's test command: installs what the build needs, builds, and runs the whole GoogleTest
+# README's test command: installs what the build and the tests need (setup.sh --test), builds, and runs the whole GoogleTest
 # suite through CTest; then builds again with AddressSanitizer + UndefinedBehaviorSanitizer into
 # ./build-asan and runs the suite there (any report fails it); then a short libFuzzer run of each
 # harness in fuzz/ (fuzz/run.sh smoke; FUZZ_SECONDS per harness, default 20; 0 skips).
 # Shared models/data are read from $KVEVICT_SHARED (default ../shared).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-bash scripts/build.sh
+bash scripts/setup.sh --test
+bash scripts/build.sh -DKVEVICT_BUILD_TESTS=ON
 (cd build && ctest --output-on-failure -j"$(nproc)")
 
 start=$(date +%s)

@@ -3,7 +3,6 @@
 // medians/min/max are worked by hand below; round counts follow the schedule rule (spec §2.3:
 // one round every r decode steps once a sequence holds B slots).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +11,7 @@
 
 #include "bench/bench.h"
 #include "model/synth.h"
+#include "test_tmp.h"
 #include "util/error.h"
 
 namespace kvevict {
@@ -21,7 +21,7 @@ std::string tiny_model() {
   static const std::string path = [] {
     // One file per test process: ctest runs tests as parallel processes, and rewriting a file
     // another process has mapped kills it with SIGBUS.
-    const std::string p = ::testing::TempDir() + "/bench_tiny_q8_0." + std::to_string(::getpid()) + ".gguf";
+    const std::string p = test::tmp_path("bench_tiny_q8_0.gguf");
     write_synth_gguf(synth_shape("tiny"), parse_synth_type("q8_0"), 3, p);
     return p;
   }();

@@ -7,8 +7,6 @@
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +17,7 @@
 #include "format/gguf.h"
 #include "model/tokenizer.h"
 #include "test_paths.h"
+#include "test_tmp.h"
 #include "util/error.h"
 
 namespace kvevict {
@@ -73,8 +72,7 @@ std::vector<std::string> jinja_render(const GgufFile& g, const std::vector<Case>
                            {"add_generation_prompt", c.opt.add_generation_prompt},
                            {"enable_thinking", c.opt.enable_thinking}});
   }
-  const fs::path dir = fs::temp_directory_path() / ("kvevict_chat_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const fs::path dir = test::fresh_dir("chat_" + tag);
   const fs::path in_path = dir / (tag + "_in.json"), out_path = dir / (tag + "_out.json");
   std::ofstream(in_path) << in.dump();
   const std::string script = std::string(KVEVICT_SOURCE_DIR) + "/tests/chat_template_jinja.py";
@@ -145,6 +143,44 @@ TEST(ChatTemplate, ChatMlAndPhi4Formats) {
       "<|im_start|>system<|im_sep|>S<|im_end|><|im_start|>user<|im_sep|>U<|im_end|><|im_start|>assistant<|im_sep|>");
   EXPECT_FALSE(ChatTemplate::by_name("chatml").renders_bos());
   EXPECT_TRUE(ChatTemplate::by_name("llama3").renders_bos());
+}
+
+// What each template can do, stated by hand from the published templates (Qwen3 and llama.cpp's
+// DeepSeek-R1 copy honour enable_thinking; that R1 copy and the 2025 R1 templates end the
+// generation prompt with "<think>\n", older R1 ones do neither; Phi-3-mini drops system turns),
+// and each property checked against what render() does, so a capability cannot claim what the
+// rendering does not do.
+TEST(ChatTemplate, CapabilitiesAgreeWithTheRendering) {
+  struct Expect {
+    ChatTemplate tmpl;
+    bool disable_thinking, opens_thinking, renders_system;
+  };
+  const std::string r1_old = "{{ '<｜User｜>' + m }}{{ '<｜Assistant｜>' }}";
+  const std::string r1_think = "{{ '<｜User｜>' + m }}{{ '<｜Assistant｜><think>\\n' }}";
+  const std::string r1_switch = r1_think + "{% if enable_thinking is false %}</think>{% endif %}";
+  const std::vector<Expect> all = {
+      {ChatTemplate::by_name("qwen3"), true, false, true},
+      {ChatTemplate::by_name("deepseek-r1"), true, true, true},
+      {ChatTemplate::detect(r1_old, "r1-old"), false, false, true},
+      {ChatTemplate::detect(r1_think, "r1-think"), false, true, true},
+      {ChatTemplate::detect(r1_switch, "r1-switch"), true, true, true},
+      {ChatTemplate::by_name("chatml"), false, false, true},
+      {ChatTemplate::by_name("llama3"), false, false, true},
+      {ChatTemplate::by_name("phi3"), false, false, false},
+      {ChatTemplate::by_name("phi4"), false, false, true},
+  };
+  const ChatMessage user{"user", "What is 2+2?"};
+  for (const Expect& e : all) {
+    const ChatTemplate& t = e.tmpl;
+    EXPECT_EQ(t.can_disable_thinking(), e.disable_thinking) << t.name();
+    EXPECT_EQ(t.opens_thinking(), e.opens_thinking) << t.name();
+    EXPECT_EQ(t.renders_system(), e.renders_system) << t.name();
+    const std::string on = t.render({user}, {true, true}), off = t.render({user}, {true, false});
+    EXPECT_EQ(t.can_disable_thinking(), on != off) << t.name();
+    EXPECT_EQ(t.opens_thinking(), on.size() >= 8 && on.compare(on.size() - 8, 8, "<think>\n") == 0) << t.name() << on;
+    const std::string with_system = t.render({{"system", "SYSTEM-MARKER"}, user}, {true, true});
+    EXPECT_EQ(t.renders_system(), with_system.find("SYSTEM-MARKER") != std::string::npos) << t.name();
+  }
 }
 
 // Expected: clear errors naming the problem and listing valid names.

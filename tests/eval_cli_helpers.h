@@ -19,18 +19,11 @@
 #include <vector>
 
 #include "test_paths.h"
+#include "test_tmp.h"
 
 extern char** environ;
 
 namespace kvevict::test {
-
-/// A fresh, empty temporary directory unique to this process and `name`.
-inline std::string fresh_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("kvevict_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
 
 inline std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

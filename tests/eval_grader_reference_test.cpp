@@ -15,6 +15,7 @@
 
 #include "eval/grader.h"
 #include "test_paths.h"
+#include "test_tmp.h"
 
 namespace kvevict {
 namespace {
@@ -109,9 +110,7 @@ TEST(EvalGraderReference, AgreesWithMathVerify) {
     pairs.push_back(p);
   for (const auto& [g, p, v] : known_disagreements()) pairs.push_back({g, p});
 
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("kvevict-grader-ref-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const std::filesystem::path dir = test::fresh_dir("grader-ref");
   {
     std::ofstream out(dir / "pairs.jsonl");
     for (const Pair& p : pairs) out << nlohmann::json::array({p.first, p.second}).dump() << "\n";

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "eval/grader.h"
-#include "eval/tasks.h"
+#include "eval/task_file.h"
 #include "test_paths.h"
 
 namespace kvevict {

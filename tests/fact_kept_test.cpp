@@ -12,6 +12,7 @@
 #include "eval/prompt.h"
 #include "eval/runner.h"
 #include "eval/summary.h"
+#include "eval/task_file.h"
 #include "eviction/registry.h"
 #include "model/model.h"
 #include "tasks/generator.h"

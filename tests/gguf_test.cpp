@@ -6,7 +6,6 @@
 // 754 bit patterns; and scalar/double-precision reference code written here, independent of the
 // library's kernels.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -29,6 +28,7 @@
 #include "format/gguf.h"
 #include "kernels/dot_row.h"
 #include "test_paths.h"
+#include "test_tmp.h"
 #include "util/error.h"
 
 namespace kvevict {
@@ -207,10 +207,7 @@ GgufBuilder sample_builder() {
 class GgufTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-        ("kvevict_gguf_test_" + std::to_string(getpid()) + "_" +
-         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
+    dir_ = test::fresh_dir(std::string("gguf_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
   }
   void TearDown() override { fs::remove_all(dir_); }
 

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "cli_run.h"
-#include "eval/tasks.h"
+#include "eval/task_file.h"
 #include "eval_cli_helpers.h"
 #include "test_paths.h"
 #include "util/error.h"

@@ -4,7 +4,6 @@
 // directly from the weights (for layer 0 the pre-RoPE query depends only on the token).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <array>
 #include <cmath>
@@ -19,15 +18,14 @@
 #include "format/ggml_types.h"
 #include "model_fixture.h"
 #include "test_paths.h"
+#include "test_tmp.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
 namespace kvevict {
 namespace {
 
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("kvevict_kl_" + std::to_string(::getpid()) + "_" + name)).string();
-}
+std::string temp_path(const std::string& name) { return test::tmp_path("kl_" + name); }
 
 /// Two KV heads, 8 live slots of which the last 2 are the recent buffer, 300 tokens seen,
 /// prompt of 4 tokens.

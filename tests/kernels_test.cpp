@@ -15,6 +15,7 @@
 #include "kernels/matmul.h"
 #include "model/synth.h"
 #include "model_fixture.h"
+#include "test_tmp.h"
 #include "util/error.h"
 #include "util/rng.h"
 #include "util/thread_pool.h"
@@ -501,7 +502,7 @@ TEST(SynthGguf, WritesLoadableModelsOfEveryType) {
   // K-quants need rows of whole 256-element super-blocks (else they fall back, see
   // SynthTypes), so they are written at a 256-wide variant of `tiny`; "wq" names the type of
   // attn_q, which no mix promotes.
-  const std::string dir = ::testing::TempDir();
+  const std::string dir = test::tmp_dir();
   const SynthShape tiny = synth_shape("tiny");
   SynthShape tiny256 = tiny;
   tiny256.name = "tiny-256";
@@ -557,7 +558,7 @@ TEST(SynthGguf, RealShapesHaveTheirParameterCounts) {
 TEST(GgufWriter, RoundTripsMetadataAndTensors) {
   // Expected: every value written reads back through GgufFile with its type; tensor data sits at
   // aligned offsets; repeated keys and bad tensors are errors.
-  const std::string path = ::testing::TempDir() + "/writer.gguf";
+  const std::string path = test::tmp_path("writer.gguf");
   GgufWriter w(64);
   w.add_string("general.architecture", "test");
   w.add_uint32("a.u32", 7);

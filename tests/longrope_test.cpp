@@ -16,8 +16,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -41,6 +39,7 @@
 #include "reference_model.h"
 #include "selector_budget.h"
 #include "test_paths.h"
+#include "test_tmp.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -54,9 +53,7 @@ std::vector<std::string>& created_files() {
   return files;
 }
 std::string temp_path(const std::string& name) {
-  const std::string p =
-      (std::filesystem::temp_directory_path() / ("kvevict_longrope_" + std::to_string(::getpid()) + "_" + name))
-          .string();
+  const std::string p = test::tmp_path("longrope_" + name);
   created_files().push_back(p);
   return p;
 }
@@ -227,8 +224,8 @@ TEST_F(LongRope, ForwardRotatesLayer0QueriesAndKeysByTheFormula) {
   ForwardBuffers buf;
   std::vector<float> logits;
   const Rope rope(c.rope);
-  model_forward(*m, rope, kv, tokens, pos0, PositionMode::Logical, LogitsWanted::Last, logits, &obs, false, true, pool,
-                buf);
+  const ForwardSegment seg{&kv, tokens, pos0, PositionMode::Logical, &obs, /*want_probs=*/false, /*is_prefill=*/true};
+  model_forward({.model = *m, .rope = rope, .pool = pool, .buf = buf, .allow_blas = true}, seg, logits);
   double worst = 0, worst_short = 0;
   for (size_t t = 0; t < tokens.size(); ++t) {
     const PreRope pre = layer0_pre_rope(f, tokens[t]);

@@ -17,14 +17,13 @@
 #include <fstream>
 #include <map>
 
-#include <unistd.h>
-
 #include "bench/bench.h"
 #include "format/ggml_blocks.h"
 #include "format/gguf.h"
 #include "kernels/matmul.h"
 #include "model/synth.h"
 #include "test_paths.h"
+#include "test_tmp.h"
 #include "util/error.h"
 #include "util/rng.h"
 #include "util/thread_pool.h"
@@ -142,10 +141,7 @@ std::vector<float> dequantize(GgmlType t, const uint8_t* q, int64_t n) {
 
 class QuantReference : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) / ("kvevict_quant_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
+  void SetUp() override { dir_ = test::fresh_dir("quant"); }
   void TearDown() override { fs::remove_all(dir_); }
 
   // Checks every quantised tensor of `model` (first and last 4096 elements) against gguf-py;
@@ -467,7 +463,7 @@ TEST(BenchDecode, ComparesTypesOfOneShapeInOneRun) {
   DecodeBenchConfig cfg;
   cfg.shape = "tiny";
   cfg.types = {"q8_0", "q4_k_m", "q6_k"};
-  cfg.synth_dir = ::testing::TempDir() + "/bench_types_" + std::to_string(::getpid());
+  cfg.synth_dir = test::tmp_path("bench_types");
   cfg.prefill_lengths = {8, 16};
   cfg.common.reps = 1;
   cfg.common.threads = 1;

@@ -8,9 +8,9 @@
 
 #include "engine/engine.h"
 #include "eval/grader.h"
+#include "eval/solve.h"
 #include "model/model.h"
 #include "tasks/generator.h"
-#include "tasks/solve.h"
 
 namespace kvevict {
 namespace {
@@ -44,7 +44,7 @@ TEST(Reasoner, SolvesHeldOutTasksWithFullCache) {
       int right = 0;
       for (uint64_t i = 0; i < 10; ++i) {
         const Task t = generate_task(f, {steps, kDefaultFacts}, 5000, i);
-        const std::string out = greedy_solve(engine, *model, t, default_max_new(t), i);
+        const std::string out = greedy_solve(engine, *model, t.problem, default_max_new(t), i);
         const auto got = extract_last_boxed(out);
         const bool ok = got && *got == t.answer;
         right += ok;

@@ -36,8 +36,14 @@ class ReferenceLlama {
   /// in (layer, kv_head)?
   using Visible = std::function<bool(int t, int layer, int kv_head, int p)>;
 
-  /// Logits [n_vocab] after every token: out[t] = logits predicting token t+1.
-  std::vector<std::vector<float>> run(const std::vector<int32_t>& tokens, const Visible& visible) const {
+  /// Receives, for query token t in (layer, query head), its attention weights w[0..t] (0 where
+  /// masked), as this reference computes them.
+  using AttentionHook = std::function<void(int t, int layer, int head, const std::vector<double>& w)>;
+
+  /// Logits [n_vocab] after every token: out[t] = logits predicting token t+1. `hook`, when set,
+  /// sees every attention row.
+  std::vector<std::vector<float>> run(const std::vector<int32_t>& tokens, const Visible& visible,
+                                      const AttentionHook& hook = {}) const {
     const int T = static_cast<int>(tokens.size()), dim = c_.dim, hd = c_.head_dim;
     const int nh = c_.n_heads, nkv = c_.n_kv_heads, group = nh / nkv;
     std::vector<std::vector<float>> x(T, std::vector<float>(dim));
@@ -70,6 +76,11 @@ class ReferenceLlama {
           for (int p = 0; p <= t; ++p) {
             w[p] = visible(t, l, g, p) ? std::exp(w[p] - mx) : 0.0;
             sum += w[p];
+          }
+          if (hook) {
+            std::vector<double> probs(w);
+            for (double& pr : probs) pr /= sum;
+            hook(t, l, h, probs);
           }
           for (int p = 0; p <= t; ++p)
             for (int d = 0; d < hd; ++d) att[h * hd + d] += float(w[p] / sum * v[p][g * hd + d]);

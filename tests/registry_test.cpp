@@ -5,7 +5,6 @@
 // newest r kept, pins kept, seeded draws independent of the thread count) and §3 (parameter
 // defaults and ranges).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <set>
@@ -17,6 +16,7 @@
 #include "eviction/query_stats.h"
 #include "eviction/registry.h"
 #include "model_fixture.h"
+#include "test_tmp.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -44,7 +44,7 @@ std::vector<std::string> required_params(const Model& m, const std::string& poli
         static const std::string path = [&] {
           ThreadPool pool(1);
           const auto tokens = test::greedy_story_tokens(m, 256);
-          const std::string f = ::testing::TempDir() + "/registry_test.stats." + std::to_string(::getpid()) + ".json";
+          const std::string f = test::tmp_path("registry_test.stats.json");
           save_query_stats(calibrate_query_stats(m, tokens, 128, pool), f);
           return f;
         }();

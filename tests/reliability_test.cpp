@@ -14,6 +14,7 @@
 #include "model/model.h"
 #include "model_fixture.h"
 #include "test_paths.h"
+#include "test_tmp.h"
 #include "util/error.h"
 
 namespace kvevict {
@@ -45,10 +46,7 @@ TEST(Reliability, StreamingWithoutSinksAndVaseBelowItsSinksAreRefused) {
 
 class PerplexityCli : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("kvevict-rel-" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
+  void SetUp() override { dir_ = test::fresh_dir("rel"); }
   void TearDown() override { fs::remove_all(dir_); }
   std::string write(const std::string& name, const std::string& text) {
     const fs::path p = dir_ / name;

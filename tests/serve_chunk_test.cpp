@@ -37,10 +37,11 @@ GenerationParams params(std::vector<int32_t> prompt, int64_t max_tokens, const s
   p.ignore_eos = true;
   p.sampler.temperature = 0.8f;
   p.sampler.seed = seed;
-  p.policy = make_policy(policy);
-  p.eviction.budget = 64;
-  p.eviction.recent = 16;
-  p.eviction.seed = seed;
+  EvictionConfig e;
+  e.budget = 64;
+  e.recent = 16;
+  e.seed = seed;
+  p.kv = CheckedPolicy::check(make_policy(policy), e);
   return p;
 }
 

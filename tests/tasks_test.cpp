@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "eval/grader.h"
+#include "eval/task_file.h"
 #include "tasks/generator.h"
-#include "tasks/solve.h"
 #include "test_paths.h"
 #include "util/error.h"
 

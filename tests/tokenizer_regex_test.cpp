@@ -3,7 +3,6 @@
 // path cases. This is the only check of the GPT-4o (Phi-4-mini) pattern: no tiny-random file uses
 // it. The Qwen2 and Llama-3 patterns are also covered end to end by tokenizer_bpe_test.cpp.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -14,6 +13,7 @@
 
 #include "model/tokenizer/bpe.h"
 #include "test_paths.h"
+#include "test_tmp.h"
 
 namespace kvevict {
 namespace {
@@ -45,8 +45,7 @@ void check(tok::BpePre pre, const std::string& name) {
     GTEST_SKIP() << "python3 regex not installed (apt-get install python3-regex)";
   }
   const std::vector<std::string> ts = texts();
-  const fs::path dir = fs::temp_directory_path() / ("kvevict_regex_" + std::to_string(::getpid()) + "_" + name);
-  fs::create_directories(dir);
+  const fs::path dir = test::fresh_dir("regex_" + name);
   std::ofstream(dir / "in.json") << json{{"pre", name}, {"texts", ts}}.dump();
   const std::string cmd = "python3 '" + std::string(KVEVICT_SOURCE_DIR) + "/tests/bpe_regex_reference.py' '" +
       (dir / "in.json").string() + "' '" + (dir / "out.json").string() + "'";

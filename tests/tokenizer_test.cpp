@@ -18,6 +18,7 @@
 
 #include "format/gguf.h"
 #include "test_paths.h"
+#include "test_tmp.h"
 #include "util/error.h"
 
 namespace kvevict {
@@ -257,7 +258,7 @@ class MiniGguf {
     append(out, n_kv_);
     out += body_;
     out.resize((out.size() + 31) / 32 * 32, '\0');  // pad to the default alignment
-    const std::string path = ::testing::TempDir() + "/tokenizer_test_" + name + ".gguf";
+    const std::string path = test::tmp_path("tokenizer_test_" + name + ".gguf");
     std::ofstream(path, std::ios::binary).write(out.data(), static_cast<std::streamsize>(out.size()));
     return path;
   }

@@ -21,7 +21,8 @@ struct CommonArgs {
   int threads = 0, reps = 5;
   uint64_t seed = 0;
   int64_t recent = 64;
-  double max_load = -1;  ///< wait until the 1-minute load is below this (negative: don't wait)
+  bool recent_given = false;  ///< -r/--buffer was on the command line
+  double max_load = -1;       ///< wait until the 1-minute load is below this (negative: don't wait)
   int max_wait_s = 600;
 };
 
@@ -39,8 +40,9 @@ void add_common(CLI::App* cmd, CommonArgs& a, bool model_required = true) {
   cmd->add_option("--seed", a.seed, "Seed of prompts and synthetic cache contents")
       ->check(seed_value())
       ->capture_default_str();
-  cmd->add_option("--buffer,-r", a.recent, "Recent buffer r")
+  cmd->add_option("--buffer,-r", a.recent, "Recent buffer r (llama-bench's -r, repetitions, is --reps here)")
       ->check(int_range(1, limits::kTokens))
+      ->each([&a](const std::string&) { a.recent_given = true; })
       ->capture_default_str();
   cmd->add_option("--json", a.json, "Write all results (with samples and load averages) to this JSON file");
   cmd->add_option("--max-load", a.max_load, "Wait until the 1-minute load average is below this before measuring");
@@ -60,6 +62,7 @@ BenchCommon common(const CommonArgs& a) {
   c.recent = a.recent;
   if (a.threads < 0) throw Error(fmt::format("--threads {}: must be >= 0", a.threads));
   if (a.recent < 1) throw Error(fmt::format("--buffer {}: must be >= 1", a.recent));
+  if (a.recent_given) warn_if_recent_looks_like_reps(a.recent, fmt::format("--reps (now {})", a.reps));
   return c;
 }
 

@@ -25,12 +25,14 @@ struct BenchServeArgs {
   std::string host = "127.0.0.1", api_key, policies = "full,random,random-shared,h2o,tova,snapkv,triattention";
   int port = 8080, clients = 16, requests = 32, prompt_tokens = 128, vocab_lo = 3;
   int64_t max_tokens = 2048, budget = 0, buffer = 64;
+  bool buffer_given = false;  ///< -r/--buffer was on the command line
   double time_limit_s = 600;
   uint64_t seed = 0;
   std::string json_out;
 };
 
 int run_bench_serve(const BenchServeArgs& a) {
+  if (a.buffer_given) warn_if_recent_looks_like_reps(a.buffer, "--requests per policy");
   httplib::Client c(a.host, a.port);
   c.set_read_timeout(10, 0);
   httplib::Headers h;
@@ -134,6 +136,7 @@ void add_bench_serve(CLI::App& root, std::vector<Command>& out) {
   cmd->add_option("--budget,-B", a->budget, "kv_budget of the bounded policies")->check(at_least(1))->required();
   cmd->add_option("--buffer,-r", a->buffer, "kv_buffer of the bounded policies")
       ->check(at_least(1))
+      ->each([a](const std::string&) { a->buffer_given = true; })
       ->capture_default_str();
   cmd->add_option("--time-limit", a->time_limit_s, "Seconds per policy after which clients start no new request")
       ->check(CLI::Range(1.0, 86400.0))

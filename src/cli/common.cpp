@@ -7,6 +7,7 @@
 #include <optional>
 #include <thread>
 
+#include "model/arch.h"
 #include "util/error.h"
 #include "util/file.h"
 #include "util/suggest.h"
@@ -38,7 +39,7 @@ void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy) {
                  "RoPE positions: logical (tokens seen) or cache (slot index, keys re-rotated; StreamingLLM)")
       ->check(CLI::IsMember({"logical", "cache"}))
       ->capture_default_str();
-  cmd.add_option("--seed", a.seed, "Base seed of every random choice")->check(seed_value())->capture_default_str();
+  cmd.add_option("-s,--seed", a.seed, "Base seed of every random choice")->check(seed_value())->capture_default_str();
   cmd.add_option("--param", a.params,
                  "Selector parameter [POLICY:]NAME=VALUE (repeatable; with POLICY: only that policy, e.g. "
                  "triattention:stats=FILE; `kvevict policies` lists them)");
@@ -160,32 +161,75 @@ CLI::Validator seed_value() {
       "");
 }
 
-std::string default_policy(const PolicyArgs& a) {
-  if (!a.policy.empty()) return a.policy;
-  return a.budget > 0 ? "random" : "full";
-}
-
-Policy build_policy(const PolicyArgs& a, const std::string& name, bool check_params) {
+PolicySettings policy_settings(const PolicyArgs& a) {
   if (a.protect_prompt && a.no_protect_prompt)
     throw Error("--protect-prompt and --no-protect-prompt are mutually exclusive");
-  std::optional<bool> protect;
-  if (a.protect_prompt) protect = true;
-  if (a.no_protect_prompt) protect = false;
-  if (check_params) check_param_items(a.params, {name});
-  return make_policy(name, protect, a.sinks, SelectorParams::parse(params_for_policy(a.params, name)),
-                     /*check_params=*/false);
+  PolicySettings s;
+  s.policy = a.policy;
+  s.budget = a.budget;
+  s.recent = a.recent;
+  s.sinks = a.sinks;
+  if (a.protect_prompt) s.protect_prompt = true;
+  if (a.no_protect_prompt) s.protect_prompt = false;
+  s.long_prompt = parse_long_prompt(a.long_prompt);
+  s.positions = parse_position_mode(a.position_mode);
+  s.seed = a.seed;
+  s.params = a.params;
+  return s;
 }
 
-EvictionConfig build_eviction(const PolicyArgs& a, const Policy& p) {
-  EvictionConfig c;
-  c.budget = a.budget;
-  c.recent = a.recent;
-  c.seed = a.seed;
-  c.long_prompt = a.long_prompt == "skip" ? LongPromptMode::Skip : LongPromptMode::PinHead;
-  c.positions = a.position_mode == "cache" ? PositionMode::Cache : PositionMode::Logical;
-  if (p.evicts && a.budget == 0) throw Error(fmt::format("policy '{}' needs --budget B", p.name));
-  validate_eviction(c, p);
-  return c;
+std::string_view flag_name(Field field) {
+  switch (field) {
+    case Field::Policy:
+      return "--policy";
+    case Field::Budget:
+      return "--budget";
+    case Field::Recent:
+      return "--buffer";
+    case Field::Sinks:
+      return "--sinks";
+    case Field::ProtectPrompt:
+      return "--protect-prompt";
+    case Field::LongPrompt:
+      return "--long-prompt";
+    case Field::PositionMode:
+      return "--position-mode";
+    case Field::Param:
+      return "--param";
+    case Field::KvType:
+      return "--kv-type";
+    case Field::Seed:
+      return "--seed";
+    case Field::MaxNewTokens:
+      return "-n";
+    case Field::MaxTotalTokens:
+      return "--max-length";
+    case Field::MinTokens:
+      return "--min-tokens";
+    case Field::Stop:
+      return "--stop";
+    case Field::StopTokenIds:
+      return "--stop-token-ids";
+    case Field::Temperature:
+      return "--temp";
+    case Field::TopP:
+      return "--top-p";
+    case Field::TopK:
+      return "--top-k";
+    case Field::MinP:
+      return "--min-p";
+    case Field::RepetitionPenalty:
+      return "--repeat-penalty";
+    case Field::PresencePenalty:
+      return "--presence-penalty";
+    case Field::FrequencyPenalty:
+      return "--frequency-penalty";
+    case Field::LogitBias:
+      return "--logit-bias";
+    case Field::Logprobs:
+      return "--logprobs";
+  }
+  return field_name(field);
 }
 
 std::string unused_schedule_warning(const PolicyArgs& a, const std::vector<Policy>& policies) {
@@ -205,6 +249,18 @@ std::string unused_schedule_warning(const PolicyArgs& a, const std::vector<Polic
 }
 
 void warn(const std::string& msg) { fmt::print(stderr, "kvevict: warning: {}\n", msg); }
+
+void warn_if_recent_looks_like_reps(int64_t r, const std::string& repetitions) {
+  if (r > 10) return;
+  warn(
+      fmt::format("-r {} sets the recent buffer r (newest slots never evicted), not the repetitions as in "
+                  "llama-bench; repetitions are {}",
+                  r, repetitions));
+}
+
+std::string model_help() {
+  return fmt::format("GGUF model (general.architecture {})", fmt::join(supported_architectures(), ", "));
+}
 
 std::string read_file(const std::string& path, const std::string& option) {
   return read_file_limited(path, limits::kFileBytes, option);

@@ -9,8 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/policy_settings.h"
 #include "eviction/registry.h"
 #include "eviction/schedule.h"
+#include "util/field_error.h"
+#include "util/limits.h"
 
 namespace kvevict::cli {
 
@@ -29,33 +32,19 @@ struct PolicyArgs {
 };
 
 /// Adds --policy/--budget/--buffer/--sinks/--protect-prompt/--no-protect-prompt/--long-prompt/
-/// --position-mode/--seed/--param to `cmd`.
+/// --position-mode/-s,--seed/--param to `cmd`.
 void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy = true);
 
-/// The policy to run when --policy was not given: `random` with a budget, `full` without.
-std::string default_policy(const PolicyArgs& a);
+/// The settings the policy options describe (engine/policy_settings.h builds the policy from
+/// them). Throws kvevict::Error for --protect-prompt with --no-protect-prompt.
+PolicySettings policy_settings(const PolicyArgs& a);
 
-/// Upper bounds of the count and size options, checked while the command line is parsed, before
-/// any file is read. They are far above any sensible run and far below what would exhaust memory
-/// or never finish: a value past one is a typo (e.g. `--rollouts 100000000`), not a workload.
-/// README ("Limits") lists them; the flag table in CONTRIBUTING.md names the options.
-namespace limits {
-inline constexpr long long kTokens =
-    1 << 20;  ///< -n, -c, --max-length, --budget(s), --buffer, --sinks, lengths (tokens)
-inline constexpr long long kCorpusTokens = 100'000'000;  ///< --tokens of perplexity/calibrate
-inline constexpr long long kRollouts = 1024;             ///< eval --rollouts (decoded as parallel sequences)
-inline constexpr long long kBootstrap = 1'000'000;       ///< eval --bootstrap resamples
-inline constexpr long long kProblems = 10'000'000;       ///< --limit, tasks --count, --chunks
-inline constexpr long long kShards = 100'000;            ///< eval --shard i/N: N
-inline constexpr long long kTrials = 100'000;            ///< probe --trials, --restate
-inline constexpr long long kReps = 1000;                 ///< bench --reps
-inline constexpr long long kBatch = 4096;                ///< bench --batch, --max-batch (sequences)
-inline constexpr int kThreadsPerCore = 4;                ///< -t <= 4 x cores unless --force-threads
-inline constexpr long long kThreadsForced = 4096;        ///< -t with --force-threads
-/// Bytes of a file read whole into memory (text of perplexity/calibrate -f, eval/tasks eval -f,
-/// probe --filler): 1 GiB, about 250M tokens, above limits::kCorpusTokens.
-inline constexpr long long kFileBytes = 1LL << 30;
-}  // namespace limits
+/// The flag that sets `field` on the command line (`--budget`, `--buffer`, `--temp`, ...): how
+/// the CLI spells the field a FieldError names (main.cpp prints e.message(flag_name(field))).
+std::string_view flag_name(Field field);
+
+// Upper bounds of the count and size options (checked while the command line is parsed, before
+// any file is read): kvevict::limits in util/limits.h, shared with the server.
 
 /// CLI11 check for an integer option: the value must be >= lo. The error reads
 /// "--name X: must be >= lo" ("must be an integer >= lo" when X is not one; CLI11 writes
@@ -86,14 +75,6 @@ std::string suggest_options(const CLI::App& cmd, const std::vector<std::string>&
 /// CLI11 check for a seed (uint64): digits only, so "-1" is an error instead of wrapping to 2^64-1.
 CLI::Validator seed_value();
 
-/// Builds the policy named `name` with the shared overrides and its share of the `--param`
-/// items (params_for_policy). Throws kvevict::Error. With check_params, an item this policy does
-/// not take is an error; a grid passes false and calls check_param_items once for all its policies.
-Policy build_policy(const PolicyArgs& a, const std::string& name, bool check_params = true);
-
-/// Builds the schedule config. For evicting policies --budget is required (Error otherwise).
-EvictionConfig build_eviction(const PolicyArgs& a, const Policy& p);
-
 /// When no policy of a run evicts (`full`, `full+prompt`) but --budget, --buffer or --sinks was
 /// given, the warning line saying they are unused (a policy that keeps every token has no budget,
 /// recent buffer or sinks); "" otherwise.
@@ -109,6 +90,15 @@ std::vector<std::string> split_list(const std::string& s, const std::string& opt
 
 /// Prints "kvevict: warning: <msg>" to stderr.
 void warn(const std::string& msg);
+
+/// bench's -r is the recent buffer r, llama-bench's the repetition count (default 5): warns,
+/// naming `repetitions` (what sets them here), when a given -r is at most 10, which looks like
+/// one rather than a buffer.
+void warn_if_recent_looks_like_reps(int64_t r, const std::string& repetitions);
+
+/// Help text of -m/--model: "GGUF model (general.architecture llama, qwen2, qwen3, phi3)", from
+/// the architecture table (model/arch.h).
+std::string model_help();
 
 /// A subcommand: its CLI11 app and what runs once it was parsed (returns the exit code).
 struct Command {
@@ -130,6 +120,8 @@ void add_keeplog(CLI::App& root, std::vector<Command>& out);
 void add_eval(CLI::App& root, std::vector<Command>& out);
 void add_merge(CLI::App& root, std::vector<Command>& out);
 void add_probe(CLI::App& root, std::vector<Command>& out);
+/// `divergence` (KL from full and perplexity over many texts, sink attention mass) — cli/divergence.cpp.
+void add_divergence(CLI::App& root, std::vector<Command>& out);
 /// `serve` (OpenAI-compatible HTTP server) and `bench serve` — cli/serve.cpp, cli/bench_serve.cpp.
 void add_serve(CLI::App& root, std::vector<Command>& out);
 

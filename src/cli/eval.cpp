@@ -20,7 +20,7 @@
 #include "eval/results.h"
 #include "eval/runner.h"
 #include "eval/summary.h"
-#include "eval/tasks.h"
+#include "eval/task_file.h"
 #include "model/chat_template.h"
 #include "model/model.h"
 #include "util/error.h"
@@ -102,11 +102,11 @@ int run_eval(const EvalArgs& a) {
   std::vector<EvalCell> cells;
   std::vector<Policy> grid_policies;
   for (GridEntry& g : policy_grid(a.policy, names, budget_grid(budgets, a.policy.budget))) {
-    grid_policies.push_back(g.policy);
+    grid_policies.push_back(g.policy());
     EvalCell c;
-    c.spec = {g.name, g.eviction.budget};
-    c.policy = std::move(g.policy);
-    c.eviction = g.eviction;
+    c.spec = {g.name, g.eviction().budget};
+    c.policy = g.policy();
+    c.eviction = g.eviction();
     cells.push_back(std::move(c));
   }
   if (const std::string w = unused_schedule_warning(a.policy, grid_policies); !w.empty()) warn(w);
@@ -175,7 +175,7 @@ int run_eval(const EvalArgs& a) {
     warn(fmt::format("{} of {} prompts leave no room under --max-length {}: they are recorded as not answered",
                      over_cap, tasks.size(), a.max_length));
   for (const EvalCell& c : cells)
-    if (auto w = long_prompt_warning(c.eviction, c.policy, longest); !w.empty())
+    if (auto w = long_prompt_warning(c.eviction, c.policy, longest, flag_name); !w.empty())
       warn(fmt::format("{} (longest prompt): {}", c.spec.label(), w));
   // 4. Another model's TriAttention statistics (or any selector that does not fit this model's KV
   // shape) are refused here, before the output directory exists.
@@ -305,7 +305,7 @@ void add_eval(CLI::App& root, std::vector<Command>& out) {
   auto e = std::make_shared<EvalArgs>();
   auto* cmd = root.add_subcommand(
       "eval", "Accuracy of policies x budgets on a task file (resumable; paired CIs and sign tests)");
-  cmd->add_option("-m,--model", e->model, "GGUF model (llama architecture)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-m,--model", e->model, model_help())->required()->check(CLI::ExistingFile);
   cmd->add_option("-f,--file", e->tasks, "Task file, JSON lines (MATH-500, GSM8K or kvevict format)")
       ->required()
       ->check(CLI::ExistingFile);

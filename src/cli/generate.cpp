@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <optional>
+#include <random>
 
 #include "cli/common.h"
 #include "engine/engine.h"
@@ -21,9 +22,27 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// -n: -1 (llama.cpp's "until the end of generation or the context") or 1 .. limits::kTokens.
+CLI::Validator n_predict_check() {
+  return CLI::Validator(
+      [](std::string& in) -> std::string {
+        if (in == "-1") return {};
+        std::string v = in;
+        if (int_range(1, limits::kTokens)(v).empty()) return {};
+        return fmt::format("must be -1 (until the end of generation or the context) or in [1, {}] (got {})",
+                           limits::kTokens, in);
+      },
+      "");
+}
+
 struct GenerateArgs {
   std::string model, prompt;
-  int64_t n = 256;
+  bool prompt_given = false;  ///< -p was on the command line (an empty -p is an error, not "no -p")
+  std::string file;           ///< -f FILE: the prompt read from a file instead of -p
+  int64_t n = 256;            ///< -n; -1: until the end of generation or the context
+  int64_t ctx = 0;            ///< -c: context size in tokens (0: the model's context_length)
+  bool ctx_given = false;     ///< -c was on the command line
+  bool random_seed = false;   ///< --seed -1: the seed was drawn (and is printed)
   float temp = 0.6f, top_p = 0.95f;
   int top_k = 0;
   int threads = 0;
@@ -37,41 +56,74 @@ struct GenerateArgs {
   PolicyArgs policy;
 };
 
+// Tokens to generate after a prompt of `prompt` tokens: -n, or with -n -1 what the context
+// leaves (llama.cpp's -n -1: until the end of generation or a full context). With -c the
+// context caps prompt + generated tokens, as llama.cpp without context shift; without -c the
+// context is the model's context_length and caps only -n -1. Throws kvevict::Error when the
+// prompt leaves no room, or -n -1 would exceed limits::kTokens.
+int64_t generation_length(const GenerateArgs& a, int64_t prompt, int64_t model_context) {
+  const int64_t context = a.ctx > 0 ? a.ctx : model_context;
+  if (!a.ctx_given && a.n > 0) return a.n;
+  const std::string which = a.ctx > 0 ? fmt::format("-c {}", a.ctx) : fmt::format("context_length {}", context);
+  if (prompt >= context)
+    throw Error(fmt::format("the prompt has {} tokens: the context ({}) leaves no room to generate{}", prompt, which,
+                            a.ctx > 0 ? "" : "; pass a larger -c"));
+  const int64_t room = context - prompt;
+  if (a.n > 0) return std::min(a.n, room);
+  if (room > limits::kTokens)
+    throw Error(fmt::format("-n -1: the context ({}) leaves {} tokens, above the limit of {}; pass -c or -n", which,
+                            room, limits::kTokens));
+  return room;
+}
+
 int run_generate(const GenerateArgs& a) {
   // Options first, then the model, then what needs its shape: all before the first token.
   if (!a.chat_template.empty()) (void)ChatTemplate::by_name(a.chat_template);  // bad name: fail before loading
-  const Policy policy = build_policy(a.policy, default_policy(a.policy));
-  const EvictionConfig cfg = build_eviction(a.policy, policy);
+  const CheckedPolicy kv = build_policy_config(policy_settings(a.policy));
+  const Policy& policy = kv.policy();
+  const EvictionConfig& cfg = kv.eviction();
   if (const std::string w = unused_schedule_warning(a.policy, {policy}); !w.empty()) warn(w);
   SamplerConfig sc{a.temp, a.top_p, a.top_k, a.policy.seed};
   validate_sampler(sc);
-  if (a.n < 1) throw Error(fmt::format("-n {}: must be >= 1", a.n));
+  if (a.n < 1 && a.n != -1) throw Error(fmt::format("-n {}: must be -1 or >= 1", a.n));
+  if (!a.prompt_given && a.file.empty()) throw Error("no prompt: give -p TEXT or -f FILE");
+  // llama.cpp's -f: the file's text, one trailing newline dropped.
+  std::string user_text = a.prompt;
+  if (!a.file.empty()) {
+    user_text = read_file(a.file, "-f");
+    if (!user_text.empty() && user_text.back() == '\n') user_text.pop_back();
+  }
   // As the server's /v1/completions: an empty prompt is refused, not run from BOS alone.
   // With --chat the template still renders a user turn (the server's chat endpoint takes it too).
-  if (a.prompt.empty() && !a.chat) throw Error("-p \"\": the prompt must not be empty");
-  const auto model = Model::load(a.model);
+  if (user_text.empty() && !a.chat)
+    throw Error(a.file.empty() ? std::string("-p \"\": the prompt must not be empty")
+                               : fmt::format("-f {}: the prompt must not be empty", a.file));
+  if (a.random_seed) fmt::print(stderr, "kvevict: seed {} (drawn for --seed -1)\n", a.policy.seed);
+  // -c is the context size the model runs with, as llama.cpp's: it picks the LongRoPE set too.
+  const auto model = Model::load(a.model, LoadOptions{.context_size = a.ctx});
   const Tokenizer& tok = model->tokenizer();
   // With --chat the user's text becomes one user turn (no system prompt, generation prompt
   // added, as the paper runs its models); the rendered text holds special tokens as text.
-  std::string prompt_text = a.prompt;
+  std::string prompt_text = user_text;
   bool add_special = true, parse_special = false;
   if (a.chat) {
     const ChatTemplate chat = ChatTemplate::from_gguf(model->gguf(), a.chat_template);
-    if (a.no_think && chat.name() != "qwen3" && chat.name() != "deepseek-r1")
+    if (a.no_think && !chat.can_disable_thinking())
       warn(fmt::format("--no-think has no effect with the {} chat template", chat.name()));
-    prompt_text = chat.render({{"user", a.prompt}}, ChatOptions{true, !a.no_think});
+    prompt_text = chat.render({{"user", user_text}}, ChatOptions{true, !a.no_think});
     add_special = !chat.renders_bos();
     parse_special = true;
   }
   const std::vector<int32_t> prompt = tok.encode(prompt_text, add_special, parse_special);
-  if (auto w = long_prompt_warning(cfg, policy, static_cast<int64_t>(prompt.size())); !w.empty()) warn(w);
-  if (!policy.evicts && static_cast<int64_t>(prompt.size()) + a.n > model->config().context_length)
-    warn(fmt::format("{} tokens exceed the model's stated context of {}", prompt.size() + static_cast<size_t>(a.n),
+  const int64_t n = generation_length(a, static_cast<int64_t>(prompt.size()), model->config().context_length);
+  if (auto w = long_prompt_warning(cfg, policy, static_cast<int64_t>(prompt.size()), flag_name); !w.empty()) warn(w);
+  if (!policy.evicts && static_cast<int64_t>(prompt.size()) + n > model->config().context_length)
+    warn(fmt::format("{} tokens exceed the model's stated context of {}", prompt.size() + static_cast<size_t>(n),
                      model->config().context_length));
 
   Engine engine(*model, a.threads, parse_kv_type(a.kv_type));
   if (policy.selector) (void)policy.selector->make_state(engine.kv_shape());  // another model's statistics
-  auto seq = engine.new_sequence(0, policy, cfg, static_cast<int64_t>(prompt.size()), a.n);
+  auto seq = engine.new_sequence(0, kv, static_cast<int64_t>(prompt.size()), n);
   std::optional<KeepLogWriter> keep_log;
   if (!a.keep_log.empty()) keep_log.emplace(a.keep_log, a.keep_log_positions);
   std::vector<float> logits;
@@ -82,7 +134,7 @@ int run_generate(const GenerateArgs& a) {
   TokenTextStream stream(tok);  // holds back a character split across byte tokens
   std::vector<int32_t> out_ids;
   const auto t0 = Clock::now();
-  for (int64_t i = 0; i < a.n; ++i) {
+  for (int64_t i = 0; i < n; ++i) {
     Rng rng(stream_id({a.policy.seed, seq->id, static_cast<uint64_t>(i), 0x5A4D504CULL}));
     const int32_t next = sample_token(logits, sc, rng);
     if (tok.is_eog(next) && !a.ignore_eos) break;
@@ -90,7 +142,7 @@ int run_generate(const GenerateArgs& a) {
     out_ids.push_back(next);
     fmt::print("{}", stream.push(next));
     std::fflush(stdout);
-    if (i + 1 < a.n) {
+    if (i + 1 < n) {
       const int64_t rounds = seq->stats.rounds;
       engine.decode(*seq, next, logits);
       if (keep_log && seq->stats.rounds != rounds) keep_log->write_round(*seq);
@@ -125,11 +177,21 @@ int run_generate(const GenerateArgs& a) {
 void add_generate(CLI::App& root, std::vector<Command>& out) {
   auto g = std::make_shared<GenerateArgs>();
   auto* gen = root.add_subcommand("generate", "Generate text with eviction active and print a summary line");
-  gen->add_option("-m,--model", g->model, "GGUF model (llama architecture)")->required()->check(CLI::ExistingFile);
-  gen->add_option("-p,--prompt", g->prompt, "Prompt text")->required();
-  gen->add_option("-n,--n-predict", g->n, "Tokens to generate")
-      ->check(int_range(1, limits::kTokens))
+  gen->add_option("-m,--model", g->model, model_help())->required()->check(CLI::ExistingFile);
+  auto* prompt = gen->add_option("-p,--prompt", g->prompt, "Prompt text (or -f)")->each([g](const std::string&) {
+    g->prompt_given = true;
+  });
+  gen->add_option("-f,--file", g->file, "Read the prompt from this file (one trailing newline dropped, as llama.cpp)")
+      ->check(CLI::ExistingFile)
+      ->excludes(prompt);
+  gen->add_option("-n,--n-predict", g->n, "Tokens to generate; -1: until the end of generation or the context (-c)")
+      ->check(n_predict_check())
       ->capture_default_str();
+  gen->add_option("-c,--ctx-size", g->ctx,
+                  "Context size in tokens: prompt + generated tokens stop there (llama.cpp without context shift); "
+                  "picks the LongRoPE factor set; 0 = the model's context_length")
+      ->check(int_range(0, limits::kTokens))
+      ->each([g](const std::string&) { g->ctx_given = true; });
   gen->add_option("--temp", g->temp, "Temperature (0 = greedy)")->capture_default_str();
   gen->add_option("--top-p", g->top_p, "Nucleus sampling threshold (1 = off)")->capture_default_str();
   gen->add_option("--top-k", g->top_k, "Top-k (0 = off)")->check(int_range(0, limits::kTokens))->capture_default_str();
@@ -153,6 +215,18 @@ void add_generate(CLI::App& root, std::vector<Command>& out) {
                   "With --chat: template to use instead of the GGUF's (" + ChatTemplate::names() + ")")
       ->needs(chat);
   add_policy_options(*gen, g->policy);
+  // llama.cpp's --seed -1: a random seed, printed so the run can be repeated.
+  gen->get_option("--seed")
+      ->description("Base seed of every random choice; -1: a random seed, printed")
+      ->transform(CLI::Validator(
+          [g](std::string& in) -> std::string {
+            if (in != "-1") return {};
+            std::random_device rd;
+            in = std::to_string((static_cast<uint64_t>(rd()) << 32) | rd());
+            g->random_seed = true;
+            return {};
+          },
+          "", "random seed"));
   out.push_back({gen, [g] { return run_generate(*g); }});
 }
 

@@ -46,19 +46,19 @@ std::vector<GridEntry> policy_grid(const PolicyArgs& a, const std::vector<std::s
                                    const std::vector<int64_t>& budgets) {
   std::vector<GridEntry> grid;
   std::set<std::string> seen;
-  check_param_items(a.params, names);
+  const PolicySettings settings = policy_settings(a);
+  check_param_items(settings.params, names);
   const auto add = [&](const std::string& name, const Policy& p, int64_t budget) {
-    PolicyArgs with = a;
+    PolicySettings with = settings;
     with.budget = budget;
     GridEntry e;
     e.name = name;
-    e.policy = p;
-    e.eviction = build_eviction(with, p);
+    e.kv = build_schedule(with, p);
     grid.push_back(std::move(e));
   };
   for (const std::string& name : names) {
     if (!seen.insert(name).second) throw Error(fmt::format("--policies: '{}' given twice", name));
-    const Policy p = build_policy(a, name, /*check_params=*/false);
+    const Policy p = build_policy(settings, name, /*check_params=*/false);
     if (!p.evicts) {
       add(name, p, 0);
       continue;

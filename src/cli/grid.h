@@ -25,8 +25,9 @@ std::vector<int64_t> budget_grid(const std::string& list, int64_t single);
 /// One validated (policy, budget) entry of a grid.
 struct GridEntry {
   std::string name;  ///< the policy as typed, e.g. "snapkv+prompt"
-  Policy policy;
-  EvictionConfig eviction;  ///< eviction.budget = 0 for a policy that does not evict
+  CheckedPolicy kv;  ///< policy and schedule; eviction().budget = 0 for a policy that does not evict
+  const Policy& policy() const { return kv.policy(); }
+  const EvictionConfig& eviction() const { return kv.eviction(); }
 };
 
 /// names x budgets with the shared schedule options `a`: a policy that does not evict appears

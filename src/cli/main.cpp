@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <new>
 #include <string>
 #include <vector>
@@ -32,6 +34,50 @@ std::string option_error(const std::string& what) {
   return fmt::format("{} {}: {}", what.substr(0, colon), value, what.substr(colon + 2, got - colon - 2));
 }
 
+// "bench decode" for the `decode` app under `bench`: the command as the user typed it.
+std::string command_path(const CLI::App* app) {
+  std::string path;
+  for (; app != nullptr && app->get_parent() != nullptr; app = app->get_parent())
+    path = app->get_name() + (path.empty() ? "" : " " + path);
+  return path;
+}
+
+// The subcommand the arguments name (deepest match: `bench decode`), or `root`.
+const CLI::App* typed_command(const CLI::App& root, const std::vector<std::string>& args) {
+  const CLI::App* app = &root;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const CLI::App* sub = nullptr;
+    for (const CLI::App* c : app->get_subcommands({}))
+      if (c->get_name() == args[i]) sub = c;
+    if (sub == nullptr) break;
+    app = sub;
+  }
+  return app;
+}
+
+// llama.cpp spells some options with one dash and several letters (-ngl, -ctk, -fa, -np); CLI11
+// reads `-ngl 99` as `-n gl` followed by a stray 99. An argument of one dash and two or more
+// letters whose first letter is a numeric option of the command cannot be meant that way: name
+// it as an unknown option instead. Returns the error line, or "".
+std::string llama_cpp_style_option(const CLI::App& root, const std::vector<std::string>& args) {
+  const CLI::App* app = typed_command(root, args);
+  for (size_t i = 2; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") break;
+    if (a.size() < 3 || a[0] != '-' || !std::isalpha(static_cast<unsigned char>(a[1]))) continue;
+    if (!std::all_of(a.begin() + 1, a.end(), [](unsigned char c) { return std::isalpha(c) != 0; })) continue;
+    const CLI::Option* o = app->get_option_no_throw(std::string("-") + a[1]);
+    if (o == nullptr) continue;
+    const std::string type = o->get_type_name();
+    if (type.rfind("INT", 0) != 0 && type.rfind("UINT", 0) != 0 && type.rfind("FLOAT", 0) != 0) continue;
+    return fmt::format(
+        "unknown option '{}' (options with one dash are one letter here: it would read as -{} {}; see `kvevict {} "
+        "--help`)",
+        a, a[1], a.substr(2), command_path(app));
+  }
+  return {};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -51,6 +97,7 @@ int main(int argc, char** argv) {
   add_eval(app, commands);
   add_merge(app, commands);
   add_probe(app, commands);
+  add_divergence(app, commands);
   add_serve(app, commands);
 
   if (argc < 2) {
@@ -75,6 +122,10 @@ int main(int argc, char** argv) {
   }
   // Old option spellings become the current ones; CLI11 then sees one vocabulary.
   std::vector<std::string> args = apply_aliases(std::vector<std::string>(argv, argv + argc));
+  if (const std::string e = llama_cpp_style_option(app, args); !e.empty()) {
+    fmt::print(stderr, "kvevict: error: {}\n", e);
+    return 2;
+  }
   std::vector<char*> cargs;
   for (std::string& a : args) cargs.push_back(a.data());
   try {
@@ -93,10 +144,12 @@ int main(int argc, char** argv) {
     }
     const std::string hint = suggest_options(*sub, sub->remaining());
     fmt::print(stderr, "kvevict: error: {}{} (see `kvevict {}--help`)\n", e.what(),
-               hint.empty() ? "" : " (" + hint + ")", sub == &app ? "" : sub->get_name() + " ");
+               hint.empty() ? "" : " (" + hint + ")", sub == &app ? "" : command_path(sub) + " ");
     return 2;
   } catch (const CLI::RequiredError& e) {
-    fmt::print(stderr, "kvevict: error: {} (see `--help`)\n", e.what());
+    const CLI::App* typed = typed_command(app, args);
+    fmt::print(stderr, "kvevict: error: {} (see `kvevict {}--help`)\n", e.what(),
+               typed == &app ? "" : command_path(typed) + " ");
     return 2;
   } catch (const CLI::ValidationError& e) {
     fmt::print(stderr, "kvevict: error: {}\n", option_error(e.what()));
@@ -111,6 +164,10 @@ int main(int argc, char** argv) {
   try {
     for (const Command& c : commands)
       if (c.app->parsed()) return c.run();
+  } catch (const kvevict::FieldError& e) {
+    // Lower layers name the field; the CLI spells it as the flag that sets it.
+    fmt::print(stderr, "kvevict: error: {}\n", e.message(kvevict::cli::flag_name(e.field())));
+    return 2;
   } catch (const kvevict::Error& e) {
     fmt::print(stderr, "kvevict: error: {}\n", e.what());
     return 2;

@@ -42,17 +42,18 @@ std::vector<GridEntry> build_runs(const PerplexityArgs& a) {
   const std::vector<int64_t> budgets = budget_grid(a.budgets, a.policy.budget);
   PolicyArgs pick = a.policy;
   if (!budgets.empty()) pick.budget = budgets[0];
-  const std::vector<std::string> names =
-      a.policies.empty() ? std::vector<std::string>{default_policy(pick)} : split_list(a.policies, "--policies");
+  const std::vector<std::string> names = a.policies.empty()
+      ? std::vector<std::string>{policy_name(policy_settings(pick))}
+      : split_list(a.policies, "--policies");
   std::vector<GridEntry> runs = policy_grid(a.policy, names, budgets);
   std::vector<Policy> policies;
-  for (const GridEntry& g : runs) policies.push_back(g.policy);
+  for (const GridEntry& g : runs) policies.push_back(g.policy());
   if (const std::string w = unused_schedule_warning(a.policy, policies); !w.empty()) warn(w);
   return runs;
 }
 
 std::string budget_text(const GridEntry& r) {
-  return r.policy.evicts ? std::to_string(r.eviction.budget) : std::string("-");
+  return r.policy().evicts ? std::to_string(r.eviction().budget) : std::string("-");
 }
 
 int run_perplexity(const PerplexityArgs& a) {
@@ -78,6 +79,14 @@ int run_perplexity(const PerplexityArgs& a) {
   if (a.tokens > 0 && static_cast<int64_t>(tokens.size()) > a.tokens) tokens.resize(static_cast<size_t>(a.tokens));
   if (a.tokens > 0 && static_cast<int64_t>(tokens.size()) < a.tokens)
     warn(fmt::format("{} holds only {} tokens, fewer than --tokens {}", a.file, tokens.size(), a.tokens));
+  // llama-perplexity's habit (no -c) on a long file would decode every token one at a time.
+  // Past the context only on request: --tokens, or -c for the chunked protocol.
+  if (a.ctx == 0 && a.tokens == 0 && static_cast<int64_t>(tokens.size()) > model->config().context_length)
+    throw Error(fmt::format(
+        "{}: {} tokens exceed the model's context of {} ({}context_length): pass -c N for llama-perplexity's chunked "
+        "mode (e.g. -c {}), or --tokens N to score the first N tokens one at a time",
+        a.file, tokens.size(), model->config().context_length, model->config().arch + ".",
+        std::min<int64_t>(model->config().context_length, 512)));
   Engine engine(*model, a.threads);
   // Per-token NLL goes to --csv, and to <plot>.nll.csv for the figure.
   std::string nll_path = a.csv;
@@ -102,9 +111,9 @@ int run_perplexity(const PerplexityArgs& a) {
       fmt::print(stderr, "perplexity: {} tokens, {} chunks of {}, policy {}{}\n", tokens.size(),
                  a.chunks > 0 ? std::min<int64_t>(a.chunks, static_cast<int64_t>(tokens.size()) / a.ctx)
                               : static_cast<int64_t>(tokens.size()) / a.ctx,
-                 a.ctx, run.policy.name, run.policy.evicts ? fmt::format(" at B = {}", run.eviction.budget) : "");
+                 a.ctx, run.policy().name, run.policy().evicts ? fmt::format(" at B = {}", run.eviction().budget) : "");
       const auto r =
-          perplexity_chunked(engine, run.policy, run.eviction, tokens, a.ctx, a.chunks, [](int64_t i, double ppl) {
+          perplexity_chunked(engine, run.policy(), run.eviction(), tokens, a.ctx, a.chunks, [](int64_t i, double ppl) {
             fmt::print("[{}]{:.4f},", i, ppl);
             std::fflush(stdout);
           });
@@ -114,9 +123,9 @@ int run_perplexity(const PerplexityArgs& a) {
   }
   if (tokens.size() > static_cast<size_t>(model->config().context_length))
     for (const GridEntry& run : runs)
-      if (!run.policy.evicts)
+      if (!run.policy().evicts)
         warn(fmt::format("{} tokens exceed the model's stated context of {}: '{}' will run past it", tokens.size(),
-                         model->config().context_length, run.policy.name));
+                         model->config().context_length, run.policy().name));
   fmt::print("{:<22} {:>7} {:>8} {:>12} {:>8} {:>10} {:>9}\n", "policy", "budget", "tokens", "perplexity", "rounds",
              "peak slots", "tok/s");
   std::fflush(stdout);
@@ -125,11 +134,11 @@ int run_perplexity(const PerplexityArgs& a) {
   const auto per_run = static_cast<int64_t>(tokens.size()) - 1;
   Progress progress("perplexity", per_run * static_cast<int64_t>(runs.size()), "tokens");
   for (const GridEntry& run : runs) {
-    const Policy& p = run.policy;
+    const Policy& p = run.policy();
     const auto t0 = Clock::now();
     int64_t counted = 0;
-    const auto r = perplexity_decode(engine, p, run.eviction, tokens, kStep, [&](int64_t i, double ppl) {
-      progress.add(i - counted, p.name + (p.evicts ? fmt::format(" B={}", run.eviction.budget) : std::string()));
+    const auto r = perplexity_decode(engine, p, run.eviction(), tokens, kStep, [&](int64_t i, double ppl) {
+      progress.add(i - counted, p.name + (p.evicts ? fmt::format(" B={}", run.eviction().budget) : std::string()));
       counted = i;
       if (a.report_every > 0 && i % a.report_every == 0)
         progress.message(fmt::format("  {} [{}] running PPL {:.4f}", p.name, i, ppl));
@@ -141,7 +150,7 @@ int run_perplexity(const PerplexityArgs& a) {
                r.stats.rounds, r.stats.peak_slots, static_cast<double>(r.nll.size()) / secs);
     std::fflush(stdout);
     if (csv) {
-      const std::string budget = p.evicts ? std::to_string(run.eviction.budget) : std::string();
+      const std::string budget = p.evicts ? std::to_string(run.eviction().budget) : std::string();
       for (size_t i = 0; i < r.nll.size(); ++i)
         csv << p.name << ',' << budget << ',' << i + 1 << ',' << tokens[i + 1] << ',' << fmt::format("{:.6f}", r.nll[i])
             << '\n';
@@ -165,7 +174,7 @@ int run_perplexity(const PerplexityArgs& a) {
 void add_perplexity(CLI::App& root, std::vector<Command>& out) {
   auto pp = std::make_shared<PerplexityArgs>();
   auto* ppl = root.add_subcommand("perplexity", "Perplexity of a text with the policy active");
-  ppl->add_option("-m,--model", pp->model, "GGUF model (llama architecture)")->required()->check(CLI::ExistingFile);
+  ppl->add_option("-m,--model", pp->model, model_help())->required()->check(CLI::ExistingFile);
   ppl->add_option("-f,--file", pp->file, "Text file")->required()->check(CLI::ExistingFile);
   ppl->add_option("--tokens", pp->tokens, "Use only the first N tokens (BOS included; 0 = all)")
       ->check(int_range(0, limits::kCorpusTokens))

@@ -77,7 +77,7 @@ int run_probe(const ProbeArgs& a) {
   std::vector<GridEntry> planted, others;
   if (any_planted) {
     planted = policy_grid(a.policy, {a.planted_base}, budgets);
-    if (!planted[0].policy.evicts) throw Error(fmt::format("--planted-base '{}' does not evict", a.planted_base));
+    if (!planted[0].policy().evicts) throw Error(fmt::format("--planted-base '{}' does not evict", a.planted_base));
   }
   if (any_other) others = policy_grid(a.policy, split_list(a.policies, "--policies"), budgets);
   std::vector<Config> grid;
@@ -118,21 +118,21 @@ int run_probe(const ProbeArgs& a) {
   fmt::print("{:<9} {:<26} {:>6} {:>8} {:>7} {:<12} {:>6} {:>20} {:>9} {:>9} {:>9}\n", "probe", "policy", "budget",
              "distance", "r back", "sites", "trials", "log p(answer) ± se", "per tok", "retrieval", "fact kept");
   for (const Config& c : grid)
-    if (c.run.policy.selector) (void)c.run.policy.selector->make_state(shape);  // another model's statistics
+    if (c.run.policy().selector) (void)c.run.policy().selector->make_state(shape);  // another model's statistics
   Progress progress("probe", static_cast<int64_t>(grid.size()) * a.trials, "trials");
   for (const Config& c : grid) {
     Aggregate g;
     for (int t = 0; t < a.trials; ++t, progress.add(1, std::string(probe_kind_name(c.kind)) + " " + c.run.name)) {
       const ProbeLayout layout = build_probe_layout(model->tokenizer(), c.kind, c.distance, text, a.policy.seed, t);
-      Policy p = c.run.policy;
+      Policy p = c.run.policy();
       if (c.kind == ProbeKind::Planted) {
         const std::vector<uint8_t> mask = c.keep_heads >= 0
             ? random_head_mask(shape, c.keep_heads, stream_id({a.policy.seed, static_cast<uint64_t>(t), kMaskTag}))
             : site_mask(shape, sites);
-        p = force_sites(c.run.policy, layout.fact_positions, mask);
+        p = force_sites(c.run.policy(), layout.fact_positions, mask);
       }
       const ProbeTrial r =
-          run_probe_trial(engine, p, c.run.eviction, layout, stream_id({static_cast<uint64_t>(t), kSeqTag}));
+          run_probe_trial(engine, p, c.run.eviction(), layout, stream_id({static_cast<uint64_t>(t), kSeqTag}));
       g.n += 1;
       g.lp += r.answer_logprob;
       g.lp2 += r.answer_logprob * r.answer_logprob;
@@ -144,9 +144,9 @@ int run_probe(const ProbeArgs& a) {
     const double n = g.n, mean = g.lp / n;
     const double var = n > 1 ? std::max(0.0, (g.lp2 - n * mean * mean) / (n - 1)) : 0.0;
     const double se = std::sqrt(var / n);
-    const int64_t b = c.run.eviction.budget;
+    const int64_t b = c.run.eviction().budget;
     const double rounds_back =
-        b > 0 ? static_cast<double>(c.distance) / static_cast<double>(c.run.eviction.recent) : 0.0;
+        b > 0 ? static_cast<double>(c.distance) / static_cast<double>(c.run.eviction().recent) : 0.0;
     const std::string budget = b > 0 ? std::to_string(b) : "-";
     const std::string policy = c.kind == ProbeKind::Planted ? c.run.name + "+sites" : c.run.name;
     progress.clear();
@@ -169,7 +169,7 @@ void add_probe(CLI::App& root, std::vector<Command>& out) {
   auto p = std::make_shared<ProbeArgs>();
   auto* cmd = root.add_subcommand(
       "probe", "Synthetic retrieval probes: planted fact in chosen KV heads, restated fact, passcode");
-  cmd->add_option("-m,--model", p->model, "GGUF model (llama architecture)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-m,--model", p->model, model_help())->required()->check(CLI::ExistingFile);
   cmd->add_option("--kinds", p->kinds, "Probes: planted, restated, passcode")->capture_default_str();
   cmd->add_option("--policies", p->policies, "Policies for the restated and passcode probes")->capture_default_str();
   cmd->add_option("--budgets", p->budgets, "Comma-separated budgets B");

@@ -91,9 +91,12 @@ int run_serve(const ServeArgs& a) {
 
   if (!a.chat_template.empty()) (void)ChatTemplate::by_name(a.chat_template);  // bad name: fail before loading
   const auto model = Model::load(a.model);
-  const Policy policy = build_policy(a.policy, default_policy(a.policy));
-  const EvictionConfig cfg = build_eviction(a.policy, policy);
+  const PolicySettings settings = policy_settings(a.policy);
+  const CheckedPolicy kv = build_policy_config(settings);
+  const Policy& policy = kv.policy();
+  const EvictionConfig& cfg = kv.eviction();
   const KvType kv_type = parse_kv_type(a.kv_type);
+  check_kv_type(kv_type, kv);  // refused now, not by every request
   const ModelConfig& mc = model->config();
   const KvShape shape{mc.n_layers, mc.n_kv_heads, mc.head_dim, kv_type};
 
@@ -117,11 +120,8 @@ int run_serve(const ServeArgs& a) {
   ao.model_name = a.alias.empty() ? std::filesystem::path(a.model).stem().string() : a.alias;
   ao.api_key = a.api_key;
   ao.max_tokens_limit = a.max_tokens > 0 ? a.max_tokens : mc.context_length;
+  ao.policy_settings = settings;
   ao.policy = policy;
-  ao.budget = cfg.budget;
-  ao.recent = cfg.recent;
-  ao.long_prompt = cfg.long_prompt;
-  ao.seed = a.policy.seed;
   // Chat: the GGUF's template, or --chat-template NAME; without one /v1/chat/completions
   // answers 400 with the reason.
   try {
@@ -189,7 +189,7 @@ void add_serve(CLI::App& root, std::vector<Command>& out) {
   auto s = std::make_shared<ServeArgs>();
   auto* cmd =
       root.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching over a KV memory pool");
-  cmd->add_option("-m,--model", s->model, "GGUF model (llama architecture)")->required();
+  cmd->add_option("-m,--model", s->model, model_help())->required();
   cmd->add_option("--host", s->host, "Address to bind (loopback by default)")->capture_default_str();
   cmd->add_option("--port", s->port, "TCP port (0 = any free port; the ready line names it)")
       ->check(CLI::Range(0, 65535))

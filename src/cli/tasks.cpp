@@ -17,9 +17,9 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "eval/grader.h"
+#include "eval/solve.h"
 #include "model/model.h"
 #include "tasks/generator.h"
-#include "tasks/solve.h"
 #include "util/error.h"
 
 namespace kvevict::cli {
@@ -111,7 +111,7 @@ int run_eval(const EvalArgs& a) {
     Engine engine(*model, 1);
     for (size_t i = next++; i < tasks.size(); i = next++) {
       const Task& t = tasks[i];
-      outputs[i] = greedy_solve(engine, *model, t, default_max_new(t), i);
+      outputs[i] = greedy_solve(engine, *model, t.problem, default_max_new(t), i);
     }
   };
   std::vector<std::thread> threads;

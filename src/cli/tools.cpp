@@ -1,5 +1,5 @@
-// `kvevict tools ...`: utilities. `tools synth-gguf` writes a synthetic-weight llama GGUF of a
-// real model's shape (model/synth.h) for speed work.
+// `kvevict tools ...`: utilities. `tools synth-gguf` writes a synthetic-weight GGUF of a real
+// model's shape, any family of model/arch.h (model/synth.h), for speed work.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -17,7 +17,7 @@ struct SynthArgs {
   std::string shape, type = "q8_0", out;
   uint64_t seed = 0;
   std::string arch;       ///< family; empty: the shape's own
-  bool longrope = false;  ///< phi3: add LongRoPE factor sets (synth_add_longrope)
+  bool longrope = false;  ///< add LongRoPE factor sets (synth_add_longrope; families with LongRoPE)
 };
 
 int run_synth(const SynthArgs& a) {
@@ -43,12 +43,12 @@ void add_tools(CLI::App& root, std::vector<Command>& out) {
   auto* tools = root.add_subcommand("tools", "Utilities (synth-gguf: synthetic-weight models of real shapes)");
   tools->require_subcommand(1);
   auto a = std::make_shared<SynthArgs>();
-  auto* synth =
-      tools->add_subcommand("synth-gguf", "Write a llama GGUF of a real model's shape with seeded random weights");
+  auto* synth = tools->add_subcommand("synth-gguf", "Write a GGUF of a real model's shape with seeded random weights");
   std::string shapes;
   for (const std::string& s : synth_shape_names()) shapes += (shapes.empty() ? "" : ", ") + s;
   synth->add_option("--shape", a->shape, "Model shape: " + shapes + " (default with --arch: that family's shape)");
-  synth->add_option("--arch", a->arch, "Architecture: llama, qwen2, qwen3, phi3 (default: the shape's)");
+  synth->add_option("--arch", a->arch,
+                    fmt::format("Architecture: {} (default: the shape's)", fmt::join(supported_architectures(), ", ")));
   synth
       ->add_option("--type", a->type,
                    "Weight type: " + ggml_supported_type_names() + ", or the llama.cpp mixes q4_k_m, q5_k_m")
@@ -56,8 +56,10 @@ void add_tools(CLI::App& root, std::vector<Command>& out) {
   synth->add_option("--seed", a->seed, "Seed of the random weights")->check(seed_value())->capture_default_str();
   synth->add_option("-o,--output", a->out, "Output GGUF path")->required();
   synth->add_flag("--longrope", a->longrope,
-                  "phi3 only: add LongRoPE (rope_factors_short/long.weight, rope.scaling.original_context_length = "
-                  "the shape's context, context_length 32 x that, rope.scaling.attn_factor), as in Phi-3.5-mini");
+                  fmt::format("{} only: add LongRoPE (rope_factors_short/long.weight, "
+                              "rope.scaling.original_context_length = the shape's context, context_length 32 x that, "
+                              "rope.scaling.attn_factor), as in Phi-3.5-mini",
+                              fmt::join(architectures_where([](const ArchInfo& f) { return f.longrope; }), ", ")));
   out.push_back({tools, [a, synth] {
                    if (synth->parsed()) return run_synth(*a);
                    return 2;

@@ -42,11 +42,22 @@ KvShape Engine::kv_shape() const {
   return KvShape{c.n_layers, c.n_kv_heads, c.head_dim, kv_type_};
 }
 
+void check_kv_type(KvType kv_type, const CheckedPolicy& kv) {
+  if (kv_type == KvType::F16 && kv.eviction().positions == PositionMode::Cache && kv.policy().evicts)
+    throw FieldError(Field::KvType, "",
+                     " f16 cannot be combined with position mode cache (keys are re-rotated in float32)");
+}
+
 std::unique_ptr<Sequence> Engine::new_sequence(uint64_t id, const Policy& policy, const EvictionConfig& cfg,
                                                int64_t prompt_len, int64_t max_new_tokens) {
-  validate_eviction(cfg, policy);
-  if (kv_type_ == KvType::F16 && cfg.positions == PositionMode::Cache && policy.evicts)
-    throw Error("--kv-type f16 cannot be combined with --position-mode cache (keys are re-rotated in float32)");
+  return new_sequence(id, CheckedPolicy::check(policy, cfg), prompt_len, max_new_tokens);
+}
+
+std::unique_ptr<Sequence> Engine::new_sequence(uint64_t id, const CheckedPolicy& kv, int64_t prompt_len,
+                                               int64_t max_new_tokens) {
+  const Policy& policy = kv.policy();
+  const EvictionConfig& cfg = kv.eviction();
+  check_kv_type(kv_type_, kv);
   if (prompt_len < 1) throw Error("a sequence needs a prompt of at least one token");
   if (max_new_tokens < 0) throw Error(fmt::format("max new tokens {} must be >= 0", max_new_tokens));
   const int64_t cap = required_capacity(cfg, policy, prompt_len, max_new_tokens);
@@ -77,8 +88,13 @@ void Engine::run_prefill(Sequence& seq, std::span<const int32_t> tokens, std::ve
                            timed.get(),
                            wants_probs(seq),
                            /*is_prefill=*/true};
-  model_forward_segments(model_, rope_, std::span<const ForwardSegment>(&seg, 1),
-                         all_logits ? LogitsWanted::All : LogitsWanted::Last, logits, pool_, buf_, allow_blas);
+  model_forward({.model = model_,
+                 .rope = rope_,
+                 .pool = pool_,
+                 .buf = buf_,
+                 .wanted = all_logits ? LogitsWanted::All : LogitsWanted::Last,
+                 .allow_blas = allow_blas},
+                seg, logits);
   seq.n_seen += static_cast<int64_t>(tokens.size());
   seq.prompt_len = seq.n_seen;
   seq.stats.peak_slots = std::max(seq.stats.peak_slots, seq.kv.length(0));
@@ -89,8 +105,9 @@ void Engine::decode(Sequence& seq, int32_t token, std::vector<float>& logits) {
   const auto t0 = Clock::now();
   const int32_t tok[1] = {token};
   TimedObserver timed(seq);
-  model_forward(model_, rope_, seq.kv, tok, seq.n_seen, seq.eviction.positions, LogitsWanted::Last, logits, timed.get(),
-                wants_probs(seq), /*is_prefill=*/false, pool_, buf_);
+  const ForwardSegment seg{
+      &seq.kv, tok, seq.n_seen, seq.eviction.positions, timed.get(), wants_probs(seq), /*is_prefill=*/false};
+  model_forward({.model = model_, .rope = rope_, .pool = pool_, .buf = buf_}, seg, logits);
   seq.n_seen += 1;
   seq.stats.decode_steps += 1;
   seq.stats.decode_ms += ms_since(t0);
@@ -137,7 +154,7 @@ void Engine::forward_step(std::span<Sequence* const> seqs, std::span<const int32
     segs.push_back(ForwardSegment{&p.kv, chunk, p.n_seen, p.eviction.positions, timed.back()->get(), wants_probs(p),
                                   /*is_prefill=*/true});
   }
-  model_forward_segments(model_, rope_, segs, LogitsWanted::Last, logits, pool_, buf_);
+  model_forward_segments({.model = model_, .rope = rope_, .pool = pool_, .buf = buf_}, segs, logits);
   // Time shared out per row: one per decoding sequence, |chunk| for the prefill.
   const double per_row = ms_since(t0) / static_cast<double>(seqs.size() + chunk.size());
   for (Sequence* s : seqs) {

@@ -2,9 +2,9 @@
 // the shared schedule calls for after each decode step.
 //
 // Source: docs/eviction-spec.md §2 (no eviction in prefill; a round after a decode step when due).
-// Separation for what comes later (batching, a shared KV pool, a server): the model is
-// immutable, a Sequence owns its cache and policy state, and the Engine owns only threads and
-// scratch, so many sequences can share one model and engine.
+// The model is immutable, a Sequence owns its cache and policy state, and the Engine owns only
+// threads and scratch, so many sequences share one model and engine (batched decode, the
+// server's scheduler).
 #pragma once
 
 #include <cstdint>
@@ -56,6 +56,12 @@ class Sequence {
   bool eviction_off() const { return eviction_disabled(eviction, policy, prompt_len); }
 };
 
+/// Refuses a KV cache of `kv_type` that `kv` cannot run on: an f16 cache with
+/// PositionMode::Cache for an evicting policy (keys are re-rotated in float32, eviction-spec.md
+/// §5). Throws FieldError(Field::KvType). Engine::new_sequence calls it; a front end may call it
+/// first to refuse a setting before any request runs.
+void check_kv_type(KvType kv_type, const CheckedPolicy& kv);
+
 /// Runs sequences of one model. Not thread-safe: one caller drives it.
 class Engine {
  public:
@@ -70,9 +76,13 @@ class Engine {
   KvType kv_type() const { return kv_type_; }
 
   /// Creates a sequence whose cache is allocated once for a prompt of `prompt_len` tokens and up
-  /// to `max_new_tokens` decode steps (capacity from required_capacity). Validates the policy
-  /// against the budget. Throws kvevict::Error (also for an f16 cache with PositionMode::Cache,
-  /// whose re-rotation needs float32 keys).
+  /// to `max_new_tokens` decode steps (capacity from required_capacity), under a policy the
+  /// settings builder (engine/policy_settings.h) or CheckedPolicy::check already validated.
+  /// Throws kvevict::Error for prompt_len < 1 or max_new_tokens < 0, FieldError(KvType) from
+  /// check_kv_type.
+  std::unique_ptr<Sequence> new_sequence(uint64_t id, const CheckedPolicy& kv, int64_t prompt_len,
+                                         int64_t max_new_tokens);
+  /// The same for a policy and schedule built by hand: validates them first (validate_eviction).
   std::unique_ptr<Sequence> new_sequence(uint64_t id, const Policy& policy, const EvictionConfig& cfg,
                                          int64_t prompt_len, int64_t max_new_tokens);
 

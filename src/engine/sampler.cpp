@@ -7,14 +7,16 @@
 #include <numeric>
 
 #include "util/error.h"
+#include "util/field_error.h"
 
 namespace kvevict {
 
 void validate_sampler(const SamplerConfig& cfg) {
   if (!(cfg.temperature >= 0.0f) || !std::isfinite(cfg.temperature))
-    throw Error(fmt::format("--temp {}: must be a finite number >= 0", cfg.temperature));
-  if (!(cfg.top_p > 0.0f && cfg.top_p <= 1.0f)) throw Error(fmt::format("--top-p {}: must be in (0, 1]", cfg.top_p));
-  if (cfg.top_k < 0) throw Error(fmt::format("--top-k {}: must be >= 0", cfg.top_k));
+    throw FieldError(Field::Temperature, "", fmt::format(" {}: must be a finite number >= 0", cfg.temperature));
+  if (!(cfg.top_p > 0.0f && cfg.top_p <= 1.0f))
+    throw FieldError(Field::TopP, "", fmt::format(" {}: must be in (0, 1]", cfg.top_p));
+  if (cfg.top_k < 0) throw FieldError(Field::TopK, "", fmt::format(" {}: must be >= 0", cfg.top_k));
 }
 
 int32_t argmax(std::span<const float> logits) {

@@ -20,7 +20,7 @@ struct SamplerConfig {
   uint64_t seed = 0;
 };
 
-/// Checks ranges (temperature >= 0, 0 < top_p <= 1, top_k >= 0). Throws kvevict::Error.
+/// Checks ranges (temperature >= 0, 0 < top_p <= 1, top_k >= 0). Throws FieldError naming the field.
 void validate_sampler(const SamplerConfig& cfg);
 
 /// Index of the largest logit (lowest index on ties).

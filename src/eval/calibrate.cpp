@@ -83,8 +83,10 @@ QueryStats calibrate_query_stats(const Model& model, std::span<const int32_t> to
     chunk.assign(tokens.begin() + start, tokens.begin() + std::min(n, start + ctx));
     if (start > 0 && model.tokenizer().add_bos()) chunk[0] = model.tokenizer().bos_id();
     SequenceKv kv(shape, static_cast<int64_t>(chunk.size()));
-    model_forward(model, rope, kv, chunk, 0, PositionMode::Logical, LogitsWanted::None, logits, &sums,
-                  /*want_probs=*/false, /*is_prefill=*/true, pool, buf);
+    const ForwardSegment seg{&kv, chunk, 0, PositionMode::Logical, &sums, /*want_probs=*/false, /*is_prefill=*/true};
+    model_forward(
+        {.model = model, .rope = rope, .pool = pool, .buf = buf, .wanted = LogitsWanted::None, .allow_blas = true}, seg,
+        logits);
     if (on_chunk) on_chunk(std::min(n, start + ctx), n);
   }
   QueryStats s;

@@ -652,16 +652,4 @@ const char* grade_outcome_name(GradeOutcome o) {
   return "?";
 }
 
-const char* grading_name(Grading g) {
-  switch (g) {
-    case Grading::Math:
-      return "math";
-    case Grading::Gsm8k:
-      return "gsm8k";
-    case Grading::Exact:
-      return "exact";
-  }
-  return "?";
-}
-
 }  // namespace kvevict

@@ -4,7 +4,7 @@
 // of a response. Equivalence rules for MATH-style answers are kvevict's own and are listed on
 // normalize_math_answer and math_answers_equal; they are checked against the PyPI package
 // math-verify over the MATH-500 and GSM8K golds (tests/eval_grader_reference_test.cpp; the
-// disagreements are listed in README "Grading"). GSM8K's gold answer is the text after "####"
+// disagreements are listed in docs/cli.md "Grading"). GSM8K's gold answer is the text after "####"
 // (openai/grade-school-math data format); the project's own tasks are graded by exact match.
 //
 // Every function here runs in time linear in its input (no std::regex, no recursion on the
@@ -93,8 +93,5 @@ struct Grade {
 /// throws: any failure is returned as GradeOutcome::GraderError (graded wrong), so one rollout's
 /// text cannot end a run. Linear time in response.size() + gold.size().
 Grade grade_response(std::string_view response, std::string_view gold, Grading grading) noexcept;
-
-/// Stable lower-case name ("math", "gsm8k", "exact").
-const char* grading_name(Grading g);
 
 }  // namespace kvevict

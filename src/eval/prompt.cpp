@@ -24,7 +24,7 @@ PromptBuilder::PromptBuilder(const Model& model, const PromptOptions& opts,
   const auto use = [&](const ChatTemplate& c) {
     chat_ = c;
     template_ = c.name();
-    if (!chat.enable_thinking && (c.name() == "qwen3" || c.name() == "deepseek-r1")) template_ += "+no-think";
+    if (!chat.enable_thinking && c.can_disable_thinking()) template_ += "+no-think";
   };
   if (!chat.chat_template.empty()) {
     use(ChatTemplate::by_name(chat.chat_template));

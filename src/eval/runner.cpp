@@ -6,7 +6,6 @@
 #include <cctype>
 
 #include "eval/grader.h"
-#include "tasks/generator.h"
 #include "util/error.h"
 #include "util/rng.h"
 

@@ -1,6 +1,6 @@
 // The rollout loop of `kvevict eval`: for each problem and each (policy, budget) cell, the
 // missing rollouts are decoded as parallel sequences through one Engine (their decode steps are
-// interleaved; a batched kernel can replace the interleaving later without changing results),
+// interleaved; a sequence's tokens do not depend on what runs beside it),
 // graded, and handed to a callback as soon as each one finishes.
 //
 // Source: the paper's protocol (docs/eviction-spec.md §4): sampling with temperature / top-p (top-k
@@ -22,7 +22,7 @@
 #include "engine/sampler.h"
 #include "eval/prompt.h"
 #include "eval/results.h"
-#include "eval/tasks.h"
+#include "eval/task_file.h"
 
 namespace kvevict {
 
@@ -46,7 +46,7 @@ struct RolloutOptions {
 uint64_t rollout_sequence_id(const std::string& problem_id, int rollout);
 
 /// Index in `prompt` [T] of the token that holds a once task's code digit (the fact stated once,
-/// tasks/generator.h once_code_offset): the first token at which the decoded prompt contains
+/// once_code_offset, eval/task_file.h): the first token at which the decoded prompt contains
 /// "#<digit>". nullopt when `problem` is not a once problem or no token completes the code.
 std::optional<int64_t> fact_token_position(const Tokenizer& tok, std::span<const int32_t> prompt,
                                            const std::string& problem);

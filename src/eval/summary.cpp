@@ -7,7 +7,7 @@
 #include <map>
 
 #include "eval/grader.h"
-#include "eval/tasks.h"
+#include "eval/task_file.h"
 #include "util/error.h"
 #include "util/rng.h"
 

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "util/error.h"
+#include "util/field_error.h"
 
 namespace kvevict {
 
@@ -100,7 +101,8 @@ SnapKvParams SnapKvParams::read(const SelectorParams& params) {
   p.window = static_cast<int>(params.get_int("window", p.window, 1, 1 << 16));
   p.kernel = static_cast<int>(params.get_int("kernel", p.kernel, 1, 1023));
   if (p.kernel % 2 == 0)
-    throw Error(fmt::format("--param kernel={}: the pooling kernel must be odd (same padding)", p.kernel));
+    throw FieldError(Field::Param, "",
+                     fmt::format(" kernel={}: the pooling kernel must be odd (same padding)", p.kernel));
   return p;
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "util/error.h"
+#include "util/field_error.h"
 #include "util/suggest.h"
 
 // One line per policy: id is the suffix of the factory `policy_<id>()` in eviction/selectors/.
@@ -59,12 +60,15 @@ Policy make_policy(const std::string& spec, std::optional<bool> protect_prompt, 
     for (const PolicyInfo* p : all_policies()) names.push_back(p->name);
     for (const PolicyInfo* p : all_policies()) names.push_back(p->name + "+prompt");
     const std::string guess = closest_match(spec, names);
-    throw Error(fmt::format("unknown policy '{}' ({}known: {}; any may take +prompt)", spec,
-                            guess.empty() ? "" : fmt::format("did you mean '{}'? ", guess), policy_names()));
+    throw FieldError::plain(
+        Field::Policy,
+        fmt::format("unknown policy '{}' ({}known: {}; any may take +prompt)", spec,
+                    guess.empty() ? "" : fmt::format("did you mean '{}'? ", guess), policy_names()));
   }
-  if (sinks && *sinks < 0) throw Error(fmt::format("--sinks {}: must be >= 0", *sinks));
+  if (sinks && *sinks < 0) throw FieldError(Field::Sinks, "", fmt::format(" {}: must be >= 0", *sinks));
   if (plus_prompt && protect_prompt && !*protect_prompt)
-    throw Error(fmt::format("policy '{}' asks for prompt protection but --no-protect-prompt was given", spec));
+    throw FieldError(Field::ProtectPrompt, fmt::format("policy '{}' asks for prompt protection but ", spec),
+                     " was turned off");
   Policy p;
   p.name = spec;
   p.info = info;
@@ -117,8 +121,9 @@ std::vector<std::string> params_for_policy(const std::vector<std::string>& items
     for (const PolicyInfo* p : all_policies()) names.push_back(p->name);
     if (std::find(names.begin(), names.end(), base_name(prefix)) == names.end()) {
       const std::string guess = closest_match(base_name(prefix), names);
-      throw Error(fmt::format("--param '{}': unknown policy '{}'{} (the form is [POLICY:]NAME=VALUE)", item, prefix,
-                              guess.empty() ? "" : fmt::format(" (did you mean '{}'?)", guess)));
+      throw FieldError(Field::Param, "",
+                       fmt::format(" '{}': unknown policy '{}'{} (the form is [POLICY:]NAME=VALUE)", item, prefix,
+                                   guess.empty() ? "" : fmt::format(" (did you mean '{}'?)", guess)));
     }
     if (prefix == spec || prefix == base) mine.push_back(item.substr(prefix.size() + 1));
   }
@@ -145,8 +150,9 @@ void check_param_items(const std::vector<std::string>& items, const std::vector<
   }
   for (size_t i = 0; i < items.size(); ++i)
     if (!taken[i])
-      throw Error(fmt::format("--param '{}': no policy of this run takes it (policies: {})", items[i],
-                              fmt::format("{}", fmt::join(specs, ","))));
+      throw FieldError(Field::Param, "",
+                       fmt::format(" '{}': no policy of this run takes it (policies: {})", items[i],
+                                   fmt::format("{}", fmt::join(specs, ","))));
 }
 
 }  // namespace kvevict

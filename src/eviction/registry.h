@@ -27,6 +27,15 @@ struct PolicyInfo {
   int sinks = 0;                ///< default sink count (StreamingLLM: 4)
   /// Builds the selector; reads its parameters from `params` (empty for `full`).
   std::function<std::unique_ptr<Selector>(const SelectorParams& params)> make = {};
+  /// Fewest sinks the policy runs with; with fewer it would be another policy (StreamingLLM
+  /// without sinks is the sliding window `recency`). validate_eviction refuses fewer, quoting
+  /// `min_sinks_reason` ("keeps no attention sinks, which is policy 'recency' ...").
+  int min_sinks = 0;
+  std::string min_sinks_reason = {};
+  /// Smallest K_sel = B - r the selector can honour (VaSE always keeps its 4 sinks, so 4).
+  /// validate_eviction refuses a smaller K_sel, quoting `min_k_sel_reason` ("keeps 4 sinks").
+  int64_t min_k_sel = 1;
+  std::string min_k_sel_reason = {};
 };
 
 /// A policy ready to run: selector plus the protection actually in force.

@@ -19,43 +19,54 @@ double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std
 
 void validate_eviction(const EvictionConfig& cfg, const Policy& policy) {
   if (!policy.evicts) return;
-  if (cfg.recent < 1) throw Error(fmt::format("--buffer {}: the recent buffer r must be >= 1", cfg.recent));
+  if (cfg.recent < 1)
+    throw FieldError(Field::Recent, "", fmt::format(" {}: the recent buffer r must be >= 1", cfg.recent));
   if (cfg.budget <= cfg.recent)
-    throw Error(
-        fmt::format("--budget {} must be greater than the recent buffer r = {} (K_sel = B - r "
-                    "must be >= 1)",
-                    cfg.budget, cfg.recent));
+    throw FieldError(Field::Budget, "",
+                     fmt::format(" {} must be greater than the recent buffer r = {} (K_sel = B - r must be >= 1)",
+                                 cfg.budget, cfg.recent));
   if (policy.sinks >= cfg.k_sel())
-    throw Error(fmt::format("--sinks {} must be smaller than K_sel = B - r = {}", policy.sinks, cfg.k_sel()));
-  // StreamingLLM without sinks is the plain sliding window, and VaSE always keeps its 4 sinks
-  // (vase.cpp): both would silently run something other than what was named.
-  const std::string& name = policy.info != nullptr ? policy.info->name : policy.name;
-  if (name == "streaming" && policy.sinks == 0)
-    throw Error(
-        "policy 'streaming' with --sinks 0 keeps no attention sinks, which is policy 'recency' (use that, or --sinks "
-        ">= 1)");
-  if (name == "vase" && cfg.k_sel() < 4)
-    throw Error(
-        fmt::format("policy 'vase' keeps 4 sinks, more than K_sel = B - r = {} slots (--budget {}, r = {}): "
-                    "use --budget >= {}",
-                    cfg.k_sel(), cfg.budget, cfg.recent, cfg.recent + 4));
+    throw FieldError(Field::Sinks, "",
+                     fmt::format(" {} must be smaller than K_sel = B - r = {}", policy.sinks, cfg.k_sel()));
+  // What the policy itself needs (registry.h): running below it would silently run something
+  // other than what was named.
+  if (policy.info == nullptr) return;
+  const PolicyInfo& info = *policy.info;
+  if (policy.sinks < info.min_sinks)
+    throw FieldError(Field::Sinks, fmt::format("policy '{}' with ", info.name),
+                     fmt::format(" {} {}", policy.sinks, info.min_sinks_reason));
+  if (cfg.k_sel() < info.min_k_sel)
+    throw FieldError(
+        Field::Budget,
+        fmt::format("policy '{}' {}, more than K_sel = B - r = {} slots (", info.name, info.min_k_sel_reason,
+                    cfg.k_sel()),
+        fmt::format(" {}, r = {}): it needs B >= {}", cfg.budget, cfg.recent, cfg.recent + info.min_k_sel));
 }
 
-std::string long_prompt_warning(const EvictionConfig& cfg, const Policy& policy, int64_t prompt_len) {
+CheckedPolicy::CheckedPolicy() : policy_(make_policy("full")) {}
+
+CheckedPolicy CheckedPolicy::check(Policy policy, const EvictionConfig& eviction) {
+  validate_eviction(eviction, policy);
+  return CheckedPolicy(std::move(policy), eviction);
+}
+
+std::string long_prompt_warning(const EvictionConfig& cfg, const Policy& policy, int64_t prompt_len,
+                                FieldSpeller spell) {
   if (!policy.evicts || !policy.protect_prompt || prompt_len <= cfg.k_sel() - 1) return "";
+  const std::string_view mode = spell(Field::LongPrompt);
   if (eviction_disabled(cfg, policy, prompt_len))
     return fmt::format(
         "prompt of {} tokens is longer than the budget B = {}: eviction is skipped for this "
-        "sequence and the cache grows without bound (--long-prompt pin-head enforces the "
+        "sequence and the cache grows without bound ({} pin-head enforces the "
         "budget instead)",
-        prompt_len, cfg.budget);
+        prompt_len, cfg.budget, mode);
   return fmt::format(
       "prompt of {} tokens is longer than the prompt pin K_sel - 1 = {}: only its "
       "first {} tokens are pinned, the rest can be evicted{}",
       prompt_len, cfg.k_sel() - 1, cfg.k_sel() - 1,
       cfg.long_prompt == LongPromptMode::Skip
-          ? fmt::format(" (--long-prompt skip skips eviction only for prompts longer than B = {})", cfg.budget)
-          : std::string(" (--long-prompt skip keeps the full cache instead when the prompt exceeds B)"));
+          ? fmt::format(" ({} skip skips eviction only for prompts longer than B = {})", mode, cfg.budget)
+          : fmt::format(" ({} skip keeps the full cache instead when the prompt exceeds B)", mode));
 }
 
 bool eviction_disabled(const EvictionConfig& cfg, const Policy& policy, int64_t prompt_len) {

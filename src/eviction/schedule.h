@@ -14,6 +14,7 @@
 #include "eviction/registry.h"
 #include "kernels/rope.h"
 #include "kvcache/kv_cache.h"
+#include "util/field_error.h"
 
 namespace kvevict {
 
@@ -40,12 +41,33 @@ struct EvictionConfig {
   int64_t k_sel() const { return budget - recent; }
 };
 
-/// Checks B > r >= 1 and sinks < K_sel for `policy`. Throws kvevict::Error naming the values.
+/// Checks B > r >= 1, sinks < K_sel, and the constraints the policy declares in its PolicyInfo
+/// (min_sinks, min_k_sel). Nothing for a policy that does not evict. Throws FieldError naming the
+/// field (Budget, Recent or Sinks) and the values.
 void validate_eviction(const EvictionConfig& cfg, const Policy& policy);
 
+/// A policy with the schedule it runs under, checked by validate_eviction exactly once: only
+/// CheckedPolicy::check makes one, so holding one proves the check ran, and
+/// Engine::new_sequence(id, const CheckedPolicy&, ...) does not repeat it. Default: `full`.
+class CheckedPolicy {
+ public:
+  CheckedPolicy();
+  /// Runs validate_eviction(eviction, policy). Throws its FieldError.
+  static CheckedPolicy check(Policy policy, const EvictionConfig& eviction);
+  const Policy& policy() const { return policy_; }
+  const EvictionConfig& eviction() const { return eviction_; }
+
+ private:
+  CheckedPolicy(Policy policy, const EvictionConfig& eviction) : policy_(std::move(policy)), eviction_(eviction) {}
+  Policy policy_;
+  EvictionConfig eviction_;
+};
+
 /// Human-readable warning when `prompt_len` exceeds the prompt pin (K_sel - 1), describing what
-/// `cfg.long_prompt` will do; empty when there is nothing to warn about.
-std::string long_prompt_warning(const EvictionConfig& cfg, const Policy& policy, int64_t prompt_len);
+/// `cfg.long_prompt` will do; empty when there is nothing to warn about. `spell` names the
+/// long-prompt setting the way the caller's front end does.
+std::string long_prompt_warning(const EvictionConfig& cfg, const Policy& policy, int64_t prompt_len,
+                                FieldSpeller spell = field_name);
 
 /// True when a sequence with this prompt never evicts (policy `full`, or LongPromptMode::Skip
 /// with a prompt-protecting policy and a prompt longer than B; docs/eviction-spec.md §2.5: the vLLM

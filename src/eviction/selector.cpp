@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "util/error.h"
+#include "util/field_error.h"
 #include "util/thread_pool.h"
 
 namespace kvevict {
@@ -33,9 +34,10 @@ SelectorParams SelectorParams::parse(const std::vector<std::string>& items) {
   SelectorParams p;
   for (const std::string& it : items) {
     const auto eq = it.find('=');
-    if (eq == std::string::npos || eq == 0) throw Error(fmt::format("--param '{}': expected name=value", it));
+    if (eq == std::string::npos || eq == 0)
+      throw FieldError(Field::Param, "", fmt::format(" '{}': expected name=value", it));
     const std::string key = it.substr(0, eq);
-    if (p.values_.count(key)) throw Error(fmt::format("--param '{}' given twice", key));
+    if (p.values_.count(key)) throw FieldError(Field::Param, "", fmt::format(" '{}' given twice", key));
     p.values_[key] = it.substr(eq + 1);
     p.used_[key] = false;
   }
@@ -64,9 +66,11 @@ double SelectorParams::get(const std::string& key, double fallback, double lo, d
   char* end = nullptr;
   errno = 0;
   const double v = std::strtod(s, &end);
-  if (end == s || *end != '\0' || errno != 0) throw Error(fmt::format("--param {}={}: not a number", key, it->second));
+  if (end == s || *end != '\0' || errno != 0)
+    throw FieldError(Field::Param, "", fmt::format(" {}={}: not a number", key, it->second));
   if (v < lo || v > hi)
-    throw Error(fmt::format("--param {}={}: outside the allowed range [{}, {}]", key, it->second, lo, hi));
+    throw FieldError(Field::Param, "",
+                     fmt::format(" {}={}: outside the allowed range [{}, {}]", key, it->second, lo, hi));
   return v;
 }
 
@@ -74,7 +78,8 @@ int64_t SelectorParams::get_int(const std::string& key, int64_t fallback, int64_
   record({key, "integer", fmt::format("{}", fallback), static_cast<double>(lo), static_cast<double>(hi), {}});
   if (!values_.count(key)) return fallback;
   const double v = get(key, 0.0, static_cast<double>(lo), static_cast<double>(hi));
-  if (v != std::floor(v)) throw Error(fmt::format("--param {}={}: must be an integer", key, values_.at(key)));
+  if (v != std::floor(v))
+    throw FieldError(Field::Param, "", fmt::format(" {}={}: must be an integer", key, values_.at(key)));
   return static_cast<int64_t>(v);
 }
 
@@ -87,7 +92,7 @@ std::string SelectorParams::get_string(const std::string& key, const std::string
   if (allowed.empty() || std::find(allowed.begin(), allowed.end(), it->second) != allowed.end()) return it->second;
   std::string list;
   for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
-  throw Error(fmt::format("--param {}={}: must be one of {}", key, it->second, list));
+  throw FieldError(Field::Param, "", fmt::format(" {}={}: must be one of {}", key, it->second, list));
 }
 
 std::vector<std::string> SelectorParams::unused() const {
@@ -101,7 +106,8 @@ void SelectorParams::check_all_used(const std::string& policy) const {
   std::string unused;
   for (const auto& [k, used] : used_)
     if (!used) unused += (unused.empty() ? "" : ", ") + k;
-  if (!unused.empty()) throw Error(fmt::format("policy '{}' has no parameter(s): {}", policy, unused));
+  if (!unused.empty())
+    throw FieldError::plain(Field::Param, fmt::format("policy '{}' has no parameter(s): {}", policy, unused));
 }
 
 }  // namespace kvevict

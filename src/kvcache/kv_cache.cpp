@@ -143,8 +143,4 @@ int64_t SequenceKv::allocated_bytes() const {
                               vh_.size() * sizeof(uint16_t) + pos_.size() * sizeof(int32_t));
 }
 
-int64_t SequenceKv::mirror_bytes() const {
-  return static_cast<int64_t>((k_mirror_.size() + v_mirror_.size()) * sizeof(float));
-}
-
 }  // namespace kvevict

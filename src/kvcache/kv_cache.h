@@ -11,7 +11,7 @@
 // KvType::F16: half the bytes, ~3 significant decimal digits), positions
 // [n_layers][n_kv_heads][capacity] int32. A (layer, KV head) block is contiguous so attention streams
 // it and compaction moves rows within it. This type holds no policy state and no sequence
-// bookkeeping, so a shared pool can later hand out such blocks.
+// bookkeeping; the server's memory pool (kvcache/kv_pool.h) accounts for its allocated bytes.
 #pragma once
 
 #include <cstdint>
@@ -109,11 +109,8 @@ class SequenceKv {
   void compact(int layer, int kv_head, std::span<const int32_t> keep);
 
   /// Bytes allocated for this sequence's storage (keys, values, positions; an f16 cache's
-  /// lazily made float32 mirror is not counted, see mirror_bytes()).
+  /// lazily made float32 mirror is not counted).
   int64_t allocated_bytes() const;
-  /// Bytes of the float32 mirror an f16 cache allocated for const keys()/values() (0 until a
-  /// selector read keys or values as float32).
-  int64_t mirror_bytes() const;
 
  private:
   int64_t block(int layer, int kv_head) const { return (int64_t{layer} * shape_.n_kv_heads + kv_head) * capacity_; }

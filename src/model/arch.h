@@ -28,7 +28,10 @@ namespace kvevict {
 /// Whether a tensor must be present, may be present, or is not part of the family.
 enum class TensorUse { None, Optional, Required };
 
-/// What distinguishes one architecture's computation from another's.
+/// Everything that distinguishes one family from another: the loader, the forward pass, the
+/// tokenizer and the synthetic-model writer read these fields and never test a family's name.
+/// Rows are written with designated initialisers (arch.cpp); a field left out keeps the default
+/// below, which is the plain llama behaviour.
 struct ArchInfo {
   std::string name;  ///< `general.architecture` value; also the metadata key prefix
   RopeStyle rope_style = RopeStyle::Adjacent;
@@ -42,6 +45,14 @@ struct ArchInfo {
   bool ignore_sliding_window = false;
   /// May carry LongRoPE factor sets rope_factors_short.weight and rope_factors_long.weight.
   bool longrope = false;
+  /// Lower-case fragments of `general.name` for which whitespace after special tokens is dropped
+  /// (llama.cpp's RSTRIP attribute for Phi-3 vocabularies, model/tokenizer.h). llama.cpp matches
+  /// the model's name, not its architecture, so the tokenizer checks every row's fragments
+  /// against every file.
+  std::vector<std::string> rstrip_special_names{};
+  /// Shape `kvevict tools synth-gguf --arch NAME` writes when no --shape is given (model/synth.h):
+  /// the real model of the family whose size speed figures imitate.
+  std::string synth_shape{};
 };
 
 /// Description of architecture `name`. Throws kvevict::Error naming `general.architecture`, the
@@ -49,8 +60,15 @@ struct ArchInfo {
 /// file named in the message.
 const ArchInfo& arch_info(const std::string& name, const std::string& path);
 
+/// Every supported architecture, in table order (llama, qwen2, qwen3, phi3).
+const std::vector<ArchInfo>& architectures();
+
 /// Names of the supported architectures, in table order ("llama", "qwen2", "qwen3", "phi3").
 std::vector<std::string> supported_architectures();
+
+/// Names of the architectures whose row satisfies `pred`, in table order (for messages and help
+/// texts, e.g. the families with LongRoPE).
+std::vector<std::string> architectures_where(bool (*pred)(const ArchInfo&));
 
 /// GGUF tensor names of one block (prefix "blk.N.") and the model (llama.cpp naming).
 namespace tensor_name {

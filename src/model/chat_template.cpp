@@ -130,6 +130,14 @@ bool ChatTemplate::renders_bos() const {
   return family_ == Family::DeepSeekR1 || family_ == Family::Llama3 || family_ == Family::Phi3;
 }
 
+bool ChatTemplate::can_disable_thinking() const {
+  return family_ == Family::Qwen3 || (family_ == Family::DeepSeekR1 && r1_close_think_);
+}
+
+bool ChatTemplate::opens_thinking() const { return family_ == Family::DeepSeekR1 && r1_think_prompt_; }
+
+bool ChatTemplate::renders_system() const { return family_ != Family::Phi3; }
+
 std::string ChatTemplate::render(const std::vector<ChatMessage>& m, const ChatOptions& opt) const {
   check_messages(m);
   std::string out;

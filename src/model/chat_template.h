@@ -68,6 +68,19 @@ class ChatTemplate {
   /// Whether the rendered text already begins with BOS text (then tokenize with add_special=false).
   bool renders_bos() const;
 
+  // What the template can do. Front ends ask these instead of testing a template's name.
+
+  /// Whether ChatOptions::enable_thinking = false changes the rendering: Qwen3, and DeepSeek-R1
+  /// templates that pre-close the think block (those that mention enable_thinking, as llama.cpp's
+  /// copy does). Where false, a request to switch thinking off has no effect (say so).
+  bool can_disable_thinking() const;
+  /// Whether the generation prompt (thinking on) opens a thinking trace, i.e. ends with
+  /// "<think>\n" (DeepSeek-R1 templates that write it): the model's first token is then inside
+  /// the trace and the opening tag is not part of its output.
+  bool opens_thinking() const;
+  /// Whether a system message appears in the rendered text (Phi-3-mini's template drops it).
+  bool renders_system() const;
+
  private:
   enum class Family { Qwen3, ChatML, DeepSeekR1, Llama3, Phi3, Phi4 };
   ChatTemplate(Family f, std::string name) : family_(f), name_(std::move(name)) {}

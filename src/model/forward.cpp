@@ -369,27 +369,21 @@ class ForwardPass {
 
 }  // namespace
 
-void model_forward_segments(const Model& model, const Rope& rope, std::span<const ForwardSegment> segments,
-                            LogitsWanted wanted, std::vector<float>& logits, ThreadPool& pool, ForwardBuffers& buf,
-                            bool allow_blas) {
-  const Batch batch = plan_batch(model.config(), segments);
-  ForwardPass pass(model, rope, batch, pool, buf, allow_blas);
+void model_forward_segments(const ForwardArgs& args, std::span<const ForwardSegment> segments,
+                            std::vector<float>& logits) {
+  const Batch batch = plan_batch(args.model.config(), segments);
+  ForwardPass pass(args.model, args.rope, batch, args.pool, args.buf, args.allow_blas);
   pass.embed_tokens();
   pass.rope_angles();
-  for (int l = 0; l < model.config().n_layers; ++l) {
+  for (int l = 0; l < args.model.config().n_layers; ++l) {
     pass.attention_block(l);
     pass.ffn_block(l);
   }
-  pass.output_logits(wanted, logits);
+  pass.output_logits(args.wanted, logits);
 }
 
-void model_forward(const Model& model, const Rope& rope, SequenceKv& kv, std::span<const int32_t> tokens,
-                   int64_t pos0, PositionMode mode, LogitsWanted wanted, std::vector<float>& logits,
-                   AttentionObserver* observer, bool want_probs, bool is_prefill, ThreadPool& pool,
-                   ForwardBuffers& buf) {
-  const ForwardSegment seg{&kv, tokens, pos0, mode, observer, want_probs, is_prefill};
-  model_forward_segments(model, rope, std::span<const ForwardSegment>(&seg, 1), wanted, logits, pool, buf,
-                         /*allow_blas=*/true);
+void model_forward(const ForwardArgs& args, const ForwardSegment& segment, std::vector<float>& logits) {
+  model_forward_segments(args, std::span<const ForwardSegment>(&segment, 1), logits);
 }
 
 }  // namespace kvevict

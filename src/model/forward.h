@@ -57,27 +57,36 @@ struct ForwardSegment {
   bool is_prefill = false;  ///< passed on as AttentionObservation::prefill
 };
 
+/// What a forward call runs with (the model, its RoPE tables, threads and scratch) and what it
+/// writes. Written with designated initialisers at the call: {.model = m, .rope = r, .pool = p,
+/// .buf = b, .wanted = LogitsWanted::All, .allow_blas = true}.
+struct ForwardArgs {
+  const Model& model;
+  const Rope& rope;  ///< built from model.config().rope
+  ThreadPool& pool;
+  ForwardBuffers& buf;  ///< one per concurrently running call
+  LogitsWanted wanted = LogitsWanted::Last;
+  /// Matmuls with at least 16 rows may use BLAS (prefill; slightly different rounding, and
+  /// results that depend on how many rows a call has).
+  bool allow_blas = false;
+};
+
 /// Runs every segment's tokens through the model in one pass (weights streamed once).
 /// Per segment the semantics are model_forward's. logits: Last -> [n_segments, n_vocab] (each
 /// segment's last token); All -> [Σ T_i, n_vocab] in segment order; None -> untouched.
-/// allow_blas: matmuls with many rows may use BLAS (prefill; slightly different rounding).
 /// Throws kvevict::Error as model_forward for any segment (before any cache is modified).
-void model_forward_segments(const Model& model, const Rope& rope, std::span<const ForwardSegment> segments,
-                            LogitsWanted wanted, std::vector<float>& logits, ThreadPool& pool, ForwardBuffers& buf,
-                            bool allow_blas = false);
+void model_forward_segments(const ForwardArgs& args, std::span<const ForwardSegment> segments,
+                            std::vector<float>& logits);
 
-/// Runs `tokens` [T] through the model. Token t has logical position pos0 + t and is appended at
-/// slot length(layer) + t of every (layer, KV head); it attends to slots [0, length + t] (causal).
-/// RoPE position: pos0 + t (PositionMode::Logical) or its slot index (PositionMode::Cache).
-/// logits: [n_vocab] (Last) or [T, n_vocab] (All), resized here.
+/// Runs one segment's tokens [T] through the model. Token t has logical position pos0 + t and
+/// is appended at slot length(layer) + t of every (layer, KV head) of segment.kv; it attends to
+/// slots [0, length + t] (causal). RoPE position: pos0 + t (PositionMode::Logical) or its slot
+/// index (PositionMode::Cache). logits: [n_vocab] (Last) or [T, n_vocab] (All), resized here.
 /// observer: when non-null, each token's post-RoPE queries are delivered per layer, and with
 /// want_probs also its attention probabilities; without want_probs none are computed.
 /// is_prefill is passed on to the observer (AttentionObservation::prefill).
 /// Throws kvevict::Error when a token id is out of range or the cache lacks room for T slots.
-void model_forward(const Model& model, const Rope& rope, SequenceKv& kv, std::span<const int32_t> tokens,
-                   int64_t pos0, PositionMode mode, LogitsWanted wanted, std::vector<float>& logits,
-                   AttentionObserver* observer, bool want_probs, bool is_prefill, ThreadPool& pool,
-                   ForwardBuffers& buf);
+void model_forward(const ForwardArgs& args, const ForwardSegment& segment, std::vector<float>& logits);
 
 /// y[T, W.rows] = x[T, W.cols] · Wᵀ, rows split across the pool (each output computed by one
 /// thread in a fixed order, so results do not depend on the thread count). Q8_0/Q4_0 weights

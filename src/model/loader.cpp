@@ -180,11 +180,11 @@ void Model::read_config() {
     if (!arch_->ignore_sliding_window)
       throw Error(fmt::format("{}: {}attention.sliding_window = {}: sliding-window attention is not implemented", path,
                               a, f.get_uint(a + "attention.sliding_window")));
-    // llama.cpp runs phi3 with full attention and says so; we do the same.
+    // llama.cpp runs such a family (phi3) with full attention and says so; we do the same.
     warnings_.push_back(
         fmt::format("{}: {}attention.sliding_window = {} ignored: full attention over the whole "
-                    "context, as llama.cpp does for phi3",
-                    path, a, f.get_uint(a + "attention.sliding_window")));
+                    "context, as llama.cpp does for {}",
+                    path, a, f.get_uint(a + "attention.sliding_window"), c.arch));
   }
 }
 

@@ -80,9 +80,9 @@ struct LayerWeights {
 
 /// Options of Model::load.
 struct LoadOptions {
-  /// Build the tokenizer from the file's vocabulary. Tests of the forward pass on files whose
-  /// vocabulary type the tokenizer does not read yet (byte-level BPE, `tokenizer.ggml.model =
-  /// "gpt2"`) pass false and feed token ids directly; tokenizer() then throws.
+  /// Build the tokenizer from the file's vocabulary. Tests of the forward pass alone pass false
+  /// (a byte-level BPE vocabulary's 150k+ merges take a while to load) and feed token ids
+  /// directly; tokenizer() then throws.
   bool tokenizer = true;
   /// Print load warnings (ignored metadata such as phi3's sliding window) and the LongRoPE
   /// choice to stderr.
@@ -110,8 +110,6 @@ class Model {
   const ModelConfig& config() const { return config_; }
   /// The family's description (model/arch.h).
   const ArchInfo& arch() const { return *arch_; }
-  /// False when loaded with LoadOptions::tokenizer = false.
-  bool has_tokenizer() const { return tokenizer_ != nullptr; }
   /// The tokenizer. Throws kvevict::Error when the model was loaded without one.
   const Tokenizer& tokenizer() const;
   /// Metadata the loader accepted but does not apply, one line each (also printed at load).

@@ -67,10 +67,11 @@ GgufWriter::Fill ones(int64_t n) {
 }  // namespace
 
 int64_t SynthShape::n_params() const {
+  const ArchInfo& a = arch_info(arch, fmt::format("synth shape '{}'", name));
   const int64_t hd = head_dim_or_default(), qd = int64_t{n_heads} * hd, kvd = int64_t{n_kv_heads} * hd;
   int64_t per_layer = 2 * int64_t{dim} + qd * dim * 2 + kvd * dim * 2 + 3 * int64_t{hidden_dim} * dim;
-  if (arch == "qwen2") per_layer += qd + 2 * kvd;
-  if (arch == "qwen3") per_layer += 2 * hd;
+  if (a.qkv_bias == TensorUse::Required) per_layer += qd + 2 * kvd;  // written only when required
+  if (a.qk_norm) per_layer += 2 * hd;
   return int64_t{n_vocab} * dim * (tied_embeddings ? 1 : 2) + dim + per_layer * n_layers;
 }
 
@@ -90,11 +91,11 @@ SynthShape synth_shape(const std::string& name) {
 }
 
 std::string synth_default_shape(const std::string& arch) {
-  if (arch == "llama") return "tinyllama-1.1b";
-  if (arch == "qwen2") return "r1-distill-qwen-1.5b";
-  if (arch == "qwen3") return "qwen3-0.6b";
-  if (arch == "phi3") return "phi3-mini-4k";
-  throw Error(fmt::format("unknown architecture '{}' for synthetic models (llama, qwen2, qwen3, phi3)", arch));
+  for (const ArchInfo& a : architectures())
+    if (a.name == arch && !a.synth_shape.empty()) return a.synth_shape;
+  throw Error(
+      fmt::format("unknown architecture '{}' for synthetic models ({})", arch,
+                  fmt::join(architectures_where([](const ArchInfo& a) { return !a.synth_shape.empty(); }), ", ")));
 }
 
 GgmlType parse_synth_type(const std::string& name) {
@@ -185,9 +186,10 @@ uint32_t SynthTypes::file_type() const {
 }
 
 void synth_add_longrope(SynthShape& s) {
-  if (s.arch != "phi3")
-    throw Error(
-        fmt::format("synth shape '{}': LongRoPE factors are a phi3 feature (architecture is '{}')", s.name, s.arch));
+  if (!arch_info(s.arch, fmt::format("synth shape '{}'", s.name)).longrope)
+    throw Error(fmt::format("synth shape '{}': LongRoPE factors are a {} feature (architecture is '{}')", s.name,
+                            fmt::join(architectures_where([](const ArchInfo& a) { return a.longrope; }), " / "),
+                            s.arch));
   const int hd = s.head_dim_or_default(), n_rot = s.n_rot > 0 ? s.n_rot : hd, R = n_rot / 2;
   const double scale = 32.0;
   s.original_context_length = s.context_length;

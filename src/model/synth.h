@@ -1,4 +1,5 @@
-// Synthetic-weight llama models of real shapes, for timing (their outputs are meaningless).
+// Synthetic-weight models of real shapes, any family of model/arch.h, for timing (their outputs
+// are meaningless).
 //
 // Shapes (Hugging Face config.json of each model): SmolLM2-135M: vocab 49152, hidden 576,
 // 30 layers, 9 heads, 3 KV heads, FFN 1536, RoPE theta 100000, tied embeddings; SmolLM2-360M:
@@ -11,10 +12,11 @@
 // (qwen2): vocab 151936, hidden 1536, 28 layers, 12 heads, 2 KV heads, FFN 8960, theta 10000,
 // eps 1e-6, untied; Phi-3-mini-4k (phi3): vocab 32064, hidden 3072, 32 layers, 32 heads and KV
 // heads, FFN 8192, theta 10000, eps 1e-5, untied. Plus `tiny-qwen2`, `tiny-qwen3` (head_dim 32)
-// and `tiny-phi3` (partial rotary: 12 of 16 dims) for tests. Family tensors: qwen2 Q/K/V
-// biases (random), qwen3 Q/K norms (ones), phi3 fused attn_qkv and ffn_up [gate | up].
+// and `tiny-phi3` (partial rotary: 12 of 16 dims) for tests. The tensor set follows the family's
+// row of the architecture table (model/arch.h), never its name: fused attn_qkv and ffn_up
+// [gate | up] (phi3), Q/K/V biases when required (qwen2; random), Q/K norms (qwen3; ones).
 //
-// The file is a GGUF v3 of llama.cpp's "llama" naming (model/model.h), written by
+// The file is a GGUF v3 of llama.cpp's tensor naming (model/model.h), written by
 // format/gguf_writer.h: 2-D weights (and token_embd, output) in the requested type or mix
 // (SynthTypes), norm vectors in F32 (all ones). Weights are uniform in ±sqrt(3 / cols) (unit-variance products),
 // drawn from xoshiro256** streams keyed by (seed, tensor index, row), so the file is a pure
@@ -38,12 +40,12 @@ struct SynthShape {
   float rope_theta = 10000.0f;
   float rms_eps = 1e-5f;
   bool tied_embeddings = false;
-  /// Family (model/arch.h): "llama", "qwen2" (Q/K/V biases), "qwen3" (Q/K RMSNorm), "phi3"
-  /// (fused QKV and gate/up). Decides the tensor set and the metadata key prefix.
+  /// Family (model/arch.h: "llama", "qwen2", "qwen3", "phi3"). Its table row decides the tensor
+  /// set; its name is the metadata key prefix.
   std::string arch = "llama";
   int head_dim = 0;  ///< per-head width; 0 means dim / n_heads (written as attention.key_length otherwise)
   int n_rot = 0;     ///< rotated dims (rope.dimension_count); 0 means head_dim
-  /// LongRoPE (phi3 only; model/model.h LongRopeInfo): when set, written as the F32 tensors
+  /// LongRoPE (families with ArchInfo::longrope; model/model.h LongRopeInfo): when set, written as the F32 tensors
   /// rope_factors_short.weight and rope_factors_long.weight [n_rot / 2] (both or neither).
   std::vector<float> rope_factors_short{}, rope_factors_long{};
   int original_context_length = 0;  ///< `rope.scaling.original_context_length`, written when > 0
@@ -59,15 +61,16 @@ struct SynthShape {
 /// factors rise linearly from 1.0 to 1.1 over the rotated bands, long factors geometrically from
 /// 1 to 32 (LongRoPE stretches low frequencies most); attention factor sqrt(1 + ln 32 / ln
 /// original), convert_hf_to_gguf.py's formula for Phi-3 LongRoPE. The values are illustrative,
-/// not any real model's. Throws kvevict::Error when the shape is not phi3.
+/// not any real model's. Throws kvevict::Error when the shape's family has no LongRoPE
+/// (ArchInfo::longrope, model/arch.h).
 void synth_add_longrope(SynthShape& shape);
 
 /// Names of the known shapes ("smollm2-135m", "smollm2-360m", "tinyllama-1.1b", "tiny", ...).
 std::vector<std::string> synth_shape_names();
 
-/// The real-model shape used for `arch` when no shape is named: llama -> tinyllama-1.1b,
-/// qwen2 -> r1-distill-qwen-1.5b, qwen3 -> qwen3-0.6b, phi3 -> phi3-mini-4k. Throws
-/// kvevict::Error for another architecture.
+/// The real-model shape used for `arch` when no shape is named: the family's
+/// ArchInfo::synth_shape (llama -> tinyllama-1.1b, qwen2 -> r1-distill-qwen-1.5b, qwen3 ->
+/// qwen3-0.6b, phi3 -> phi3-mini-4k). Throws kvevict::Error for an architecture without one.
 std::string synth_default_shape(const std::string& arch);
 
 /// Shape by name; throws kvevict::Error listing the known names.
@@ -102,7 +105,7 @@ SynthTypes parse_synth_types(const std::string& name);
 
 /// Writes the synthetic model to `path`. Throws kvevict::Error when the shape is inconsistent
 /// (dim % heads without head_dim, heads % kv_heads, odd head_dim or n_rot, quantised type with
-/// dim or FFN not a multiple of the block, LongRoPE factors on another family than phi3, only one
+/// dim or FFN not a multiple of the block, LongRoPE factors on a family without them, only one
 /// set, or a set of other than n_rot / 2 entries), the architecture is unknown, or the file
 /// cannot be written.
 void write_synth_gguf(const SynthShape& shape, GgmlType type, uint64_t seed, const std::string& path);

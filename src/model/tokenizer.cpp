@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "format/gguf.h"
+#include "model/arch.h"
 #include "model/tokenizer/bpe.h"
 #include "model/tokenizer/spm.h"
 #include "util/error.h"
@@ -335,7 +336,10 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& gguf) {
 
   std::string name = gguf.has("general.name") ? gguf.get_string("general.name") : std::string();
   std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-  t.build_special_cache(name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos);
+  bool rstrip = false;  // llama.cpp keys this on the model's name, whatever its architecture
+  for (const ArchInfo& a : architectures())
+    for (const std::string& fragment : a.rstrip_special_names) rstrip |= name.find(fragment) != std::string::npos;
+  t.build_special_cache(rstrip);
   return t;
 }
 

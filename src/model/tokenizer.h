@@ -7,7 +7,8 @@
 // add_special / parse_special):
 //  * special tokens are cut out of the text first, longest text first, as whole strings:
 //    CONTROL and UNKNOWN tokens only with parse_special, USER_DEFINED tokens (`<think>`) always;
-//    for models named "phi-3"/"phi3" whitespace after most special tokens is dropped (RSTRIP);
+//    for models whose general.name contains a family's rstrip_special_names (model/arch.h:
+//    "phi-3"/"phi3") whitespace after most special tokens is dropped (RSTRIP);
 //  * each remaining fragment is encoded by the SPM merger (tokenizer/spm.h; a space is prefixed
 //    to a fragment that starts the text or follows a special token) or the BPE merger
 //    (tokenizer/bpe.h);

@@ -81,9 +81,9 @@ struct ApiServer::Impl {
       bytes += o.kv_bytes;
     }
     const auto prompt = static_cast<int64_t>(p.gen.prompt.size());
-    json kv = {{"policy", p.gen.policy.name},
-               {"budget", p.gen.policy.evicts ? json(p.budget) : json(nullptr)},
-               {"buffer", p.gen.policy.evicts ? json(p.recent) : json(nullptr)},
+    json kv = {{"policy", p.gen.kv.policy().name},
+               {"budget", p.gen.kv.policy().evicts ? json(p.budget) : json(nullptr)},
+               {"buffer", p.gen.kv.policy().evicts ? json(p.recent) : json(nullptr)},
                {"eviction_rounds", rounds},
                {"peak_slots_per_kv_head", peak},
                {"kv_bytes_reserved", bytes}};
@@ -120,9 +120,9 @@ struct ApiServer::Impl {
                          "KV pool holds {} bytes (--kv-memory); {}",
                          sched.sequence_bytes(p.gen) * p.gen.n, p.gen.n, sched.sequence_bytes(p.gen),
                          sched.pool().capacity(),
-                         p.gen.policy.evicts ? "lower kv_budget, kv_buffer, n or the prompt"
-                                             : "lower max_tokens, n or the prompt, or use a bounded kv_policy"),
-             p.gen.policy.evicts ? "kv_budget" : "max_tokens"});
+                         p.gen.kv.policy().evicts ? "lower kv_budget, kv_buffer, n or the prompt"
+                                                  : "lower max_tokens, n or the prompt, or use a bounded kv_policy"),
+             p.gen.kv.policy().evicts ? "kv_budget" : "max_tokens"});
       case Admission::QueueFull:
         sched.metrics().requests_rejected += 1;
         return send_error(

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 
 namespace kvevict::serve {
 
@@ -20,18 +19,6 @@ void Histogram::observe(double value) {
 uint64_t Histogram::count() const {
   std::lock_guard<std::mutex> lock(mu_);
   return n_;
-}
-
-double Histogram::quantile_upper_bound(double q) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (n_ == 0) return 0;
-  const double target = std::ceil(q * static_cast<double>(n_));
-  uint64_t cum = 0;
-  for (size_t i = 0; i < counts_.size(); ++i) {
-    cum += counts_[i];
-    if (static_cast<double>(cum) >= target) return i < bounds_.size() ? bounds_[i] : bounds_.back();
-  }
-  return bounds_.back();
 }
 
 void Histogram::render(const std::string& name, const std::string& help, std::string& out) const {

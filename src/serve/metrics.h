@@ -23,9 +23,6 @@ class Histogram {
   void observe(double value);
   /// Appends `name`_bucket / _sum / _count lines (HELP and TYPE included).
   void render(const std::string& name, const std::string& help, std::string& out) const;
-  /// Value at quantile q in [0, 1] estimated from the buckets (upper bound of the bucket that
-  /// holds it; +Inf reads as the largest bound). 0 when empty. For tests and summaries.
-  double quantile_upper_bound(double q) const;
   /// Samples observed so far.
   uint64_t count() const;
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
+#include "util/limits.h"
 #include "util/rng.h"
 #include "util/utf8.h"
 
@@ -27,10 +28,6 @@ ApiError bad(const std::string& param, const std::string& msg) {
 ApiError bad_value(const std::string& param, const std::string& value, const std::string& rule) {
   return ApiError{400, fmt::format("{} {}: must be {}", param, value, rule), param};
 }
-
-// Largest kv_budget / kv_buffer / kv_sinks a request may ask for: the CLI's bound on token
-// counts (limits::kTokens, 2^20), so a request cannot ask for what `generate` would refuse.
-constexpr int64_t kMaxKvTokens = int64_t{1} << 20;
 
 // An integer field within [lo, hi]; `note` is appended to the range in the error. A float
 // such as 1e300 is compared as a double first: converting it to int64 would be undefined.
@@ -189,7 +186,7 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
     } else
       throw bad_value("seed", dump(*it), "an integer >= 0");
   } else {
-    seed = stream_id({opt.seed, request_counter.fetch_add(1)});
+    seed = stream_id({opt.policy_settings.seed, request_counter.fetch_add(1)});
   }
   g.sampler = SamplerConfig{static_cast<float>(temp), static_cast<float>(top_p), static_cast<int>(top_k), seed};
 
@@ -218,52 +215,100 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
       it != body.end() && !it->is_null() && !(it->is_number_integer() && it->get<int64_t>() == 1))
     throw bad("best_of", "is not supported (only 1)");
 
-  // Per-request eviction settings, validated as the CLI validates --policy/--budget/--buffer/--sinks.
+  // Per-request eviction settings: the server's settings with the request's kv_* fields, through
+  // the builder the CLI uses (engine/policy_settings.h), so both check the same things.
   const auto policy_name = get_string(body, "kv_policy");
-  const auto sinks = get_int(body, "kv_sinks", 0, kMaxKvTokens);
-  if ((!policy_name || *policy_name == opt.policy.name) && !sinks) {
-    g.policy = opt.policy;  // the server's policy, with its --param values (e.g. TriAttention's stats)
-  } else {
-    const std::string name = policy_name.value_or(opt.policy.name);
-    try {
-      g.policy = make_policy(name);
-    } catch (const Error& e) {
-      throw bad("kv_policy", e.what());
+  const auto sinks = get_int(body, "kv_sinks", 0, limits::kTokens);
+  PolicySettings s = opt.policy_settings;
+  s.seed = seed;
+  try {
+    Policy policy = opt.policy;  // the server's policy, with its --param values (e.g. TriAttention's stats)
+    if ((policy_name && *policy_name != opt.policy.name) || sinks) {
+      // The request's own policy, with that policy's defaults: the server's --param, --sinks and
+      // prompt protection describe the server's policy.
+      s.policy = policy_name.value_or(opt.policy.name);
+      s.sinks = sinks ? std::optional<int>(static_cast<int>(*sinks)) : std::nullopt;
+      s.protect_prompt = std::nullopt;
+      s.params.clear();
+      policy = build_policy(s, s.policy);
     }
-    try {
-      if (sinks) g.policy = make_policy(name, std::nullopt, static_cast<int>(*sinks));
-    } catch (const Error& e) {
-      throw bad("kv_sinks", e.what());
-    }
+    s.budget = get_int(body, "kv_budget", 1, limits::kTokens).value_or(s.budget);
+    s.recent = get_int(body, "kv_buffer", 1, limits::kTokens).value_or(s.recent);
+    g.kv = build_schedule(s, policy);
+  } catch (const FieldError& e) {
+    throw api_error(e);
   }
-  g.eviction.budget = get_int(body, "kv_budget", 1, kMaxKvTokens).value_or(opt.budget);
-  g.eviction.recent = get_int(body, "kv_buffer", 1, kMaxKvTokens).value_or(opt.recent);
-  g.eviction.long_prompt = opt.long_prompt;
-  g.eviction.seed = seed;
-  if (g.policy.evicts && g.eviction.budget == 0)
-    throw bad("kv_budget", fmt::format("policy '{}' needs kv_budget (the server has no --budget)", g.policy.name));
-  if (g.policy.evicts) {
-    try {
-      validate_eviction(g.eviction, g.policy);
-    } catch (const Error& e) {
-      // The schedule's message names CLI options; name the body fields instead.
-      std::string msg = e.what();
-      for (const auto& [cli, field] : {std::pair<std::string, std::string>{"--budget", "kv_budget"},
-                                       {"--buffer", "kv_buffer"},
-                                       {"--sinks", "kv_sinks"}})
-        for (size_t at; (at = msg.find(cli)) != std::string::npos;) msg.replace(at, cli.size(), field);
-      const std::string param = msg.rfind("kv_sinks", 0) == 0 ? "kv_sinks"
-          : msg.rfind("kv_buffer", 0) == 0                    ? "kv_buffer"
-                                                              : "kv_budget";
-      throw ApiError{400, msg, param};
-    }
-  }
-  p.budget = g.eviction.budget;
-  p.recent = g.eviction.recent;
+  p.budget = g.kv.eviction().budget;
+  p.recent = g.kv.eviction().recent;
   return p;
 }
 
 }  // namespace
+
+std::string_view api_field_name(Field field) {
+  switch (field) {
+    case Field::Policy:
+      return "kv_policy";
+    case Field::Budget:
+      return "kv_budget";
+    case Field::Recent:
+      return "kv_buffer";
+    case Field::Sinks:
+      return "kv_sinks";
+    case Field::Seed:
+      return "seed";
+    case Field::MaxNewTokens:
+      return "max_tokens";
+    case Field::MaxTotalTokens:
+      return "max_model_len";
+    case Field::MinTokens:
+      return "min_tokens";
+    case Field::Stop:
+      return "stop";
+    case Field::StopTokenIds:
+      return "stop_token_ids";
+    case Field::Temperature:
+      return "temperature";
+    case Field::TopP:
+      return "top_p";
+    case Field::TopK:
+      return "top_k";
+    case Field::MinP:
+      return "min_p";
+    case Field::RepetitionPenalty:
+      return "repetition_penalty";
+    case Field::PresencePenalty:
+      return "presence_penalty";
+    case Field::FrequencyPenalty:
+      return "frequency_penalty";
+    case Field::LogitBias:
+      return "logit_bias";
+    case Field::Logprobs:
+      return "logprobs";
+    // Settings only the server's command line gives.
+    case Field::ProtectPrompt:
+      return "--protect-prompt";
+    case Field::LongPrompt:
+      return "--long-prompt";
+    case Field::PositionMode:
+      return "--position-mode";
+    case Field::Param:
+      return "--param";
+    case Field::KvType:
+      return "--kv-type";
+  }
+  return field_name(field);
+}
+
+ApiError api_error(const FieldError& e) {
+  const std::string_view name = api_field_name(e.field());
+  if (name.starts_with("--")) {
+    // A server setting the request's kv_policy ran into (e.g. TriAttention without --param stats).
+    return ApiError{400, fmt::format("kv_policy: {}", e.message(name)), "kv_policy"};
+  }
+  return ApiError{400, e.names_field() ? e.message(name) : fmt::format("{}: {}", name, e.message(name)),
+                  std::string(name)};
+}
 
 const char* endpoint_path(Endpoint ep) { return ep == Endpoint::Chat ? "/v1/chat/completions" : "/v1/completions"; }
 

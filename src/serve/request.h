@@ -15,10 +15,12 @@
 #include <utility>
 #include <vector>
 
+#include "engine/policy_settings.h"
 #include "eviction/registry.h"
 #include "eviction/schedule.h"
 #include "model/tokenizer.h"
 #include "serve/scheduler.h"
+#include "util/field_error.h"
 
 namespace kvevict::serve {
 
@@ -41,12 +43,13 @@ struct ApiOptions {
   int64_t max_tokens_limit = 0;      ///< largest max_tokens accepted (tokens, >= 1)
   int64_t max_body_bytes = 4 << 20;  ///< larger bodies get 413
   int max_n = 16;                    ///< largest `n` (choices per request)
-  /// Server defaults that per-request kv_* fields override.
-  Policy policy = make_policy("full");  ///< the server's policy (--policy, --param, --sinks)
-  int64_t budget = 0;                   ///< 0 = none given (then an evicting kv_policy needs kv_budget)
-  int64_t recent = 64;
-  LongPromptMode long_prompt = LongPromptMode::PinHead;
-  uint64_t seed = 0;  ///< base of the seeds of requests that give none
+  /// The server's policy settings (--policy, --budget, --buffer, --sinks, --param, ...), which
+  /// per-request kv_* fields override; its seed is the base of the seeds of requests that give
+  /// none. budget 0 = none given (then an evicting kv_policy needs kv_budget).
+  PolicySettings policy_settings;
+  /// The server's policy, built once from policy_settings (build_policy), so its --param values
+  /// (e.g. TriAttention's statistics file) are read once, not per request.
+  Policy policy = make_policy("full");
   /// Renders chat messages; null when the model has no usable chat template.
   ChatRenderer chat;
   /// Why chat is unavailable (the message of the 400 /v1/chat/completions answers with).
@@ -60,6 +63,14 @@ struct ApiError {
   std::string message;
   std::string param;  ///< empty -> null
 };
+
+/// How the API spells a field a FieldError names: the request field ("kv_budget",
+/// "temperature", ...), or for a setting no request can give, the server flag ("--param").
+std::string_view api_field_name(Field field);
+
+/// The 400 answer to a FieldError: `param` is the request field (kv_policy for a server-only
+/// setting), the message names it as api_field_name spells it.
+ApiError api_error(const FieldError& e);
 
 /// The two generation endpoints.
 enum class Endpoint { Completions, Chat };
@@ -77,9 +88,9 @@ struct ParsedRequest {
 
 /// Parses one request body (bytes as received) for endpoint `ep`: UTF-8, JSON, every field's
 /// type and range, the prompt (tokenized with `tok`; at most `context_length` tokens), chat
-/// messages (rendered with opt.chat), the per-request kv_* fields (checked as the CLI checks
-/// --policy/--budget/--buffer/--sinks). A request without `seed` takes one derived from opt.seed
-/// and the next value of `request_counter`. Throws ApiError (status 400, the field in `param`)
+/// messages (rendered with opt.chat), the per-request kv_* fields (through the settings builder
+/// the CLI uses, engine/policy_settings.h). A request without `seed` takes one derived from
+/// opt.policy_settings.seed and the next value of `request_counter`. Throws ApiError (status 400, the field in `param`)
 /// for any bad body; never another exception for any input (fuzz/fuzz_request.cpp).
 ParsedRequest parse_generation_request(const std::string& body, Endpoint ep, const Tokenizer& tok,
                                        int64_t context_length, const ApiOptions& opt,

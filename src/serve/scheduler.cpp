@@ -77,7 +77,8 @@ Scheduler::~Scheduler() {
 }
 
 int64_t Scheduler::sequence_bytes(const GenerationParams& p) const {
-  const int64_t cap = required_capacity(p.eviction, p.policy, static_cast<int64_t>(p.prompt.size()), p.max_tokens);
+  const int64_t cap =
+      required_capacity(p.kv.eviction(), p.kv.policy(), static_cast<int64_t>(p.prompt.size()), p.max_tokens);
   return kv_bytes_for_capacity(engine_.kv_shape(), cap);
 }
 
@@ -158,7 +159,7 @@ void Scheduler::admit_locked() {
       for (int c = 0; c < n; ++c)
         // The choice index is the sequence id: random streams depend on (seed, choice), never
         // on the server's state.
-        seqs.push_back(engine_.new_sequence(static_cast<uint64_t>(c), r->params.policy, r->params.eviction,
+        seqs.push_back(engine_.new_sequence(static_cast<uint64_t>(c), r->params.kv,
                                             static_cast<int64_t>(r->params.prompt.size()), r->params.max_tokens));
     } catch (const std::exception& e) {
       pool_.release(per_seq * n);

@@ -49,8 +49,7 @@ struct GenerationParams {
   SamplerConfig sampler;        ///< its seed seeds sampling and eviction
   std::vector<std::string> stop;
   bool ignore_eos = false;
-  Policy policy;
-  EvictionConfig eviction;  ///< eviction.seed == sampler.seed
+  CheckedPolicy kv;  ///< policy and schedule (engine/policy_settings.h); kv.eviction().seed == sampler.seed
 };
 
 /// One thing that happened to a request, in order. Text events carry output text; ChoiceDone

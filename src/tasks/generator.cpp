@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -100,16 +99,6 @@ int64_t trace_length(TaskFamily f, int64_t steps) {
 }
 
 int64_t problem_length(TaskFamily f, int64_t facts) { return 3 * facts + (f == TaskFamily::Once ? 9 : 6); }
-
-std::optional<int64_t> once_code_offset(const std::string& problem) {
-  // A once problem: question line "@NNNS\n" last, a code line "#P\n" on its own line.
-  if (problem.size() < 9 || problem[problem.size() - 6] != '@') return std::nullopt;
-  const size_t hash = problem.find('#');
-  if (hash == std::string::npos || hash + 2 >= problem.size() || (hash > 0 && problem[hash - 1] != '\n') ||
-      !std::isdigit(static_cast<unsigned char>(problem[hash + 1])) || problem[hash + 2] != '\n')
-    return std::nullopt;
-  return static_cast<int64_t>(hash + 1);
-}
 
 int letter_value(char letter) { return (letter - 'A') % 10; }
 
@@ -242,6 +231,22 @@ Task task_from_json(const std::string& line) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("task line: missing or mistyped field: {}", e.what()));
   }
+}
+
+int64_t default_max_new(const Task& task) {
+  if (!task.trace.empty()) return static_cast<int64_t>(task.trace.size()) + 16;
+  int64_t steps = task.size.steps;
+  if (steps < 1) {
+    // No trace and no "length": read N from the question line.
+    const std::optional<int64_t> n = question_steps(task.problem);
+    if (!n)
+      throw Error(
+          fmt::format("task {}: no trace, no length.steps and no question line \"<marker><NNN>S\" to read "
+                      "the number of steps from",
+                      task.id));
+    steps = *n;
+  }
+  return trace_length(task.family, std::max<int64_t>(steps, min_steps(task.family))) + 16;
 }
 
 }  // namespace kvevict

@@ -92,11 +92,6 @@ int64_t trace_length(TaskFamily f, int64_t steps);
 /// once 3M + 9 (its code line "#P\n").
 int64_t problem_length(TaskFamily f, int64_t facts);
 
-/// Character index, in a once problem, of its code digit P (the character after the only '#');
-/// nullopt unless the problem is a once problem (question line "@NNNS" last, one "#<digit>" line). Its token position
-/// is this + 1 (BOS first).
-std::optional<int64_t> once_code_offset(const std::string& problem);
-
 /// N read back from a problem's question line "<marker><NNN>S\n" (its last line); nullopt when
 /// the problem does not end with one.
 std::optional<int64_t> question_steps(const std::string& problem);
@@ -139,5 +134,10 @@ std::string task_to_json(const Task& t);
 /// Parses one line written by task_to_json back into a Task. Throws kvevict::Error on malformed
 /// JSON, a missing field or an unknown family.
 Task task_from_json(const std::string& line);
+
+/// Default decode limit for `task` (greedy_solve, eval/solve.h): its trace length plus 16
+/// tokens; without a trace, the family's formula for N steps (N from the task's length.steps,
+/// else read from the question line). Throws kvevict::Error when neither gives N.
+int64_t default_max_new(const Task& task);
 
 }  // namespace kvevict

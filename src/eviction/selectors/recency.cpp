@@ -39,7 +39,9 @@ const PolicyInfo& policy_streaming() {
       .evicts = true,
       .protect_prompt = false,
       .sinks = 4,
-      .make = [](const SelectorParams&) { return std::make_unique<RecencySelector>(); }};
+      .make = [](const SelectorParams&) { return std::make_unique<RecencySelector>(); },
+      .min_sinks = 1,
+      .min_sinks_reason = "keeps no attention sinks, which is policy 'recency' (use that, or at least 1 sink)"};
   return info;
 }
 

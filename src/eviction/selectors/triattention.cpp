@@ -31,6 +31,7 @@
 #include "eviction/registry.h"
 #include "kernels/rope.h"
 #include "util/error.h"
+#include "util/field_error.h"
 #include "util/thread_pool.h"
 
 namespace kvevict {
@@ -188,8 +189,8 @@ const PolicyInfo& policy_triattention() {
       .make = [](const SelectorParams& params) {
         const std::string path = params.get_string("stats", "");
         if (path.empty())
-          throw Error(
-              "policy 'triattention' needs --param stats=FILE (query statistics written by `kvevict calibrate`)");
+          throw FieldError(Field::Param, "policy 'triattention' needs ",
+                           " stats=FILE (query statistics written by `kvevict calibrate`)");
         QueryStats st = load_query_stats(path);
         return std::make_unique<TriAttentionSelector>(std::move(st));
       }};

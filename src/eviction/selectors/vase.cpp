@@ -87,10 +87,13 @@ const PolicyInfo& policy_vase() {
       .evicts = true,
       .protect_prompt = false,
       .sinks = 0,
-      .make = [](const SelectorParams& params) {
-        const int64_t n_large = params.get_int("n_large", -1, 0, int64_t{1} << 30);
-        return std::make_unique<VaseSelector>(SnapKvParams::read(params), n_large);
-      }};
+      .make =
+          [](const SelectorParams& params) {
+            const int64_t n_large = params.get_int("n_large", -1, 0, int64_t{1} << 30);
+            return std::make_unique<VaseSelector>(SnapKvParams::read(params), n_large);
+          },
+      .min_k_sel = kVaseSinks,
+      .min_k_sel_reason = "keeps 4 sinks"};
   return info;
 }
 

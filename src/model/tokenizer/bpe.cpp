@@ -117,8 +117,6 @@ const char* pre_regex(BpePre pre) {
   return kQwen2Regex;
 }
 
-const std::string& byte_to_unicode(uint8_t b) { return alphabet().text[b]; }
-
 std::string unicode_to_bytes(std::string_view piece) {
   const ByteAlphabet& a = alphabet();
   std::string out;

@@ -36,9 +36,6 @@ std::string bpe_pre_names();
 /// The pre-tokenizer regex (PCRE2 syntax) of a family, as the upstream tokenizer.json states it.
 const char* pre_regex(BpePre pre);
 
-/// Text of byte `b` in GPT-2's byte-level alphabet (one code point, UTF-8 encoded).
-const std::string& byte_to_unicode(uint8_t b);
-
 /// Raw bytes of a piece written in GPT-2's byte-level alphabet. A code point outside the
 /// alphabet is kept as its UTF-8 text (such pieces do not occur in byte-level vocabularies).
 std::string unicode_to_bytes(std::string_view piece);
@@ -61,9 +58,6 @@ class BpeModel {
   /// The pre-tokens of `text` (consecutive, covering it; bytes no regex alternative matches,
   /// i.e. invalid UTF-8, form their own pieces). Throws kvevict::Error when the regex engine fails.
   std::vector<std::string_view> pre_tokenize(std::string_view text) const;
-
-  /// Number of usable merges.
-  size_t n_merges() const { return ranks_.size(); }
 
  private:
   struct Merge {

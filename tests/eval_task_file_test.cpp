@@ -2,13 +2,13 @@
 // with nlohmann::json here), and small files written by the tests with known bad lines.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "eval/tasks.h"
+#include "eval/task_file.h"
 #include "test_paths.h"
+#include "test_tmp.h"
 #include "util/error.h"
 
 namespace kvevict {
@@ -16,17 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A per-process scratch directory, removed when the test process exits.
-const fs::path& scratch_dir() {
-  static const struct Scratch {
-    fs::path path = fs::temp_directory_path() / ("kvevict_eval_tasks_" + std::to_string(::getpid()));
-    ~Scratch() {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-  } scratch;
-  return scratch.path;
-}
+fs::path scratch_dir() { return test::tmp_dir(); }
 
 std::string write_temp(const std::string& name, const std::string& text) {
   const fs::path& dir = scratch_dir();

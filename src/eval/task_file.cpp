@@ -1,11 +1,12 @@
-#include "eval/tasks.h"
+#include "eval/task_file.h"
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <limits>
 #include <map>
-#include <sstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "util/error.h"
 #include "util/file.h"
@@ -153,6 +154,16 @@ uint64_t fnv1a64(std::string_view bytes, uint64_t h) {
     h *= 0x100000001b3ull;
   }
   return h;
+}
+
+std::optional<int64_t> once_code_offset(const std::string& problem) {
+  // A once problem: question line "@NNNS\n" last, a code line "#P\n" on its own line.
+  if (problem.size() < 9 || problem[problem.size() - 6] != '@') return std::nullopt;
+  const size_t hash = problem.find('#');
+  if (hash == std::string::npos || hash + 2 >= problem.size() || (hash > 0 && problem[hash - 1] != '\n') ||
+      !std::isdigit(static_cast<unsigned char>(problem[hash + 1])) || problem[hash + 2] != '\n')
+    return std::nullopt;
+  return static_cast<int64_t>(hash + 1);
 }
 
 std::string tasks_digest(const std::vector<EvalTask>& tasks) {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -76,5 +77,11 @@ std::string tasks_digest(const std::vector<EvalTask>& tasks);
 
 /// FNV-1a 64-bit hash of a byte string (Fowler, Noll, Vo). Stable across platforms and runs.
 uint64_t fnv1a64(std::string_view bytes, uint64_t h = 0xcbf29ce484222325ull);
+
+/// Character index, in a problem of kvevict's `once` family (tasks/generator.h, which writes the
+/// format), of its code digit P: the fact stated once, which the rollout runner follows
+/// (fact_token_position, eval/runner.h). nullopt unless the problem is a once problem (question
+/// line "@NNNS" last, one "#<digit>" line). Its token position is this + 1 (BOS first).
+std::optional<int64_t> once_code_offset(const std::string& problem);
 
 }  // namespace kvevict

@@ -1,0 +1,348 @@
+// `bench throughput` (bench.h): batched decode throughput at equal batch and at equal KV memory,
+// and the attention-probability kernel's cost measured in pairs.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "bench/bench.h"
+#include "bench/common.h"
+#include "util/error.h"
+
+namespace kvevict {
+
+using namespace bench_detail;
+
+namespace {
+
+// Wraps a selector so that the forward pass computes attention probabilities for it (needs()
+// adds `attention`) while selection is the inner selector's, unchanged: the probabilities are
+// counted and dropped, the inner state sees exactly what it asked for.
+class ProbsForcingState final : public SelectorState {
+ public:
+  ProbsForcingState(std::unique_ptr<SelectorState> inner, SelectorNeeds inner_needs)
+      : inner_(std::move(inner)), needs_(inner_needs) {}
+  void observe(const AttentionObservation& obs) override {
+    if (obs.probs) ++prob_observations;
+    if (!inner_ || !needs_.any()) return;
+    AttentionObservation o = obs;
+    if (!needs_.attention) o.probs = nullptr;
+    inner_->observe(o);
+  }
+  void on_compact(int layer, int kv_head, std::span<const int32_t> keep) override {
+    if (inner_) inner_->on_compact(layer, kv_head, keep);
+  }
+  SelectorState* inner() { return inner_.get(); }
+  int64_t prob_observations = 0;  ///< (token, layer) observations that carried probabilities
+
+ private:
+  std::unique_ptr<SelectorState> inner_;
+  SelectorNeeds needs_;
+};
+
+class ProbsForcingSelector final : public Selector {
+ public:
+  explicit ProbsForcingSelector(std::shared_ptr<const Selector> inner) : inner_(std::move(inner)) {}
+  SelectorNeeds needs() const override {
+    SelectorNeeds n = inner_->needs();
+    n.attention = true;
+    return n;
+  }
+  std::unique_ptr<SelectorState> make_state(const KvShape& shape) const override {
+    return std::make_unique<ProbsForcingState>(inner_->make_state(shape), inner_->needs());
+  }
+  void score(const RoundInput& in, SelectorState* state, std::span<float> scores) const override {
+    inner_->score(in, state ? static_cast<ProbsForcingState*>(state)->inner() : nullptr, scores);
+  }
+
+ private:
+  std::shared_ptr<const Selector> inner_;
+};
+
+int64_t prob_observations(const Sequence& s) {
+  const auto* st = dynamic_cast<const ProbsForcingState*>(s.state.get());
+  return st ? st->prob_observations : 0;
+}
+
+struct ThroughputRun {
+  double tok_per_s = 0;
+  double round_ms_per_step = 0;          ///< eviction rounds (score + compact), all sequences, per timed step
+  int64_t rounds_timed = 0;              ///< eviction rounds inside the timed steps, all sequences
+  double observe_ms_per_step = 0;        ///< selectors' per-token observation work, per timed step
+  int64_t forced_prob_observations = 0;  ///< probability observations a forcing wrapper saw (timed steps)
+  Summary step_ms;
+  int64_t kv_bytes_per_seq = 0;
+};
+
+// `batch` sequences of one policy, prefilled with kPromptLen random tokens, fast-forwarded to
+// start_length and advanced by 64 untimed batched steps; then timed in blocks of steps.
+class BatchRun {
+ public:
+  BatchRun(Engine& engine, const Policy& pol, const ThroughputBenchConfig& cfg, int batch)
+      : engine_(engine), V_(engine.model().config().n_vocab), toks_(static_cast<size_t>(batch)) {
+    EvictionConfig ec;
+    ec.budget = cfg.budget;
+    ec.recent = cfg.common.recent;
+    ec.seed = cfg.common.seed;
+    const int warm = 64;
+    const int64_t max_new = cfg.start_length + warm + int64_t{cfg.common.reps} * cfg.steps + 2;
+    for (int i = 0; i < batch; ++i) {
+      auto s = engine.new_sequence(static_cast<uint64_t>(i), pol, ec, kPromptLen, max_new);
+      engine.prefill(*s, random_tokens(kPromptLen, V_, cfg.common.seed + static_cast<uint64_t>(i)), logits_);
+      fast_forward(*s, cfg.start_length, cfg.common.seed + static_cast<uint64_t>(i));
+      ptrs_.push_back(s.get());
+      seqs_.push_back(std::move(s));
+    }
+    for (int w = 0; w < warm; ++w) step();
+    round0_ = selector_ms(true);
+    observe0_ = selector_ms(false);
+    rounds0_ = rounds();
+    probs0_ = probs();
+  }
+  /// Runs n batched steps; returns ms per step.
+  double time_steps(int n) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < n; ++i) step();
+    return seconds_since(t0) * 1e3 / n;
+  }
+  /// Selector and schedule counters since the end of the warm-up.
+  void finish(ThroughputRun& out, double timed_steps) const {
+    out.rounds_timed = rounds() - rounds0_;
+    out.forced_prob_observations = probs() - probs0_;
+    out.round_ms_per_step = (selector_ms(true) - round0_) / timed_steps;
+    out.observe_ms_per_step = (selector_ms(false) - observe0_) / timed_steps;
+    out.kv_bytes_per_seq = seqs_[0]->kv.allocated_bytes();
+  }
+
+ private:
+  void step() {
+    for (size_t i = 0; i < ptrs_.size(); ++i) toks_[i] = step_token(ptrs_[i]->n_seen + static_cast<int64_t>(i), V_);
+    engine_.decode_batch(ptrs_, toks_, logits_);
+  }
+  double selector_ms(bool rounds) const {
+    double t = 0;
+    for (const Sequence* s : ptrs_) t += rounds ? s->stats.score_ms + s->stats.compact_ms : s->stats.observe_ms;
+    return t;
+  }
+  int64_t rounds() const {
+    int64_t n = 0;
+    for (const Sequence* s : ptrs_) n += s->stats.rounds;
+    return n;
+  }
+  int64_t probs() const {
+    int64_t n = 0;
+    for (const Sequence* s : ptrs_) n += prob_observations(*s);
+    return n;
+  }
+  Engine& engine_;
+  int32_t V_;
+  std::vector<std::unique_ptr<Sequence>> seqs_;
+  std::vector<Sequence*> ptrs_;
+  std::vector<int32_t> toks_;
+  std::vector<float> logits_;
+  double round0_ = 0, observe0_ = 0;
+  int64_t rounds0_ = 0, probs0_ = 0;
+};
+
+// Runs `batch` sequences of `pol` (BatchRun), then reps x steps timed batched steps.
+// tok/s = batch * steps / time.
+ThroughputRun run_batch(Engine& engine, const Policy& pol, const ThroughputBenchConfig& cfg, int batch) {
+  BatchRun run(engine, pol, cfg, batch);
+  std::vector<double> ms;
+  for (int r = 0; r < cfg.common.reps; ++r) ms.push_back(run.time_steps(cfg.steps));
+  ThroughputRun out;
+  run.finish(out, static_cast<double>(cfg.common.reps) * cfg.steps);
+  out.step_ms = summarize(ms);
+  out.tok_per_s = batch * 1e3 / out.step_ms.median;
+  return out;
+}
+
+/// The probability kernel's cost measured in pairs: two batches of the same policy, one with the
+/// kernel forced to produce probabilities, timed in alternating blocks of kPairBlock steps
+/// (A B, then B A, ...), so slow drifts of a shared machine's load hit both alike.
+struct PairedRun {
+  ThroughputRun plain, forced;  ///< step_ms: per-block ms per step
+  Summary diff_ms;              ///< forced - plain, per pair of blocks, ms per step
+};
+constexpr int kPairBlock = 8;
+
+PairedRun run_paired(Engine& engine, const Policy& plain, const Policy& forced, const ThroughputBenchConfig& cfg) {
+  BatchRun a(engine, plain, cfg, cfg.batch), b(engine, forced, cfg, cfg.batch);
+  const int blocks = std::max(1, cfg.common.reps * cfg.steps / kPairBlock);
+  std::vector<double> ma, mb, diff;
+  for (int i = 0; i < blocks; ++i) {
+    double ta, tb;
+    if (i % 2 == 0) {
+      ta = a.time_steps(kPairBlock);
+      tb = b.time_steps(kPairBlock);
+    } else {
+      tb = b.time_steps(kPairBlock);
+      ta = a.time_steps(kPairBlock);
+    }
+    ma.push_back(ta);
+    mb.push_back(tb);
+    diff.push_back(tb - ta);
+  }
+  PairedRun out;
+  const double timed = static_cast<double>(blocks) * kPairBlock;
+  a.finish(out.plain, timed);
+  b.finish(out.forced, timed);
+  out.plain.step_ms = summarize(ma);
+  out.forced.step_ms = summarize(mb);
+  out.plain.tok_per_s = cfg.batch * 1e3 / out.plain.step_ms.median;
+  out.forced.tok_per_s = cfg.batch * 1e3 / out.forced.step_ms.median;
+  out.diff_ms = summarize(diff);
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
+  if (cfg.batch < 1 || cfg.steps < 1 || cfg.max_batch < 1 || cfg.pool_bytes <= 0)
+    throw Error("bench throughput: --batch, --steps, --max-batch and --pool-mib must be positive");
+  for (const std::string& name : cfg.probs_kernel)
+    if (!policy_with_params(name, cfg.params).selector)
+      throw Error(
+          fmt::format("bench throughput: --probs-kernel policy '{}' has no selector to force "
+                      "attention probabilities for (give an evicting policy)",
+                      name));
+  Loaded L = load(cfg.common);
+  Engine& engine = *L.engine;
+  nlohmann::json out = header(cfg.common, *L.model, engine);
+  print_load("before");
+  const KvShape shape = engine.kv_shape();
+  const int64_t slot_bytes = shape.bytes_per_token();
+  out["bytes_per_slot"] = slot_bytes;
+  out["budget"] = cfg.budget;
+  out["recent"] = cfg.common.recent;
+  out["start_length"] = cfg.start_length;
+  out["pool_bytes"] = cfg.pool_bytes;
+  nlohmann::json iso_batch = nlohmann::json::array(), iso_mem = nlohmann::json::array(),
+                 skipped = nlohmann::json::array();
+
+  if (cfg.iso_batch) {
+    fmt::print("\n## iso-batch: batch {}, B = {}, r = {}, timed from {} generated tokens ({} steps x {} reps)\n",
+               cfg.batch, cfg.budget, cfg.common.recent, cfg.start_length, cfg.steps, cfg.common.reps);
+    fmt::print(
+        "| policy | tok/s | step ms (min-max) | of which rounds ms | of which observing ms | KV MiB/seq "
+        "|\n|---|---|---|---|---|---|\n");
+  }
+  for (const std::string& name : cfg.iso_batch ? policy_list(cfg.policies, false) : std::vector<std::string>{}) {
+    try {
+      const Policy pol = policy_with_params(name, cfg.params);
+      const SelectorNeeds pol_needs = pol.selector ? pol.selector->needs() : SelectorNeeds{};
+      const ThroughputRun r = run_batch(engine, pol, cfg, cfg.batch);
+      iso_batch.push_back({{"policy", pol.name},
+                           // What the selector asks of the forward pass (model/observer.h).
+                           {"needs_probs", pol_needs.attention},
+                           {"needs_queries", pol_needs.queries},
+                           {"batch", cfg.batch},
+                           {"tok_per_s", r.tok_per_s},
+                           {"round_ms_per_step", r.round_ms_per_step},
+                           {"observe_ms_per_step", r.observe_ms_per_step},
+                           {"step_ms", r.step_ms.to_json()},
+                           {"kv_bytes_per_seq", r.kv_bytes_per_seq},
+                           {"rounds_timed", r.rounds_timed}});
+      if (pol.evicts && r.rounds_timed == 0)
+        fmt::print(stderr,
+                   "kvevict: warning: bench throughput: no eviction round fell inside the {} timed steps of '{}' "
+                   "(a round comes every r = {} steps per sequence): its rounds cost is not measured\n",
+                   int64_t{cfg.common.reps} * cfg.steps, pol.name, cfg.common.recent);
+      fmt::print("| {} | {:.2f} | {:.2f} ({:.2f}-{:.2f}) | {:.2f} | {:.2f} | {:.1f} |\n", pol.name, r.tok_per_s,
+                 r.step_ms.median, r.step_ms.min, r.step_ms.max, r.round_ms_per_step, r.observe_ms_per_step,
+                 static_cast<double>(r.kv_bytes_per_seq) / (1 << 20));
+      std::fflush(stdout);
+      if (cfg.common.on_cell) cfg.common.on_cell("iso-batch " + pol.name);
+    } catch (const Error& e) {
+      skipped.push_back({{"policy", name}, {"table", "iso-batch"}, {"reason", e.what()}});
+      fmt::print("| {} | skipped: {} | | |\n", name, e.what());
+    }
+  }
+
+  nlohmann::json probs_kernel = nlohmann::json::array();
+  if (!cfg.probs_kernel.empty())
+    fmt::print(
+        "\n## probability kernel, paired: batch {}, B = {}, r = {}, from {} generated tokens; the same policy with "
+        "and without the attention kernel forced to produce probabilities, timed in alternating blocks of {} steps\n"
+        "| policy | plain step ms (min-max) | forced step ms (min-max) | forced - plain ms/step, median of pairs "
+        "(min-max) | % of plain |\n|---|---|---|---|---|\n",
+        cfg.batch, cfg.budget, cfg.common.recent, cfg.start_length, kPairBlock);
+  for (const std::string& name : cfg.probs_kernel) {
+    const Policy plain = policy_with_params(name, cfg.params);
+    Policy forced = plain;
+    forced.selector = std::make_shared<ProbsForcingSelector>(plain.selector);
+    const PairedRun r = run_paired(engine, plain, forced, cfg);
+    const auto side = [](const ThroughputRun& t) {
+      return nlohmann::json{{"tok_per_s", t.tok_per_s},
+                            {"step_ms", t.step_ms.to_json()},
+                            {"round_ms_per_step", t.round_ms_per_step},
+                            {"observe_ms_per_step", t.observe_ms_per_step},
+                            {"rounds_timed", t.rounds_timed},
+                            {"forced_prob_observations", t.forced_prob_observations}};
+    };
+    probs_kernel.push_back({{"policy", plain.name},
+                            {"batch", cfg.batch},
+                            {"block_steps", kPairBlock},
+                            {"blocks", r.diff_ms.samples.size()},
+                            {"plain", side(r.plain)},
+                            {"forced", side(r.forced)},
+                            {"diff_ms_per_step", r.diff_ms.to_json()}});
+    fmt::print("| {} | {:.2f} ({:.2f}-{:.2f}) | {:.2f} ({:.2f}-{:.2f}) | {:.2f} ({:.2f}-{:.2f}) | {:.1f}% |\n",
+               plain.name, r.plain.step_ms.median, r.plain.step_ms.min, r.plain.step_ms.max, r.forced.step_ms.median,
+               r.forced.step_ms.min, r.forced.step_ms.max, r.diff_ms.median, r.diff_ms.min, r.diff_ms.max,
+               100.0 * r.diff_ms.median / r.plain.step_ms.median);
+    std::fflush(stdout);
+    if (cfg.common.on_cell) cfg.common.on_cell("probs kernel " + plain.name);
+  }
+  out["probs_kernel"] = probs_kernel;
+
+  if (cfg.iso_memory) {
+    fmt::print("\n## iso-memory: KV pool {:.0f} MiB, bytes per slot across layers and heads {}\n",
+               static_cast<double>(cfg.pool_bytes) / (1 << 20), slot_bytes);
+    fmt::print(
+        "| policy | slots/seq | max batch = pool / (slots x bytes) | run batch | allocated = predicted | tok/s | "
+        "rounds ms/step |\n|---|---|---|---|---|---|---|\n");
+  }
+  for (const std::string& name : cfg.iso_memory ? policy_list(cfg.policies, false) : std::vector<std::string>{}) {
+    try {
+      const Policy pol = policy_with_params(name, cfg.params);
+      EvictionConfig ec;
+      ec.budget = cfg.budget;
+      ec.recent = cfg.common.recent;
+      const int64_t max_new = cfg.start_length + 64 + int64_t{cfg.common.reps} * cfg.steps + 2;
+      // Slots each sequence holds at its peak: B + r when it evicts, else all it will see.
+      const int64_t slots = required_capacity(ec, pol, kPromptLen, max_new);
+      const int64_t max_batch = cfg.pool_bytes / (slots * slot_bytes);
+      if (max_batch < 1) throw Error("the pool does not hold one sequence");
+      const int run = static_cast<int>(std::min<int64_t>(max_batch, cfg.max_batch));
+      const ThroughputRun r = run_batch(engine, pol, cfg, run);
+      const bool exact = r.kv_bytes_per_seq == slots * slot_bytes;
+      iso_mem.push_back({{"policy", pol.name},
+                         {"slots_per_seq", slots},
+                         {"max_batch", max_batch},
+                         {"run_batch", run},
+                         {"capped", run < max_batch},
+                         {"allocated_bytes_per_seq", r.kv_bytes_per_seq},
+                         {"predicted_bytes_per_seq", slots * slot_bytes},
+                         {"tok_per_s", r.tok_per_s},
+                         {"round_ms_per_step", r.round_ms_per_step},
+                         {"observe_ms_per_step", r.observe_ms_per_step},
+                         {"step_ms", r.step_ms.to_json()}});
+      fmt::print("| {} | {} | {} | {}{} | {} | {:.2f} | {:.2f} |\n", pol.name, slots, max_batch, run,
+                 run < max_batch ? " (capped)" : "", exact ? "yes" : "NO", r.tok_per_s, r.round_ms_per_step);
+      std::fflush(stdout);
+      if (cfg.common.on_cell) cfg.common.on_cell("iso-memory " + pol.name);
+    } catch (const Error& e) {
+      skipped.push_back({{"policy", name}, {"table", "iso-memory"}, {"reason", e.what()}});
+      fmt::print("| {} | skipped: {} | | | | |\n", name, e.what());
+    }
+  }
+  out["iso_batch"] = iso_batch;
+  out["iso_memory"] = iso_mem;
+  out["skipped"] = skipped;
+  out["load_after"] = load_average();
+  print_load("after");
+  return out;
+}
+
+}  // namespace kvevict

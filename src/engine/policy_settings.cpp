@@ -1,0 +1,55 @@
+#include "engine/policy_settings.h"
+
+#include <fmt/format.h>
+
+#include "util/field_error.h"
+#include "util/limits.h"
+
+namespace kvevict {
+
+std::string policy_name(const PolicySettings& s) {
+  if (!s.policy.empty()) return s.policy;
+  return s.budget > 0 ? "random" : "full";
+}
+
+Policy build_policy(const PolicySettings& s, const std::string& name, bool check_params) {
+  if (s.sinks && (*s.sinks < 0 || *s.sinks > limits::kTokens))
+    throw FieldError(Field::Sinks, "", fmt::format(" {}: must be in [0, {}]", *s.sinks, limits::kTokens));
+  if (check_params && !s.params.empty()) check_param_items(s.params, {name});
+  return make_policy(name, s.protect_prompt, s.sinks, SelectorParams::parse(params_for_policy(s.params, name)),
+                     /*check_params=*/false);
+}
+
+CheckedPolicy build_schedule(const PolicySettings& s, const Policy& policy) {
+  if (s.budget < 0 || s.budget > limits::kTokens)
+    throw FieldError(Field::Budget, "", fmt::format(" {}: must be in [1, {}]", s.budget, limits::kTokens));
+  if (s.recent < 1 || s.recent > limits::kTokens)
+    throw FieldError(Field::Recent, "", fmt::format(" {}: must be in [1, {}]", s.recent, limits::kTokens));
+  EvictionConfig c;
+  c.budget = s.budget;
+  c.recent = s.recent;
+  c.seed = s.seed;
+  c.long_prompt = s.long_prompt;
+  c.positions = s.positions;
+  if (policy.evicts && s.budget == 0)
+    throw FieldError(Field::Budget, fmt::format("policy '{}' needs ", policy.name), " B");
+  return CheckedPolicy::check(policy, c);
+}
+
+CheckedPolicy build_policy_config(const PolicySettings& s) {
+  return build_schedule(s, build_policy(s, policy_name(s)));
+}
+
+LongPromptMode parse_long_prompt(std::string_view text) {
+  if (text == "pin-head") return LongPromptMode::PinHead;
+  if (text == "skip") return LongPromptMode::Skip;
+  throw FieldError(Field::LongPrompt, "", fmt::format(" '{}': must be pin-head or skip", text));
+}
+
+PositionMode parse_position_mode(std::string_view text) {
+  if (text == "logical") return PositionMode::Logical;
+  if (text == "cache") return PositionMode::Cache;
+  throw FieldError(Field::PositionMode, "", fmt::format(" '{}': must be logical or cache", text));
+}
+
+}  // namespace kvevict
