@@ -25,7 +25,7 @@ fi
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
   -DCMAKE_CXX_COMPILER=clang++ -DKVEVICT_FUZZ=ON \
   -DKVEVICT_BUILD_TESTS=OFF "${launcher[@]}" >/dev/null
-harnesses=(gguf tokenizer tasks grader request)
+harnesses=(gguf safetensors tokenizer tasks grader request)
 cmake --build build-fuzz -j"$(nproc)" --target "${harnesses[@]/#/fuzz_}"
 mkdir -p fuzz/work/artifacts
 export ASAN_OPTIONS="${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1}"

@@ -2,10 +2,11 @@
 # Installs the Debian packages kvevict needs, and no more than the job at hand uses. Idempotent;
 # run as root (or with sudo).
 #   setup.sh           what the build and the main job need (compiler, CMake, OpenBLAS, the
-#                      header libraries, PCRE2, the HTTP library, matplotlib for the plots)
+#                      header libraries, PCRE2, utf8proc, the HTTP library, matplotlib for the plots)
 #   setup.sh --test    also what the test suite needs: GoogleTest, Google Benchmark, clang and its
 #                      fuzzing runtime (libFuzzer harnesses), and the Python references the tests
-#                      compare against (pip: gguf, numpy, jinja2, regex, openai, math-verify)
+#                      compare against (pip: gguf, numpy, jinja2, regex, openai, math-verify,
+#                      safetensors, tokenizers)
 #   setup.sh --train   also Debian's PyTorch for tools/train_reasoner.py
 #   setup.sh --list    print the packages the given profile needs and install nothing (for a
 #                      machine where you are not root: install them by other means)
@@ -25,7 +26,7 @@ done
 PKGS=(
   build-essential cmake pkg-config ccache
   libopenblas0-pthread libopenblas-dev
-  nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libcpp-httplib-dev
+  nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev
   python3-matplotlib
 )
 if [ "$TEST" = "1" ]; then
@@ -34,7 +35,10 @@ if [ "$TEST" = "1" ]; then
 fi
 if [ "$TRAIN" = "1" ]; then PKGS+=(python3-torch); fi
 PIP=()
-if [ "$TEST" = "1" ]; then PIP=(gguf:gguf numpy:numpy jinja2:jinja2 regex:regex openai:openai math_verify:math-verify); fi
+if [ "$TEST" = "1" ]; then
+  PIP=(gguf:gguf numpy:numpy jinja2:jinja2 regex:regex openai:openai math_verify:math-verify)
+  PIP+=(safetensors:safetensors tokenizers:tokenizers)
+fi
 
 if [ "$LIST" = "1" ]; then
   echo "Debian packages: ${PKGS[*]}"
@@ -68,8 +72,9 @@ fi
 # Test-time references for the `python3` on PATH (which may not be Debian's, so Debian's
 # python3-* packages above need not be visible to it): llama.cpp's `gguf` reader and quantiser,
 # `jinja2` (chat templates), `regex` (pre-tokenizer splits), the official `openai` client (serving
-# tests), `math-verify` (the grader's equivalence reference). Tests that need one fail under
-# CI=true when it is missing, and skip elsewhere.
+# tests), `math-verify` (the grader's equivalence reference), Hugging Face's `safetensors` (the
+# format's reference reader/writer) and `tokenizers` (the tokenizer.json reference). Tests that
+# need one fail under CI=true when it is missing, and skip elsewhere.
 for spec in "${PIP[@]}"; do
   mod="${spec%%:*}" pkg="${spec##*:}"
   if ! python3 -c "import $mod" 2>/dev/null; then

@@ -27,8 +27,7 @@ struct CommonArgs {
 };
 
 void add_common(CLI::App* cmd, CommonArgs& a, bool model_required = true) {
-  auto* model = cmd->add_option("-m,--model", a.model, "GGUF model (e.g. from `kvevict tools synth-gguf`)")
-                    ->check(CLI::ExistingFile);
+  auto* model = cmd->add_option("-m,--model", a.model, model_help())->check(CLI::ExistingPath);
   if (model_required) model->required();
   add_threads_option(*cmd, a.threads);
   cmd->add_option("--kv-type", a.kv_type, "KV cache element type: f32 or f16")

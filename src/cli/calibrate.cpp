@@ -60,7 +60,7 @@ void add_calibrate(CLI::App& root, std::vector<Command>& out) {
   auto c = std::make_shared<CalibrateArgs>();
   auto* cmd = root.add_subcommand("calibrate",
                                   "Write TriAttention's query statistics (pre-RoPE query means per band) for a model");
-  cmd->add_option("-m,--model", c->model, model_help())->required()->check(CLI::ExistingFile);
+  cmd->add_option("-m,--model", c->model, model_help())->required()->check(CLI::ExistingPath);
   cmd->add_option("-f,--file", c->file, "Calibration text (not the evaluation set)")
       ->required()
       ->check(CLI::ExistingFile);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <thread>
@@ -248,6 +249,22 @@ std::string unused_schedule_warning(const PolicyArgs& a, const std::vector<Polic
                      unused.size() == 1 ? "is" : "are");
 }
 
+std::string model_display_name(const std::string& path, bool with_extension) {
+  std::filesystem::path p(path);
+  if (!p.has_filename()) p = p.parent_path();  // "dir/" -> "dir"
+  if (with_extension || std::filesystem::is_directory(p)) return p.filename().string();
+  return p.stem().string();
+}
+
+uint64_t model_path_bytes(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(path)) return fs::file_size(path);
+  uint64_t n = 0;
+  for (const auto& e : fs::directory_iterator(path))
+    if (e.is_regular_file()) n += e.file_size();
+  return n;
+}
+
 void warn(const std::string& msg) { fmt::print(stderr, "kvevict: warning: {}\n", msg); }
 
 void warn_if_recent_looks_like_reps(int64_t r, const std::string& repetitions) {
@@ -259,7 +276,7 @@ void warn_if_recent_looks_like_reps(int64_t r, const std::string& repetitions) {
 }
 
 std::string model_help() {
-  return fmt::format("GGUF model (general.architecture {})", fmt::join(supported_architectures(), ", "));
+  return fmt::format("{} (architectures: {})", kModelHelp, fmt::join(supported_architectures(), ", "));
 }
 
 std::string read_file(const std::string& path, const std::string& option) {

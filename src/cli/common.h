@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -16,6 +17,18 @@
 #include "util/limits.h"
 
 namespace kvevict::cli {
+
+/// Help text of every -m/--model option: what Model::load opens.
+inline constexpr const char* kModelHelp =
+    "GGUF file, or Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.json)";
+
+/// The name a -m path shows as: a file's name without its extension ("stories260K"), a
+/// directory's name as it is ("Qwen3-0.6B", not "Qwen3-0"); trailing slashes ignored.
+/// `with_extension` keeps a file's extension ("stories260K.gguf").
+std::string model_display_name(const std::string& path, bool with_extension = false);
+
+/// Bytes of a -m path: the file's size, or the summed sizes of a checkpoint directory's files.
+uint64_t model_path_bytes(const std::string& path);
 
 /// Policy and schedule options as typed on the command line.
 struct PolicyArgs {

@@ -133,8 +133,8 @@ int run_eval(const EvalArgs& a) {
   const PromptBuilder prompts(*model, po, warn, ChatPromptOptions{a.chat_template, !a.no_think});
 
   EvalSettings st;
-  st.model_file = fs::path(a.model).filename().string();
-  st.model_bytes = fs::file_size(a.model);
+  st.model_file = model_display_name(a.model, true);
+  st.model_bytes = model_path_bytes(a.model);
   st.tasks_file = fs::path(a.tasks).filename().string();
   st.tasks_format = task_format_name(tf.format);
   st.n_tasks = static_cast<int64_t>(tf.tasks.size());
@@ -305,7 +305,7 @@ void add_eval(CLI::App& root, std::vector<Command>& out) {
   auto e = std::make_shared<EvalArgs>();
   auto* cmd = root.add_subcommand(
       "eval", "Accuracy of policies x budgets on a task file (resumable; paired CIs and sign tests)");
-  cmd->add_option("-m,--model", e->model, model_help())->required()->check(CLI::ExistingFile);
+  cmd->add_option("-m,--model", e->model, model_help())->required()->check(CLI::ExistingPath);
   cmd->add_option("-f,--file", e->tasks, "Task file, JSON lines (MATH-500, GSM8K or kvevict format)")
       ->required()
       ->check(CLI::ExistingFile);

@@ -107,7 +107,8 @@ int run_generate(const GenerateArgs& a) {
   std::string prompt_text = user_text;
   bool add_special = true, parse_special = false;
   if (a.chat) {
-    const ChatTemplate chat = ChatTemplate::from_gguf(model->gguf(), a.chat_template);
+    const ChatTemplate chat =
+        ChatTemplate::from_text(model->chat_template(), model->path(), model->chat_template_key(), a.chat_template);
     if (a.no_think && !chat.can_disable_thinking())
       warn(fmt::format("--no-think has no effect with the {} chat template", chat.name()));
     prompt_text = chat.render({{"user", user_text}}, ChatOptions{true, !a.no_think});
@@ -177,7 +178,7 @@ int run_generate(const GenerateArgs& a) {
 void add_generate(CLI::App& root, std::vector<Command>& out) {
   auto g = std::make_shared<GenerateArgs>();
   auto* gen = root.add_subcommand("generate", "Generate text with eviction active and print a summary line");
-  gen->add_option("-m,--model", g->model, model_help())->required()->check(CLI::ExistingFile);
+  gen->add_option("-m,--model", g->model, model_help())->required()->check(CLI::ExistingPath);
   auto* prompt = gen->add_option("-p,--prompt", g->prompt, "Prompt text (or -f)")->each([g](const std::string&) {
     g->prompt_given = true;
   });

@@ -159,7 +159,7 @@ int run_perplexity(const PerplexityArgs& a) {
   if (csv && !csv.flush()) throw Error(fmt::format("{}: write failed", nll_path));
   if (!a.plot.empty()) {
     csv.close();
-    const std::string title = fmt::format("{} on {} ({} tokens)", std::filesystem::path(a.model).filename().string(),
+    const std::string title = fmt::format("{} on {} ({} tokens)", model_display_name(a.model, true),
                                           std::filesystem::path(a.file).filename().string(), tokens.size());
     const std::string why =
         run_plot_script({"perplexity", nll_path, a.plot, "--title", title, "--smooth", std::to_string(a.smooth),
@@ -174,7 +174,7 @@ int run_perplexity(const PerplexityArgs& a) {
 void add_perplexity(CLI::App& root, std::vector<Command>& out) {
   auto pp = std::make_shared<PerplexityArgs>();
   auto* ppl = root.add_subcommand("perplexity", "Perplexity of a text with the policy active");
-  ppl->add_option("-m,--model", pp->model, model_help())->required()->check(CLI::ExistingFile);
+  ppl->add_option("-m,--model", pp->model, model_help())->required()->check(CLI::ExistingPath);
   ppl->add_option("-f,--file", pp->file, "Text file")->required()->check(CLI::ExistingFile);
   ppl->add_option("--tokens", pp->tokens, "Use only the first N tokens (BOS included; 0 = all)")
       ->check(int_range(0, limits::kCorpusTokens))

@@ -169,7 +169,7 @@ void add_probe(CLI::App& root, std::vector<Command>& out) {
   auto p = std::make_shared<ProbeArgs>();
   auto* cmd = root.add_subcommand(
       "probe", "Synthetic retrieval probes: planted fact in chosen KV heads, restated fact, passcode");
-  cmd->add_option("-m,--model", p->model, model_help())->required()->check(CLI::ExistingFile);
+  cmd->add_option("-m,--model", p->model, model_help())->required()->check(CLI::ExistingPath);
   cmd->add_option("--kinds", p->kinds, "Probes: planted, restated, passcode")->capture_default_str();
   cmd->add_option("--policies", p->policies, "Policies for the restated and passcode probes")->capture_default_str();
   cmd->add_option("--budgets", p->budgets, "Comma-separated budgets B");

@@ -117,7 +117,7 @@ int run_serve(const ServeArgs& a) {
   so.prefill_chunk = a.prefill_chunk;
   serve::ApiOptions ao;
   std::string chat_name = "none";
-  ao.model_name = a.alias.empty() ? std::filesystem::path(a.model).stem().string() : a.alias;
+  ao.model_name = a.alias.empty() ? model_display_name(a.model) : a.alias;
   ao.api_key = a.api_key;
   ao.max_tokens_limit = a.max_tokens > 0 ? a.max_tokens : mc.context_length;
   ao.policy_settings = settings;
@@ -125,7 +125,8 @@ int run_serve(const ServeArgs& a) {
   // Chat: the GGUF's template, or --chat-template NAME; without one /v1/chat/completions
   // answers 400 with the reason.
   try {
-    const ChatTemplate chat = ChatTemplate::from_gguf(model->gguf(), a.chat_template);
+    const ChatTemplate chat =
+        ChatTemplate::from_text(model->chat_template(), model->path(), model->chat_template_key(), a.chat_template);
     ao.chat = [chat](const std::vector<std::pair<std::string, std::string>>& msgs, bool thinking) {
       std::vector<ChatMessage> m;
       for (const auto& [role, content] : msgs) m.push_back({role, content});

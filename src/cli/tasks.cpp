@@ -163,7 +163,7 @@ void add_tasks(CLI::App& root, std::vector<Command>& out) {
 
   auto e = std::make_shared<EvalArgs>();
   auto* ev = tasks->add_subcommand("eval", "Greedy full-cache accuracy of a model on generated tasks");
-  ev->add_option("-m,--model", e->model, "GGUF model")->required()->check(CLI::ExistingFile);
+  ev->add_option("-m,--model", e->model, model_help())->required()->check(CLI::ExistingPath);
   ev->add_option("-f,--file", e->input, "Task file (JSON lines) instead of generating")->check(CLI::ExistingFile);
   ev->add_option("--family", e->families, "Families, comma-separated")->capture_default_str();
   ev->add_option("--count", e->n, "Tasks per family")->check(int_range(1, limits::kProblems))->capture_default_str();

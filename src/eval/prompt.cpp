@@ -6,10 +6,6 @@
 #include "util/error.h"
 
 namespace kvevict {
-namespace {
-constexpr const char* kChatTemplateKey = "tokenizer.chat_template";
-}  // namespace
-
 TemplateChoice parse_template_choice(const std::string& name) {
   if (name == "auto") return TemplateChoice::Auto;
   if (name == "plain") return TemplateChoice::Plain;
@@ -30,20 +26,19 @@ PromptBuilder::PromptBuilder(const Model& model, const PromptOptions& opts,
     use(ChatTemplate::by_name(chat.chat_template));
     return;
   }
-  const GgufFile& g = model.gguf();
-  const std::string tmpl = g.has(kChatTemplateKey) ? g.get_string(kChatTemplateKey) : std::string();
+  const std::string& tmpl = model.chat_template();
   if (tmpl.find("[INST]") != std::string::npos) {
     template_ = "llama2";
     return;
   }
   if (tmpl.empty()) {
     if (opts.choice == TemplateChoice::Chat)
-      throw Error(fmt::format("{}: --template chat: the GGUF carries no chat template (pass --chat-template NAME: {})",
-                              g.path(), ChatTemplate::names()));
+      throw Error(fmt::format("{}: --template chat: the model has no {} (pass --chat-template NAME: {})", model.path(),
+                              model.chat_template_key(), ChatTemplate::names()));
     return;
   }
   try {
-    use(ChatTemplate::detect(tmpl, g.path()));
+    use(ChatTemplate::detect(tmpl, model.path()));
   } catch (const Error& e) {
     if (opts.choice == TemplateChoice::Chat) throw;
     if (warn) warn(fmt::format("{}; using the plain template", e.what()));

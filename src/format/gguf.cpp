@@ -5,13 +5,10 @@
 // a corrupt or hostile file yields a kvevict::Error, never an out-of-bounds read.
 #include "format/gguf.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -231,24 +228,9 @@ int64_t GgufTensor::n_elements() const {
 GgufFile GgufFile::open(const std::string& path) {
   GgufFile f;
   f.path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const int err = errno;
-    ::close(fd);
-    throw Error(path + ": cannot read: " + (S_ISREG(st.st_mode) ? std::strerror(err) : "not a regular file"));
-  }
-  f.size_ = static_cast<uint64_t>(st.st_size);
-  if (f.size_ > 0) {  // mmap rejects length 0; an empty file is reported as truncated by parse()
-    void* p = mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    const int err = errno;
-    ::close(fd);  // the mapping keeps its own reference to the file
-    if (p == MAP_FAILED) throw Error(path + ": cannot mmap: " + std::strerror(err));
-    f.base_ = static_cast<const uint8_t*>(p);
-  } else {
-    ::close(fd);
-  }
+  f.file_ = MappedFile::open(path);
+  f.base_ = f.file_.data();  // nullptr for an empty file, which parse() reports as truncated
+  f.size_ = f.file_.size();
   f.parse();  // on throw, f's destructor unmaps
   return f;
 }
@@ -389,8 +371,8 @@ GgufFile::GgufFile(GgufFile&& o) noexcept { *this = std::move(o); }
 
 GgufFile& GgufFile::operator=(GgufFile&& o) noexcept {
   if (this != &o) {
-    unmap();
     path_ = std::move(o.path_);
+    file_ = std::move(o.file_);
     base_ = std::exchange(o.base_, nullptr);
     size_ = std::exchange(o.size_, 0);
     version_ = o.version_;
@@ -403,12 +385,7 @@ GgufFile& GgufFile::operator=(GgufFile&& o) noexcept {
   return *this;
 }
 
-GgufFile::~GgufFile() { unmap(); }
-
-void GgufFile::unmap() {
-  if (base_ != nullptr) munmap(const_cast<uint8_t*>(base_), size_);
-  base_ = nullptr;
-}
+GgufFile::~GgufFile() = default;
 
 const GgufValue& GgufFile::get(const std::string& key) const {
   auto it = kv_.find(key);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "format/ggml_types.h"
+#include "util/mapped_file.h"
 
 namespace kvevict {
 
@@ -115,10 +116,10 @@ class GgufFile {
  private:
   GgufFile() = default;
   void parse();
-  void unmap();
 
   std::string path_;
-  const uint8_t* base_ = nullptr;
+  MappedFile file_;
+  const uint8_t* base_ = nullptr;  ///< file_'s bytes
   uint64_t size_ = 0;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;

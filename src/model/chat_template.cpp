@@ -119,11 +119,16 @@ ChatTemplate ChatTemplate::detect(const std::string& t, const std::string& where
 }
 
 ChatTemplate ChatTemplate::from_gguf(const GgufFile& gguf, const std::string& override_name) {
+  return from_text(gguf.has("tokenizer.chat_template") ? gguf.get_string("tokenizer.chat_template") : std::string(),
+                   gguf.path(), "tokenizer.chat_template", override_name);
+}
+
+ChatTemplate ChatTemplate::from_text(const std::string& template_text, const std::string& where, const std::string& key,
+                                     const std::string& override_name) {
   if (!override_name.empty()) return by_name(override_name);
-  if (!gguf.has("tokenizer.chat_template")) {
-    throw Error(gguf.path() + ": has no tokenizer.chat_template; pass --chat-template NAME (valid: " + names() + ")");
-  }
-  return detect(gguf.get_string("tokenizer.chat_template"), gguf.path());
+  if (template_text.empty())
+    throw Error(where + ": has no " + key + "; pass --chat-template NAME (valid: " + names() + ")");
+  return detect(template_text, where);
 }
 
 bool ChatTemplate::renders_bos() const {

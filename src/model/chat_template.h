@@ -51,6 +51,11 @@ class ChatTemplate {
   /// model has no template or its text matches no implemented family (the message lists the
   /// valid --chat-template names).
   static ChatTemplate from_gguf(const GgufFile& gguf, const std::string& override_name = "");
+  /// As from_gguf for a model's template text (Model::chat_template(); "" when it has none);
+  /// `where` and `key` (Model::path(), Model::chat_template_key()) name the model and the field
+  /// in errors.
+  static ChatTemplate from_text(const std::string& template_text, const std::string& where, const std::string& key,
+                                const std::string& override_name = "");
   /// Detects the family from template text; `where` prefixes errors (e.g. the file path).
   /// Throws kvevict::Error when no family matches.
   static ChatTemplate detect(const std::string& template_text, const std::string& where);

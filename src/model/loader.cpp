@@ -4,29 +4,45 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <map>
 #include <set>
 
 #include "kernels/x16.h"
+#include "model/load_common.h"
 #include "util/error.h"
 
 namespace kvevict {
 namespace {
 
 // Reads tensors by name and remembers which were read, so tensors the architecture does not
-// use are refused instead of silently ignored (llama.cpp refuses them too).
+// use are refused instead of silently ignored (llama.cpp refuses them too). Messages name each
+// tensor as stored: GGUF names and order (cols, rows) for GGUF files, the Hugging Face name and
+// row-major shape for safetensors.
 class TensorReader {
  public:
-  explicit TensorReader(const GgufFile& f) : f_(f) {}
+  // `where` names the model in "missing tensor" messages; `stored_name` maps an asked-for name
+  // to the name it would have in the files.
+  TensorReader(const std::vector<TensorEntry>& tensors, std::string where,
+               std::function<std::string(const std::string&)> stored_name)
+      : tensors_(tensors), where_(std::move(where)), stored_name_(std::move(stored_name)) {
+    for (size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
+  }
 
-  bool has(const std::string& name) const { return f_.find_tensor(name) != nullptr; }
+  bool has(const std::string& name) const { return index_.count(name) != 0; }
 
   WeightMatrix matrix(const std::string& name, int64_t rows, int64_t cols) {
-    const GgufTensor& t = get(name);
-    if (t.dims.size() != 2 || t.dims[0] != cols || t.dims[1] != rows)
-      throw Error(fmt::format("{}: tensor '{}' has shape [{}], expected [{}, {}] (GGUF order: cols, rows)", f_.path(),
-                              name, fmt::join(t.dims, ", "), cols, rows));
+    const TensorEntry& t = get(name);
+    if (t.dims.size() != 2 || t.dims[0] != cols || t.dims[1] != rows) {
+      if (t.row_major)
+        throw Error(fmt::format("{}: tensor '{}' has shape [{}], expected [{}, {}]", t.file, t.stored_name,
+                                fmt::join(t.dims.rbegin(), t.dims.rend(), ", "), rows, cols));
+      throw Error(fmt::format("{}: tensor '{}' has shape [{}], expected [{}, {}] (GGUF order: cols, rows)", t.file,
+                              t.stored_name, fmt::join(t.dims, ", "), cols, rows));
+    }
     WeightMatrix m;
-    m.type = t.ggml_type();
+    m.type = computable(t);
     m.data = t.data;
     m.rows = rows;
     m.cols = cols;
@@ -35,35 +51,51 @@ class TensorReader {
   }
 
   std::vector<float> vector_f32(const std::string& name, int64_t n) {
-    const GgufTensor& t = get(name);
-    if (t.n_elements() != n)
-      throw Error(fmt::format("{}: tensor '{}' has {} elements, expected {}", f_.path(), name, t.n_elements(), n));
+    const TensorEntry& t = get(name);
+    int64_t elems = 1;
+    for (const int64_t d : t.dims) elems *= d;
+    if (elems != n)
+      throw Error(fmt::format("{}: tensor '{}' has {} elements, expected {}", t.file, t.stored_name, elems, n));
     std::vector<float> out(static_cast<size_t>(n));
-    dequantize_row(t.ggml_type(), t.data, out.data(), n);
+    dequantize_row(computable(t), t.data, out.data(), n);
     return out;
   }
 
   /// Rows of `name` as given (for the vocabulary size).
   int64_t rows_of(const std::string& name) const {
-    const GgufTensor& t = f_.tensor(name);
-    if (t.dims.size() != 2) throw Error(fmt::format("{}: tensor '{}' is not 2-D", f_.path(), name));
+    const TensorEntry& t = find(name);
+    if (t.dims.size() != 2) throw Error(fmt::format("{}: tensor '{}' is not 2-D", t.file, t.stored_name));
     return t.dims[1];
   }
 
-  /// Throws naming the first tensor of the file that no read asked for.
+  /// Throws naming the first stored tensor that no read asked for.
   void check_all_used(const std::string& arch) const {
-    for (const GgufTensor& t : f_.tensors())
+    for (const TensorEntry& t : tensors_)
       if (!used_.count(t.name))
         throw Error(fmt::format("{}: tensor '{}' is not used by architecture '{}' (refused rather than ignored)",
-                                f_.path(), t.name, arch));
+                                t.file, t.stored_name, arch));
   }
 
  private:
-  const GgufTensor& get(const std::string& name) {
-    used_.insert(name);
-    return f_.tensor(name);
+  const TensorEntry& find(const std::string& name) const {
+    const auto it = index_.find(name);
+    if (it == index_.end()) throw Error(fmt::format("{}: missing tensor '{}'", where_, stored_name_(name)));
+    return tensors_[it->second];
   }
-  const GgufFile& f_;
+  const TensorEntry& get(const std::string& name) {
+    used_.insert(name);
+    return find(name);
+  }
+  static GgmlType computable(const TensorEntry& t) {
+    if (!t.type)
+      throw Error(fmt::format("{}: tensor '{}' has dtype {}; kvevict computes with F32, F16 and BF16 weights", t.file,
+                              t.stored_name, t.dtype));
+    return *t.type;
+  }
+  const std::vector<TensorEntry>& tensors_;
+  std::string where_;
+  std::function<std::string(const std::string&)> stored_name_;
+  std::map<std::string, size_t> index_;
   std::set<std::string> used_;
 };
 
@@ -126,13 +158,13 @@ int positive(const GgufFile& f, const std::string& key) {
 }  // namespace
 
 const Tokenizer& Model::tokenizer() const {
-  if (!tokenizer_) throw Error(fmt::format("{}: model was loaded without its tokenizer", file_.path()));
+  if (!tokenizer_) throw Error(fmt::format("{}: model was loaded without its tokenizer", path_));
   return *tokenizer_;
 }
 
 // Shape keys of `<arch>.*` and the keys that change the computation in ways not implemented.
 void Model::read_config() {
-  const GgufFile& f = file_;
+  const GgufFile& f = *gguf_;
   const std::string& path = f.path();
   ModelConfig& c = config_;
   arch_ = &arch_info(f.get_string("general.architecture"), path);
@@ -192,7 +224,7 @@ void Model::read_config() {
 // scaling types that are not implemented, naming the key. Factor tensors (rope_freqs, LongRoPE)
 // are read in load() through the TensorReader.
 void Model::read_rope() {
-  const GgufFile& f = file_;
+  const GgufFile& f = *gguf_;
   const std::string& path = f.path();
   ModelConfig& c = config_;
   const std::string a = c.arch + ".";
@@ -270,78 +302,154 @@ void read_longrope(const GgufFile& f, TensorReader& tr, const ArchInfo& arch, co
         fmt::format("{}: {}rope.scaling.factor = {} (linear scaling) together with LongRoPE factor tensors "
                     "is not supported",
                     path, a, 1.0 / c.rope.freq_scale));
-  if (options.context_size < 0)
-    throw Error(fmt::format("{}: context size {} must be >= 0 (0: the file's {}context_length {})", path,
-                            options.context_size, a, c.context_length));
   LongRopeInfo& lr = c.longrope;
   lr.short_factors = read_factor_set(tr, path, kShort, c.rope.n_rot);
   lr.long_factors = read_factor_set(tr, path, kLong, c.rope.n_rot);
-  lr.original_context = f.has(a + "rope.scaling.original_context_length")
-      ? positive(f, a + "rope.scaling.original_context_length")
-      : c.context_length;  // llama.cpp: n_ctx_orig_yarn defaults to n_ctx_train
-  lr.context_size = options.context_size > 0 ? options.context_size : c.context_length;
-  // llama.cpp get_rope_factors: long iff n_ctx_per_seq > n_ctx_orig_yarn.
-  lr.use_long = lr.context_size > lr.original_context;
-  c.rope.freq_factors = lr.use_long ? lr.long_factors : lr.short_factors;
   const bool orig_key = f.has(a + "rope.scaling.original_context_length");
-  note = fmt::format(
-      "{}: LongRoPE: context size {}{} {} original context {} ({}): using the {} factors ({}), "
-      "attention factor {:.6g}",
-      path, lr.context_size, options.context_size > 0 ? "" : fmt::format(" ({}context_length)", a),
-      lr.use_long ? ">" : "<=", lr.original_context,
-      orig_key ? a + "rope.scaling.original_context_length" : a + "context_length", lr.use_long ? "long" : "short",
-      lr.use_long ? kLong : kShort, c.rope.attn_factor);
+  lr.original_context = orig_key ? positive(f, a + "rope.scaling.original_context_length")
+                                 : c.context_length;  // llama.cpp: n_ctx_orig_yarn defaults to n_ctx_train
+  choose_longrope(c, options, path, a + "context_length",
+                  orig_key ? a + "rope.scaling.original_context_length" : a + "context_length", kShort, kLong, note);
+}
+
+// The weights every family shares the reading of: embedding, output, norms, blocks; then every
+// stored tensor must have been used.
+struct Weights {
+  std::vector<LayerWeights> layers;
+  WeightMatrix token_embd, output;
+  std::vector<float> output_norm;
+};
+Weights read_weights(TensorReader& tr, const ModelConfig& c, const ArchInfo& arch) {
+  Weights w;
+  w.token_embd = tr.matrix(tensor_name::kTokenEmbd, c.n_vocab, c.dim);
+  w.output_norm = tr.vector_f32(tensor_name::kOutputNorm, c.dim);
+  w.output = tr.has(tensor_name::kOutput) ? tr.matrix(tensor_name::kOutput, c.n_vocab, c.dim) : w.token_embd;
+  for (int l = 0; l < c.n_layers; ++l) w.layers.push_back(load_layer(tr, c, arch, l));
+  tr.check_all_used(c.arch);
+  return w;
+}
+
+// The GGUF file's tensors as loader entries (names, order and types as stored).
+std::vector<TensorEntry> gguf_entries(const GgufFile& f) {
+  std::vector<TensorEntry> out;
+  out.reserve(f.tensors().size());
+  for (const GgufTensor& t : f.tensors()) {
+    TensorEntry e;
+    e.name = e.stored_name = t.name;
+    e.file = f.path();
+    e.dims = t.dims;
+    e.dtype = ggml_type_name(t.type);
+    e.type = t.ggml_type();
+    e.data = t.data;
+    e.n_bytes = t.n_bytes;
+    out.push_back(std::move(e));
+  }
+  return out;
 }
 
 }  // namespace
 
-std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& options) {
-  std::unique_ptr<Model> m(new Model(GgufFile::open(path)));
-  const GgufFile& f = m->file_;
-  m->read_config();
-  m->read_rope();
-  ModelConfig& c = m->config_;
-  const ArchInfo& arch = *m->arch_;
-  TensorReader tr(f);
-  if (tr.has(tensor_name::kRopeFreqs)) {
-    if (!arch.rope_freqs)
-      throw Error(fmt::format("{}: tensor '{}' is not used by architecture '{}' (refused rather than ignored)", path,
-                              tensor_name::kRopeFreqs, c.arch));
-    c.rope.freq_factors = tr.vector_f32(tensor_name::kRopeFreqs, c.rope.n_rot / 2);
-    for (float v : c.rope.freq_factors)
-      if (!(std::isfinite(v) && v > 0.0f))
-        throw Error(fmt::format("{}: tensor '{}' holds {}; frequency factors must be finite and > 0", path,
-                                tensor_name::kRopeFreqs, v));
-  }
-  read_longrope(f, tr, arch, options, c, m->rope_note_);
+void choose_longrope(ModelConfig& c, const LoadOptions& options, const std::string& path,
+                     const std::string& context_key, const std::string& original_key, const std::string& short_source,
+                     const std::string& long_source, std::string& note) {
+  if (options.context_size < 0)
+    throw Error(fmt::format("{}: context size {} must be >= 0 (0: the file's {} {})", path, options.context_size,
+                            context_key, c.context_length));
+  LongRopeInfo& lr = c.longrope;
+  lr.context_size = options.context_size > 0 ? options.context_size : c.context_length;
+  // llama.cpp get_rope_factors: long iff n_ctx_per_seq > n_ctx_orig_yarn.
+  lr.use_long = lr.context_size > lr.original_context;
+  c.rope.freq_factors = lr.use_long ? lr.long_factors : lr.short_factors;
+  note = fmt::format(
+      "{}: LongRoPE: context size {}{} {} original context {} ({}): using the {} factors ({}), "
+      "attention factor {:.6g}",
+      path, lr.context_size, options.context_size > 0 ? "" : fmt::format(" ({})", context_key),
+      lr.use_long ? ">" : "<=", lr.original_context, original_key, lr.use_long ? "long" : "short",
+      lr.use_long ? long_source : short_source, c.rope.attn_factor);
+}
 
-  c.n_vocab = static_cast<int>(tr.rows_of(tensor_name::kTokenEmbd));
+const GgufFile& Model::gguf() const {
+  if (!gguf_) throw Error(fmt::format("{}: is a checkpoint directory, not a GGUF file", path_));
+  return *gguf_;
+}
+
+std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& options) {
+  std::unique_ptr<Model> m(new Model());
+  m->path_ = path;
+  ModelConfig& c = m->config_;
+  std::vector<TensorEntry> entries;
+  std::function<std::string(const std::string&)> stored_name = [](const std::string& n) { return n; };
+  const bool dir = std::filesystem::is_directory(path);
+  if (dir) {
+    HfCheckpoint ck = read_hf_checkpoint(path, options);
+    c = std::move(ck.config);
+    m->arch_ = ck.arch;
+    m->warnings_ = std::move(ck.warnings);
+    m->rope_note_ = std::move(ck.rope_note);
+    m->chat_template_ = std::move(ck.chat_template);
+    m->safetensors_ = std::move(ck.files);  // the mappings move with their files: data pointers stay valid
+    m->copies_ = std::move(ck.copies);
+    entries = std::move(ck.tensors);
+    const ArchInfo* arch = m->arch_;
+    stored_name = [arch](const std::string& n) { return hf_tensor_name(n, *arch); };
+  } else {
+    m->gguf_ = std::make_unique<GgufFile>(GgufFile::open(path));
+    m->read_config();
+    m->read_rope();
+    entries = gguf_entries(*m->gguf_);
+    if (m->gguf_->has("tokenizer.chat_template")) m->chat_template_ = m->gguf_->get_string("tokenizer.chat_template");
+  }
+  const ArchInfo& arch = *m->arch_;
+  TensorReader tr(entries, path, stored_name);
+  if (!dir) {
+    const GgufFile& f = *m->gguf_;
+    if (tr.has(tensor_name::kRopeFreqs)) {
+      if (!arch.rope_freqs)
+        throw Error(fmt::format("{}: tensor '{}' is not used by architecture '{}' (refused rather than ignored)", path,
+                                tensor_name::kRopeFreqs, c.arch));
+      c.rope.freq_factors = tr.vector_f32(tensor_name::kRopeFreqs, c.rope.n_rot / 2);
+      for (float v : c.rope.freq_factors)
+        if (!(std::isfinite(v) && v > 0.0f))
+          throw Error(fmt::format("{}: tensor '{}' holds {}; frequency factors must be finite and > 0", path,
+                                  tensor_name::kRopeFreqs, v));
+    }
+    read_longrope(f, tr, arch, options, c, m->rope_note_);
+  }
+
+  const int64_t rows = tr.rows_of(tensor_name::kTokenEmbd);
+  if (dir && rows != c.n_vocab)
+    throw Error(fmt::format("{}/config.json: vocab_size = {} but '{}' has {} rows", path, c.n_vocab,
+                            hf_tensor_name(tensor_name::kTokenEmbd, arch), rows));
+  c.n_vocab = static_cast<int>(rows);
   if (options.tokenizer) {
-    m->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(f));
+    m->tokenizer_ =
+        std::make_unique<Tokenizer>(dir ? Tokenizer::from_hf(path, c.n_vocab) : Tokenizer::from_gguf(*m->gguf_));
     if (m->tokenizer_->n_vocab() != c.n_vocab)
       throw Error(fmt::format("{}: the vocabulary has {} tokens but '{}' has {} rows", path, m->tokenizer_->n_vocab(),
                               tensor_name::kTokenEmbd, c.n_vocab));
   }
 
-  m->token_embd_ = tr.matrix(tensor_name::kTokenEmbd, c.n_vocab, c.dim);
-  m->output_norm_ = tr.vector_f32(tensor_name::kOutputNorm, c.dim);
-  m->output_ = tr.has(tensor_name::kOutput) ? tr.matrix(tensor_name::kOutput, c.n_vocab, c.dim) : m->token_embd_;
-
-  for (int l = 0; l < c.n_layers; ++l) m->layers_.push_back(load_layer(tr, c, arch, l));
-  tr.check_all_used(c.arch);
-  // The matmul kernels read quantised weights row-interleaved: one copy per matrix, made once.
+  Weights w = read_weights(tr, c, arch);
+  m->layers_ = std::move(w.layers);
+  m->token_embd_ = w.token_embd;
+  m->output_ = w.output;
+  m->output_norm_ = std::move(w.output_norm);
+  // The matmul kernels read quantised weights row-interleaved: one copy per matrix, made once
+  // (float weights, e.g. those of checkpoint directories, have none).
   std::vector<WeightMatrix*> matmuls = {&m->output_};
   for (LayerWeights& L : m->layers_)
-    for (WeightMatrix* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) matmuls.push_back(w);
-  // Their rows in the mapping are read again only for token embeddings (and by tests): each
+    for (WeightMatrix* mat : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) matmuls.push_back(mat);
+  // Their rows in a GGUF mapping are read again only for token embeddings (and by tests): each
   // matrix's pages go back to the kernel once it is copied, so the file is not resident twice.
-  x16_attach(matmuls, m->x16_, 0,
-             [&f](const WeightMatrix& w) { f.release(w.data, static_cast<uint64_t>(w.rows * w.row_bytes)); });
+  const GgufFile* gguf = m->gguf_.get();
+  x16_attach(matmuls, m->x16_, 0, [gguf](const WeightMatrix& mat) {
+    if (gguf) gguf->release(mat.data, static_cast<uint64_t>(mat.rows * mat.row_bytes));
+  });
   int64_t bytes = 0;
-  for (const GgufTensor& t : f.tensors()) bytes += t.n_bytes;
+  for (const TensorEntry& t : entries) bytes += t.n_bytes;
   m->weight_bytes_ = bytes;
   if (options.print_warnings) {
-    for (const std::string& w : m->warnings_) std::fprintf(stderr, "kvevict: warning: %s\n", w.c_str());
+    for (const std::string& wn : m->warnings_) std::fprintf(stderr, "kvevict: warning: %s\n", wn.c_str());
     if (!m->rope_note_.empty()) std::fprintf(stderr, "kvevict: %s\n", m->rope_note_.c_str());
   }
   return m;

@@ -1,11 +1,15 @@
-// A decoder-only model loaded from GGUF — any family of model/arch.h (llama, qwen2, qwen3, phi3):
-// hyper-parameters, weights (in place in the mapping, plus a row-interleaved copy of each matmul
-// weight for the integer kernels: kernels/x16.h) and the tokenizer. Immutable after load,
-// so one model serves any number of sequences. The family is ModelConfig::arch.
+// A decoder-only model loaded from a GGUF file or a Hugging Face checkpoint directory — any family
+// of model/arch.h (llama, qwen2, qwen3, phi3): hyper-parameters, weights (in place in the file
+// mappings, plus a row-interleaved copy of each quantised matmul weight for the integer kernels:
+// kernels/x16.h) and the tokenizer. Immutable after load, so one model serves any number of
+// sequences. The family is ModelConfig::arch.
 //
 // Source: llama.cpp's GGUF naming (keys `<arch>.*`, tensors `token_embd`,
 // `blk.N.attn_{norm,q,k,v,qkv,q_norm,k_norm,output}`, `blk.N.ffn_{norm,gate,up,down}`,
-// `output_norm`, optional `output` — tied to `token_embd` when absent, optional `rope_freqs`).
+// `output_norm`, optional `output` — tied to `token_embd` when absent, optional `rope_freqs`);
+// for directories, Hugging Face transformers' config.json fields and parameter names of
+// LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM / Phi3ForCausalLM, mapped onto the
+// same names (model/hf_checkpoint.cpp).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +18,7 @@
 #include <vector>
 
 #include "format/gguf.h"
+#include "format/safetensors.h"
 #include "kernels/matmul.h"
 #include "kernels/rope.h"
 #include "model/arch.h"
@@ -42,7 +47,7 @@ struct LongRopeInfo {
 
 /// Hyper-parameters of a model (any supported architecture).
 struct ModelConfig {
-  std::string arch = "llama";                              ///< `general.architecture`
+  std::string arch = "llama";                              ///< `general.architecture` (config.json: its family)
   int n_vocab = 0;                                         ///< tokens
   int dim = 0;                                             ///< model width (embedding_length)
   int n_layers = 0;                                        ///< block_count
@@ -50,7 +55,7 @@ struct ModelConfig {
   int n_kv_heads = 0;                                      ///< key/value heads (GQA: n_heads % n_kv_heads == 0)
   int head_dim = 0;                                        ///< `<arch>.attention.key_length`, else dim / n_heads
   int hidden_dim = 0;                                      ///< SwiGLU width (feed_forward_length)
-  int context_length = 0;                                  ///< trained context as stated in the GGUF (tokens)
+  int context_length = 0;                                  ///< trained context as the file states it (tokens)
   float rms_eps = 1e-5f;                                   ///< RMSNorm epsilon
   float rope_theta = 10000.0f;                             ///< RoPE base frequency (also rope.theta)
   RopeConfig rope;                                         ///< full RoPE description (style, n_rot, factors, scaling)
@@ -93,10 +98,14 @@ struct LoadOptions {
   int64_t context_size = 0;
 };
 
-/// A loaded model. Keeps the GGUF mapping alive; weights point into it.
+/// A loaded model. Keeps the file mappings alive; weights point into them.
 class Model {
  public:
-  /// Loads `path`. Throws kvevict::Error (naming file and key/tensor) when the file is not GGUF,
+  /// Loads `path`: a GGUF file, or a Hugging Face checkpoint directory (config.json, *.safetensors
+  /// with F32/F16/BF16 weights — one file or shards named by model.safetensors.index.json —
+  /// tokenizer.json and optionally tokenizer_config.json / generation_config.json /
+  /// chat_template.jinja). Throws kvevict::Error (naming file and key/tensor) when the file is not
+  /// GGUF,
   /// `general.architecture` is not supported (model/arch.h), a required key or tensor is
   /// missing, a tensor has the wrong shape, head counts or head_dim are inconsistent, or the file
   /// asks for a computation that is not implemented (rope scaling yarn, sliding window outside
@@ -104,7 +113,12 @@ class Model {
   /// without the other, a set of other than n_rot / 2 entries, a factor that is not finite and
   /// > 0, `rope.scaling.attn_factor` not finite and > 0, `rope.scaling.type = longrope` without
   /// factor tensors, LongRoPE combined with a linear `rope.scaling.factor`), naming the tensor or
-  /// key. A negative options.context_size is refused too.
+  /// key. A negative options.context_size is refused too. For a directory the same rules apply to
+  /// config.json's fields (architectures / model_type, hidden_act, rope_scaling, sliding_window,
+  /// attention_bias, mlp_bias, tie_word_embeddings against the stored tensors, expert and
+  /// quantization keys, ...) and to its tensors (every stored tensor must be used; dtypes other
+  /// than F32/F16/BF16 are refused), and to the safetensors files themselves
+  /// (format/safetensors.h); model/hf_checkpoint.cpp lists them.
   static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
@@ -117,7 +131,20 @@ class Model {
   /// One line saying which LongRoPE set is in use and why (context sizes, attention factor);
   /// empty for files without LongRoPE. Printed at load with print_warnings.
   const std::string& rope_note() const { return rope_note_; }
-  const GgufFile& gguf() const { return file_; }
+  /// The GGUF file the model was loaded from. Throws kvevict::Error when it came from a
+  /// checkpoint directory (is_gguf() false).
+  const GgufFile& gguf() const;
+  bool is_gguf() const { return gguf_ != nullptr; }
+  /// The path given to load() (file or directory).
+  const std::string& path() const { return path_; }
+  /// The chat template's Jinja text (`tokenizer.chat_template`; for a directory
+  /// chat_template.jinja, else tokenizer_config.json's `chat_template`), or "" when there is none.
+  const std::string& chat_template() const { return chat_template_; }
+  /// Where the chat template is read from, for messages: "tokenizer.chat_template" (GGUF) or
+  /// "chat_template (tokenizer_config.json / chat_template.jinja)".
+  std::string chat_template_key() const {
+    return gguf_ ? "tokenizer.chat_template" : "chat_template (tokenizer_config.json / chat_template.jinja)";
+  }
   const std::vector<LayerWeights>& layers() const { return layers_; }
   const WeightMatrix& token_embedding() const { return token_embd_; }     ///< [n_vocab, dim]
   const WeightMatrix& output() const { return output_; }                  ///< [n_vocab, dim]
@@ -128,10 +155,13 @@ class Model {
   GgmlType weight_type() const { return layers_.empty() ? GgmlType::F32 : layers_[0].wq.type; }
 
  private:
-  explicit Model(GgufFile f) : file_(std::move(f)) {}
+  Model() = default;
   void read_config();
   void read_rope();
-  GgufFile file_;
+  std::string path_, chat_template_;
+  std::unique_ptr<GgufFile> gguf_;
+  std::vector<SafetensorsFile> safetensors_;
+  std::vector<std::vector<uint64_t>> copies_;  ///< aligned copies of misaligned safetensors data
   ModelConfig config_;
   const ArchInfo* arch_ = nullptr;
   std::vector<std::string> warnings_;

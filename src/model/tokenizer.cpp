@@ -11,6 +11,7 @@
 #include "format/gguf.h"
 #include "model/arch.h"
 #include "model/tokenizer/bpe.h"
+#include "model/tokenizer/hf.h"
 #include "model/tokenizer/spm.h"
 #include "util/error.h"
 #include "util/utf8.h"
@@ -43,20 +44,7 @@ std::string byte_piece(unsigned b) {
 }
 
 // Replaces every U+2581 with a space.
-std::string unescape_spaces(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  size_t pos = 0;
-  while (true) {
-    const size_t hit = s.find(kSpaceMark, pos);
-    if (hit == std::string_view::npos) break;
-    out.append(s, pos, hit - pos);
-    out.push_back(' ');
-    pos = hit + kSpaceMark.size();
-  }
-  out.append(s, pos);
-  return out;
-}
+std::string unescape_spaces(std::string_view s) { return tok::replace_all(s, kSpaceMark, " "); }
 
 std::string type_name(const GgufValue& v) { return gguf_value_type_name(v.type); }
 
@@ -367,6 +355,27 @@ void Tokenizer::encode_fragment(std::string_view text, bool after_special, std::
 }
 
 std::vector<int32_t> Tokenizer::encode(const std::string& text, bool add_special, bool parse_special) const {
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 2);
+  if (add_special && add_bos_) {
+    if (bos_id_ < 0) throw Error("Tokenizer: BOS requested but the vocabulary has no BOS token");
+    out.push_back(bos_id_);
+  }
+  if (hf_) {
+    hf_->encode(text, parse_special, index_, out);
+  } else {
+    encode_llama(text, parse_special, out);
+  }
+  if (add_special && add_eos_) {
+    if (eos_id_ < 0) throw Error("Tokenizer: EOS requested but the vocabulary has no EOS token");
+    out.push_back(eos_id_);
+  }
+  return out;
+}
+
+// llama.cpp's tokenize for GGUF vocabularies: special tokens cut out longest first, then each
+// fragment through the SPM or BPE merger.
+void Tokenizer::encode_llama(const std::string& text, bool parse_special, std::vector<int32_t>& out) const {
   // Fragments of the text: a special token (id >= 0) or a raw span [off, off + len).
   struct Fragment {
     int32_t id;
@@ -407,12 +416,6 @@ std::vector<int32_t> Tokenizer::encode(const std::string& text, bool add_special
     if (changed) frags.swap(next);
   }
 
-  std::vector<int32_t> out;
-  out.reserve(text.size() / 3 + 2);
-  if (add_special && add_bos_) {
-    if (bos_id_ < 0) throw Error("Tokenizer: BOS requested but the vocabulary has no BOS token");
-    out.push_back(bos_id_);
-  }
   bool after_special = true;  // SPM prefixes a space to the first fragment too
   for (const Fragment& f : frags) {
     if (f.id >= 0) {
@@ -423,11 +426,6 @@ std::vector<int32_t> Tokenizer::encode(const std::string& text, bool add_special
       after_special = false;
     }
   }
-  if (add_special && add_eos_) {
-    if (eos_id_ < 0) throw Error("Tokenizer: EOS requested but the vocabulary has no EOS token");
-    out.push_back(eos_id_);
-  }
-  return out;
 }
 
 std::vector<int32_t> Tokenizer::encode(const std::string& text, bool add_bos) const {

@@ -14,6 +14,9 @@
 //    (tokenizer/bpe.h);
 //  * add_special prepends BOS / appends EOS when the model's add_bos / add_eos say so
 //    (defaults: SPM add_bos; BPE only for the llama-bpe pre-tokenizer; metadata keys win).
+// Or built from a Hugging Face checkpoint's tokenizer.json (from_hf): then encoding follows the
+// `tokenizers` library instead (tokenizer/hf.h), with the same parse_special meaning (special
+// added tokens are matched only with it) and the same ids, types and decoding afterwards.
 #pragma once
 
 #include <cstddef>
@@ -31,7 +34,8 @@ class GgufFile;
 
 namespace tok {
 class BpeModel;
-}
+class HfPipeline;
+}  // namespace tok
 
 /// Token type ids (GGUF `tokenizer.ggml.token_type`).
 enum class TokenType : int32_t { NORMAL = 1, UNKNOWN = 2, CONTROL = 3, USER_DEFINED = 4, UNUSED = 5, BYTE = 6 };
@@ -50,6 +54,23 @@ class Tokenizer {
   /// token_type (inferred), bos/eos/unknown ids (SPM 1/2/0, BPE 11/11/none; out-of-range ids
   /// are errors), eot/eom ids, add_bos_token, add_eos_token, add_space_prefix (SPM: true).
   static Tokenizer from_gguf(const GgufFile& gguf);
+
+  /// Reads the tokenizer of a Hugging Face checkpoint directory: `dir`/tokenizer.json (the
+  /// `tokenizers` format: vocabulary, merges, added tokens, normalizer, pre-tokenizer, decoder,
+  /// post-processor; tokenizer/hf.h says what is implemented) and, when present,
+  /// tokenizer_config.json (`bos_token`, `eos_token`, `add_bos_token`, `add_eos_token`),
+  /// generation_config.json and config.json (`eos_token_id`: every id listed ends generation;
+  /// `bos_token_id`). BOS/EOS are added as the post-processor's TemplateProcessing says, unless
+  /// tokenizer_config.json sets add_bos_token / add_eos_token (transformers' Llama tokenizers
+  /// rebuild the post-processor from those flags). Token types: special added tokens CONTROL,
+  /// other added tokens USER_DEFINED, the unk token UNKNOWN, `<0xNN>` pieces BYTE when the model
+  /// has byte_fallback. `n_vocab_rows` > 0 pads the vocabulary to that many ids with UNUSED
+  /// `[PAD<id>]` entries (ids the embedding has but the tokenizer never produces, as
+  /// convert_hf_to_gguf.py does). Throws kvevict::Error naming the file and field when a file is
+  /// missing (tokenizer.json) or malformed, an id is duplicated or beyond n_vocab_rows, a special
+  /// token named in tokenizer_config.json is not in the vocabulary, or the pipeline uses
+  /// something not implemented.
+  static Tokenizer from_hf(const std::string& dir, int64_t n_vocab_rows = 0);
 
   /// Builds a SentencePiece tokenizer directly (tests, synthetic models). `types` may be empty
   /// (all NORMAL, except `<0xNN>` pieces which become BYTE, BOS/EOS which become CONTROL and
@@ -103,9 +124,10 @@ class Tokenizer {
   bool add_bos() const { return add_bos_; }
   /// Whether encode(..., add_special=true, ...) appends EOS (`tokenizer.ggml.add_eos_token`).
   bool add_eos() const { return add_eos_; }
-  /// SPM or BPE.
+  /// SPM (SentencePiece-style pieces: U+2581 spaces, `<0xNN>` bytes; also tokenizer.json
+  /// character-level BPE) or BPE (byte-level).
   Kind kind() const { return kind_; }
-  /// `tokenizer.ggml.pre` of a BPE vocabulary ("" for SPM).
+  /// `tokenizer.ggml.pre` of a BPE vocabulary ("" for SPM and for tokenizer.json vocabularies).
   const std::string& pre() const { return pre_; }
   /// Raw vocabulary entry (with U+2581, `<0xNN>` or GPT-2 byte characters as stored).
   const std::string& raw_piece(int32_t id) const { return pieces_.at(static_cast<size_t>(id)); }
@@ -118,6 +140,7 @@ class Tokenizer {
   void find_eog(int32_t eot_id, int32_t eom_id);
   void build_special_cache(bool rstrip_specials);
   void encode_fragment(std::string_view text, bool after_special, std::vector<int32_t>& out) const;
+  void encode_llama(const std::string& text, bool parse_special, std::vector<int32_t>& out) const;
 
   Kind kind_ = Kind::SPM;
   std::string pre_;
@@ -128,8 +151,9 @@ class Tokenizer {
   std::vector<std::string> decoded_;  ///< piece(id, false) precomputed, so decode() only appends
   int32_t byte_ids_[256] = {};        ///< SPM: token for a raw byte in the byte fallback (`<0xNN>`, else unk/-1)
   std::shared_ptr<const tok::BpeModel> bpe_;
-  std::vector<int32_t> specials_;  ///< CONTROL/USER_DEFINED/UNKNOWN ids, longest text first
-  std::vector<uint8_t> rstrip_;    ///< per id: drop whitespace after this special token
+  std::shared_ptr<const tok::HfPipeline> hf_;  ///< tokenizer.json pipeline (from_hf), else null
+  std::vector<int32_t> specials_;              ///< CONTROL/USER_DEFINED/UNKNOWN ids, longest text first
+  std::vector<uint8_t> rstrip_;                ///< per id: drop whitespace after this special token
   std::vector<int32_t> eog_;
   int32_t bos_id_ = -1, eos_id_ = -1, unk_id_ = -1;
   bool add_space_prefix_ = false, add_bos_ = true, add_eos_ = false;

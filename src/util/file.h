@@ -11,9 +11,9 @@ namespace kvevict {
 /// A regular file is checked by its size before anything is read; anything else that can be
 /// opened (a pipe, `<(cmd)`, a character device such as /dev/zero) is read up to max_bytes + 1
 /// bytes and refused when that much arrives. `option` names the command-line option the path came
-/// from (e.g. "-f"); it leads every message. Throws kvevict::Error, one line naming the option and
-/// path: "cannot open", "is a directory", "read error", or the size (bytes, when known) and the
-/// limit (bytes).
+/// from (e.g. "-f"); it leads every message (empty: messages start with the path). Throws
+/// kvevict::Error, one line naming the option and path: "cannot open", "is a directory", "read
+/// error", or the size (bytes, when known) and the limit (bytes).
 std::string read_file_limited(const std::string& path, int64_t max_bytes, const std::string& option);
 
 }  // namespace kvevict

@@ -1,9 +1,6 @@
 // Byte-level BPE (see bpe.h).
 #include "model/tokenizer/bpe.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <limits>
@@ -145,24 +142,11 @@ std::string unicode_to_bytes(std::string_view piece) {
 }
 
 BpeModel::BpeModel(const PieceIndex& index, const std::vector<std::string>& merges, BpePre pre, bool ignore_merges,
-                   const std::string& where)
-    : ignore_merges_(ignore_merges) {
-  int err = 0;
-  PCRE2_SIZE err_off = 0;
-  const char* pattern = pre_regex(pre);
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED,
-                                   PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &err_off, nullptr);
-  if (code == nullptr) {
-    PCRE2_UCHAR msg[256];
-    pcre2_get_error_message(err, msg, sizeof msg);
-    throw Error(where + ": pre-tokenizer regex does not compile at offset " + std::to_string(err_off) + ": " +
-                reinterpret_cast<const char*>(msg));
-  }
-  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // best effort: without JIT the interpreter runs
-  code_ = std::shared_ptr<void>(code, [](void* p) { pcre2_code_free(static_cast<pcre2_code*>(p)); });
-
+                   const std::string& where) {
+  opt_.ignore_merges = ignore_merges;
+  regex_.emplace(pre_regex(pre), where);
   for (unsigned b = 0; b < 256; ++b) byte_ids_[b] = find_piece(index, alphabet().text[b]);
-
+  fallback_ids_.fill(-1);
   ranks_.reserve(merges.size());
   std::string joined;
   for (size_t i = 0; i < merges.size(); ++i) {
@@ -175,60 +159,117 @@ BpeModel::BpeModel(const PieceIndex& index, const std::vector<std::string>& merg
                   "' has no space separating its two parts");
     }
     if (i > static_cast<size_t>(std::numeric_limits<int32_t>::max())) break;
-    const std::string_view l = std::string_view(m).substr(0, sp), r = std::string_view(m).substr(sp + 1);
-    const int32_t lid = find_piece(index, l), rid = find_piece(index, r);
-    joined.assign(l);
-    joined.append(r);
-    const int32_t res = find_piece(index, joined);
-    if (lid < 0 || rid < 0 || res < 0) continue;
-    ranks_.try_emplace(pair_key(lid, rid), Merge{static_cast<int32_t>(i), res});  // first rank wins
+    add_merge(index, std::string_view(m).substr(0, sp), std::string_view(m).substr(sp + 1), i, joined);
   }
+}
+
+BpeModel::BpeModel(const PieceIndex& index, const std::vector<std::pair<std::string, std::string>>& merges,
+                   const BpeOptions& options, const std::string& where)
+    : opt_(options) {
+  for (unsigned b = 0; b < 256; ++b) {
+    byte_ids_[b] = opt_.byte_level ? find_piece(index, alphabet().text[b]) : -1;
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    const std::string piece{'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>'};
+    fallback_ids_[b] = !opt_.byte_level && opt_.byte_fallback ? find_piece(index, piece) : -1;
+  }
+  if (merges.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
+    throw Error(where + ": " + std::to_string(merges.size()) + " merges exceed the int32 rank range");
+  ranks_.reserve(merges.size());
+  std::string joined;
+  for (size_t i = 0; i < merges.size(); ++i) {
+    if (!add_merge(index, merges[i].first, merges[i].second, i, joined) && opt_.strict_merges)
+      throw Error(where + ": merge #" + std::to_string(i) + " ('" + merges[i].first + "', '" + merges[i].second +
+                  "') uses or makes a piece that is not in the vocabulary");
+  }
+}
+
+bool BpeModel::add_merge(const PieceIndex& index, std::string_view l, std::string_view r, size_t rank,
+                         std::string& joined) {
+  const int32_t lid = find_piece(index, l), rid = find_piece(index, r);
+  joined.assign(l);
+  joined.append(r);
+  const int32_t res = find_piece(index, joined);
+  if (lid < 0 || rid < 0 || res < 0) return false;
+  const Merge m{static_cast<int32_t>(rank), res};
+  if (opt_.last_duplicate_wins) {
+    ranks_.insert_or_assign(pair_key(lid, rid), m);
+  } else {
+    ranks_.try_emplace(pair_key(lid, rid), m);  // first rank wins
+  }
+  return true;
 }
 
 void BpeModel::tokenize(std::string_view text, const PieceIndex& index, std::vector<int32_t>& out) const {
-  std::string mapped;
-  for (const std::string_view word : pre_tokenize(text)) tokenize_word(word, index, mapped, out);
+  for (const std::string_view word : pre_tokenize(text)) tokenize_word(word, index, out);
 }
 
 std::vector<std::string_view> BpeModel::pre_tokenize(std::string_view text) const {
-  std::vector<std::string_view> words;
-  auto* code = static_cast<pcre2_code*>(code_.get());
-  std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> md(pcre2_match_data_create_from_pattern(code, nullptr),
-                                                                    pcre2_match_data_free);
-  if (!md) throw Error("Tokenizer: out of memory for regex match data");
-  const auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  size_t pos = 0;
-  while (pos < text.size()) {
-    int rc = pcre2_match(code, subject, text.size(), pos, 0, md.get(), nullptr);
-    // A very long whitespace run can exhaust the JIT stack; the interpreter uses the heap.
-    if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
-      rc = pcre2_match(code, subject, text.size(), pos, PCRE2_NO_JIT, md.get(), nullptr);
-    if (rc == PCRE2_ERROR_NOMATCH) {
-      words.push_back(text.substr(pos));  // bytes no alternative covers (invalid UTF-8)
-      break;
-    }
-    if (rc < 0) {
-      PCRE2_UCHAR msg[256];
-      pcre2_get_error_message(rc, msg, sizeof msg);
-      throw Error("Tokenizer: pre-tokenizer regex failed at byte " + std::to_string(pos) + ": " +
-                  reinterpret_cast<const char*>(msg));
-    }
-    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
-    size_t s = ov[0], e = ov[1];
-    if (s > pos) words.push_back(text.substr(pos, s - pos));
-    if (e == s) e = s + 1;  // no alternative matches empty text; guard against a stall anyway
-    if (s < text.size()) words.push_back(text.substr(s, std::min(e, text.size()) - s));
-    pos = e;
-  }
-  return words;
+  if (!regex_) throw Error("Tokenizer: this BPE model has no pre-tokenizer regex");
+  return regex_->split(text);
 }
 
-void BpeModel::tokenize_word(std::string_view word, const PieceIndex& index, std::string& mapped,
-                             std::vector<int32_t>& out) const {
+namespace {
+// Bytes of the UTF-8 character starting at s[i] (1 for a stray continuation byte or a sequence
+// cut short; tokenizers only ever sees valid UTF-8, so the fallback only keeps invalid input
+// encodable).
+size_t char_len(std::string_view s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  const size_t n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+  if (i + n > s.size()) return 1;
+  for (size_t k = 1; k < n; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 1;
+  return n;
+}
+
+[[noreturn]] void no_piece_for_byte(unsigned char b) {
+  char hex[8];
+  std::snprintf(hex, sizeof hex, "0x%02X", b);
+  throw Error(std::string("Tokenizer: byte ") + hex + " has no piece in this vocabulary");
+}
+}  // namespace
+
+// The symbols a pre-token starts as: one per byte (byte-level; -1 where a byte has no piece,
+// reported after merging as before), or one per character with tokenizers' fallbacks
+// (BPE::merge_word: the character's piece, else its `<0xNN>` byte tokens when all exist, else
+// unk, consecutive unks fused when fuse_unk).
+void BpeModel::initial_symbols(std::string_view word, const PieceIndex& index, std::vector<int32_t>& ids) const {
+  ids.clear();
+  if (opt_.byte_level) {
+    for (const char c : word) ids.push_back(byte_ids_[static_cast<unsigned char>(c)]);
+    return;
+  }
+  bool last_unk = false;
+  for (size_t i = 0; i < word.size();) {
+    const size_t n = char_len(word, i);
+    const std::string_view ch = word.substr(i, n);
+    i += n;
+    if (const int32_t id = find_piece(index, ch); id >= 0) {
+      ids.push_back(id);
+      last_unk = false;
+      continue;
+    }
+    bool all = opt_.byte_fallback;
+    for (size_t k = 0; all && k < ch.size(); ++k) all = fallback_ids_[static_cast<unsigned char>(ch[k])] >= 0;
+    if (all) {
+      for (const char c : ch) ids.push_back(fallback_ids_[static_cast<unsigned char>(c)]);
+      last_unk = false;
+      continue;
+    }
+    if (opt_.unk_id < 0) no_piece_for_byte(static_cast<unsigned char>(ch[0]));
+    if (!(opt_.fuse_unk && last_unk)) ids.push_back(opt_.unk_id);
+    last_unk = true;
+  }
+}
+
+void BpeModel::tokenize_word(std::string_view word, const PieceIndex& index, std::vector<int32_t>& out) const {
   if (word.empty()) return;
-  if (ignore_merges_) {
-    mapped.clear();
-    for (const char c : word) mapped += alphabet().text[static_cast<unsigned char>(c)];
+  if (opt_.ignore_merges) {
+    std::string mapped;
+    if (opt_.byte_level) {
+      for (const char c : word) mapped += alphabet().text[static_cast<unsigned char>(c)];
+    } else {
+      mapped.assign(word);
+    }
     if (const int32_t id = find_piece(index, mapped); id >= 0) {
       out.push_back(id);
       return;
@@ -237,13 +278,12 @@ void BpeModel::tokenize_word(std::string_view word, const PieceIndex& index, std
   if (word.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
     throw Error("Tokenizer: pre-token of " + std::to_string(word.size()) + " bytes is too long (limit 2 GiB)");
   }
-  // One symbol per byte: in the byte alphabet every byte is one character.
-  std::vector<Symbol> sym(word.size());
-  const auto n = static_cast<int32_t>(word.size());
-  for (int32_t i = 0; i < n; ++i) {
-    sym[static_cast<size_t>(i)] =
-        Symbol{i - 1, i + 1 < n ? i + 1 : -1, byte_ids_[static_cast<unsigned char>(word[static_cast<size_t>(i)])]};
-  }
+  std::vector<int32_t> ids;
+  initial_symbols(word, index, ids);
+  const auto n = static_cast<int32_t>(ids.size());
+  std::vector<Symbol> sym(ids.size());
+  for (int32_t i = 0; i < n; ++i)
+    sym[static_cast<size_t>(i)] = Symbol{i - 1, i + 1 < n ? i + 1 : -1, ids[static_cast<size_t>(i)]};
   std::priority_queue<Bigram, std::vector<Bigram>, BigramGreater> queue;
   const auto try_add = [&](int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
@@ -268,12 +308,8 @@ void BpeModel::tokenize_word(std::string_view word, const PieceIndex& index, std
   }
   for (int32_t i = 0; i >= 0; i = sym[static_cast<size_t>(i)].next) {
     const int32_t id = sym[static_cast<size_t>(i)].id;
-    if (id < 0) {
-      // Only an unmerged byte can be unknown (merges always produce vocabulary pieces).
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned char>(word[static_cast<size_t>(i)]));
-      throw Error(std::string("Tokenizer: byte ") + hex + " has no piece in this byte-level vocabulary");
-    }
+    // Only an unmerged byte can be unknown (merges always produce vocabulary pieces).
+    if (id < 0) no_piece_for_byte(static_cast<unsigned char>(word[static_cast<size_t>(i)]));
     out.push_back(id);
   }
 }
