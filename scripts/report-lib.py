@@ -40,8 +40,11 @@ def table(out_md, png, title, runs):
             if r["budget"] and r["policy"] not in policies and (not only or r["policy"] in only):
                 policies.append(r["policy"])
         cell = {(r["policy"], int(r["budget"])): r for r in rows if r["budget"]}
+        # The interval method is read from the CSV (older runs: bootstrap; now Wilson), never assumed.
+        method = rows[0].get("accuracy_ci_method") or "bootstrap"
         md.append(f"**{label}** (`{dir_}`; {rows[0]['expected_rollouts']} problems per cell"
-                  + (f"; full = {float(full[0]['accuracy']):.2f}" if full else "") + ")\n")
+                  + (f"; full = {float(full[0]['accuracy']):.2f}" if full else "")
+                  + f"; accuracy [95% {method} interval])\n")
         md.append("| policy | " + " | ".join(f"B = {b}" for b in budgets) + " |")
         md.append("|---|" + "---|" * len(budgets))
         for p in policies:

@@ -26,7 +26,7 @@ REPORT_POLICIES=random-unprotected,random,snapkv,snapkv+prompt,rkv,rkv+prompt,va
   echo "  --budgets $GRID_BUDGETS --buffer 32 --temp 0 --rollouts 1 --seed 1 --param stats=triattention-stats.json"
   echo '```'
   echo
-  echo "Accuracy [95% bootstrap CI over problems]; \`random-unprotected\` is random with protection off, \`random\` with it on."
+  echo "Accuracy [95% interval, method named above each table]; \`random-unprotected\` is random with protection off, \`random\` with it on."
   echo
   cat docs/reports/q1-protection/tables.md
   echo "![accuracy](q1-protection/accuracy.png)"

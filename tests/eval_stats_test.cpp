@@ -1,7 +1,12 @@
 // Statistics tests. Expected values are computed independently of eval/stats.cpp: exact binomial
 // sums written out here (sign test), a log-space recurrence for large n, the exact
 // distribution of a tiny bootstrap (resampled mean of {0, 0, 1} = K/3 with K ~ Binomial(3, 1/3)),
-// and quantiles worked out by hand from the type-7 definition.
+// and quantiles worked out by hand from the type-7 definition. The t distribution, the TOSTs,
+// their power and Holm's adjustment are checked against SciPy 1.10.1 and statsmodels 0.15.0
+// values computed offline (the calls are quoted next to each value), an independent
+// implementation of Tango's statistic (restricted MLE by numerical maximisation with
+// scipy.optimize.minimize_scalar instead of the closed-form root), exact enumeration and a
+// Monte Carlo simulation.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +15,7 @@
 
 #include "eval/stats.h"
 #include "util/error.h"
+#include "util/rng.h"
 
 namespace kvevict {
 namespace {
@@ -176,6 +182,165 @@ TEST(EvalStats, AccuracyIntervalDoesNotCollapseAtOne) {
     EXPECT_NE(summary_csv(s).find("wilson"), std::string::npos);
     EXPECT_EQ(summary_json(s)["cells"][0]["accuracy_ci"]["method"], "wilson");
   }
+}
+
+TEST(EvalStats, IncompleteBetaAndStudentTMatchScipy) {
+  // scipy.special.betainc(a, b, x)
+  EXPECT_NEAR(incomplete_beta(2.5, 0.5, 0.3), 0.01892712407194565, 1e-13);
+  EXPECT_NEAR(incomplete_beta(10, 0.5, 0.9), 0.15164090963470997, 1e-13);
+  EXPECT_NEAR(incomplete_beta(0.5, 0.5, 0.01), 0.06376856085851987, 1e-13);
+  EXPECT_NEAR(incomplete_beta(50, 3, 0.97), 0.7953934565796688, 1e-12);
+  EXPECT_NEAR(incomplete_beta(1, 1, 0.42), 0.42, 1e-14);
+  // scipy.stats.t.cdf(t, df)
+  EXPECT_NEAR(student_t_cdf(0.0, 5), 0.5, 1e-15);
+  EXPECT_NEAR(student_t_cdf(1.5, 3), 0.8847080673775886, 1e-13);
+  EXPECT_NEAR(student_t_cdf(-2.2, 10), 0.02622053422467655, 1e-13);
+  EXPECT_NEAR(student_t_cdf(2.0, 1), 0.8524163823495667, 1e-13);
+  EXPECT_NEAR(student_t_cdf(3.1, 299), 0.9989402370682323, 1e-13);
+  EXPECT_NEAR(student_t_cdf(-0.7, 29), 0.24475257430724184, 1e-13);
+  // At a million degrees of freedom lgamma(a + b) - lgamma(a) cancels ~10 digits: 1e-9 there.
+  EXPECT_NEAR(student_t_cdf(1.64, 1e6), 0.9494972592602203, 1e-9);
+  // scipy.stats.t.ppf(p, df)
+  EXPECT_NEAR(student_t_quantile(0.95, 29), 1.6991270265334972, 1e-9);
+  EXPECT_NEAR(student_t_quantile(0.95, 299), 1.6499657674263084, 1e-9);
+  EXPECT_NEAR(student_t_quantile(0.975, 5), 2.5705818366147395, 1e-9);
+  EXPECT_THROW(incomplete_beta(0, 1, 0.5), Error);
+  EXPECT_THROW(incomplete_beta(1, 1, 1.5), Error);
+  EXPECT_THROW(student_t_cdf(1, 0), Error);
+  EXPECT_THROW(student_t_quantile(1, 5), Error);
+}
+
+TEST(EvalStats, PairedTTostMatchesStatsmodels) {
+  // statsmodels.stats.weightstats.ttost_paired(x1, x2, -0.1, 0.1) = (1.5274989962481754e-05,
+  // (8.006462906668716, 3.2411238373751345e-06, 11.0), (-6.774699382565836, 1.5274989962481754e-05, 11.0))
+  const std::vector<double> x1{0.9, 0.8, 1.0, 0.7, 0.85, 0.95, 0.6, 0.75, 0.9, 1.0, 0.8, 0.65};
+  const std::vector<double> x2{0.85, 0.8, 0.95, 0.75, 0.8, 0.9, 0.65, 0.7, 0.95, 1.0, 0.75, 0.7};
+  const Equivalence e = paired_t_tost(x1, x2, 0.1);
+  EXPECT_EQ(e.method, "paired-t");
+  EXPECT_EQ(e.n, 12);
+  EXPECT_NEAR(e.p_lower, 3.2411238373751345e-06, 1e-12);
+  EXPECT_NEAR(e.p_upper, 1.5274989962481754e-05, 1e-12);
+  EXPECT_NEAR(e.p, 1.5274989962481754e-05, 1e-12);
+  EXPECT_TRUE(e.equivalent);
+  EXPECT_NEAR(e.mean_diff, 0.00833333333333334, 1e-15);
+  // 90% t interval: mean -+ t_{0.95, 11} sd / sqrt(12), sd = 0.0468718433280546 (numpy std
+  // ddof=1), t_{0.95, 11} = 1.7958848187040433 (scipy.stats.t.ppf).
+  EXPECT_NEAR(e.ci_lo, 0.00833333333333334 - 1.7958848187040433 * 0.0468718433280546 / std::sqrt(12.0), 1e-9);
+  EXPECT_NEAR(e.ci_hi, 0.00833333333333334 + 1.7958848187040433 * 0.0468718433280546 / std::sqrt(12.0), 1e-9);
+  // No spread: nothing can be concluded, however many problems (a ceiling is not equivalence).
+  const std::vector<double> ones(300, 1.0);
+  const Equivalence c = paired_t_tost(ones, ones, 0.05);
+  EXPECT_FALSE(c.equivalent);
+  EXPECT_EQ(c.p, 1.0);
+  EXPECT_THROW(paired_t_tost(x1, std::vector<double>(11, 0.0), 0.1), Error);
+  EXPECT_THROW(paired_t_tost(x1, x2, 0), Error);
+  EXPECT_THROW(paired_t_tost(x1, x2, 0.1, 0.6), Error);
+}
+
+TEST(EvalStats, TangoScoreMatchesNumericalRestrictedMle) {
+  // (n10, n01, n, delta0) -> Z from an independent implementation: the profile likelihood
+  // (q + d)^n10 q^n01 (1 - 2q - d)^(n - n10 - n01) maximised numerically over q (SciPy
+  // minimize_scalar, bounded, xatol 1e-13), then (n10 - n01 - n d) / sqrt(n (2q + d (1 - d))).
+  EXPECT_NEAR(tango_score_z(5, 2, 40, 0.05), 0.38778336289127663, 1e-7);
+  EXPECT_NEAR(tango_score_z(5, 2, 40, -0.05), 1.777692428587747, 1e-7);
+  EXPECT_NEAR(tango_score_z(0, 0, 300, 0.05), -3.9735970711114765, 1e-7);
+  EXPECT_NEAR(tango_score_z(0, 0, 20, -0.05), 1.0259783520635546, 1e-7);
+  EXPECT_NEAR(tango_score_z(12, 20, 150, 0.1), -3.763638121095022, 1e-7);
+  EXPECT_NEAR(tango_score_z(30, 3, 60, -0.2), 6.54862160296282, 1e-7);
+  EXPECT_EQ(tango_score_z(0, 0, 10, 0.0), 0.0);
+  EXPECT_THROW(tango_score_z(6, 5, 10, 0.1), Error);
+  EXPECT_THROW(tango_score_z(1, 1, 10, 1.0), Error);
+}
+
+TEST(EvalStats, TangoTostCeilingNeedsEnoughProblems) {
+  // Both policies right on every problem: no discordant pair. Z(+-0.05) = -+sqrt(n 0.05 / 0.95)
+  // (the formula with q = 0), so n = 20 cannot show equivalence within 5 points (p = 0.152) and
+  // n = 300 can (p = 3.5e-5): equivalence comes from n, never from the ceiling alone.
+  const std::vector<double> one20(20, 1.0), one300(300, 1.0);
+  const Equivalence small = tango_tost(one20, one20, 0.05);
+  EXPECT_EQ(small.method, "tango-score");
+  EXPECT_NEAR(small.p, 1 - normal_cdf(std::sqrt(20 * 0.05 / 0.95)), 1e-12);
+  EXPECT_FALSE(small.equivalent);
+  EXPECT_EQ(small.power, 0.0);  // with no discordance the outcome is fixed: never equivalent at n = 20
+  const Equivalence large = tango_tost(one300, one300, 0.05);
+  EXPECT_NEAR(large.p, 1 - normal_cdf(std::sqrt(300 * 0.05 / 0.95)), 1e-12);
+  EXPECT_TRUE(large.equivalent);
+  EXPECT_NEAR(large.power, 1.0, 1e-12);
+  EXPECT_LT(large.ci_lo, 0);
+  EXPECT_GT(large.ci_hi, 0);
+  // The interval's ends are where the one-sided statistics cross +-z.
+  const double z = normal_two_sided_z(0.90);
+  EXPECT_NEAR(tango_score_z(0, 0, 300, large.ci_hi), -z, 1e-6);
+  // Counts and the test choice: binary values go to Tango, means to the paired t test.
+  const std::vector<double> a{1, 1, 0, 1, 0, 1}, b{1, 0, 0, 0, 1, 1};
+  const Equivalence e = equivalence_test(a, b, 0.2);
+  EXPECT_EQ(e.method, "tango-score");
+  EXPECT_EQ(e.n10, 2);
+  EXPECT_EQ(e.n01, 1);
+  EXPECT_EQ(equivalence_test(std::vector<double>{0.5, 1, 0}, std::vector<double>{1, 1, 0.5}, 0.2).method,
+            "paired-t");
+  EXPECT_THROW(tango_tost(std::vector<double>{0.5}, std::vector<double>{1}, 0.05), Error);
+}
+
+TEST(EvalStats, TangoTostPowerMatchesEnumerationWithIndependentStatistic) {
+  // Exact power, enumerated in Python over every (n10, n01) with the numerically maximised
+  // statistic of TangoScoreMatchesNumericalRestrictedMle and the multinomial pmf (math.lgamma).
+  EXPECT_NEAR(tango_tost_power(60, 0.02, 0.02, 0.1), 0.8241364235414733, 1e-9);
+  EXPECT_NEAR(tango_tost_power(40, 0.05, 0.01, 0.15), 0.6845507190004727, 1e-9);
+  // Monte Carlo, seeded: 20,000 draws of (n10, n01) ~ Multinomial(60; 0.02, 0.02, 0.96) by inverse
+  // transform per pair; standard error of the estimate <= 0.0036.
+  Rng rng(stream_id({77}));
+  int hits = 0;
+  const double z = normal_two_sided_z(0.90);
+  for (int s = 0; s < 20000; ++s) {
+    int n10 = 0, n01 = 0;
+    for (int i = 0; i < 60; ++i) {
+      const double u = rng.uniform();
+      n10 += u < 0.02;
+      n01 += u >= 0.02 && u < 0.04;
+    }
+    hits += tango_score_z(n10, n01, 60, -0.1) > z && tango_score_z(n10, n01, 60, 0.1) < -z;
+  }
+  EXPECT_NEAR(hits / 20000.0, tango_tost_power(60, 0.02, 0.02, 0.1), 4 * 0.0036);
+  EXPECT_THROW(tango_tost_power(0, 0.1, 0.1, 0.05), Error);
+  EXPECT_THROW(tango_tost_power(10, 0.7, 0.5, 0.05), Error);
+}
+
+TEST(EvalStats, NormalTostPowerMatchesSimulation) {
+  // numpy Monte Carlo (default_rng(7), 200,000 samples of n = 200 normal differences with SD 0.3)
+  // of the paired t TOST at margin 0.06: power 0.761475 (standard error 0.001). The normal
+  // approximation differs from the t test's exact power by O(1/n).
+  EXPECT_NEAR(tost_power_normal(200, 0.3, 0.06), 0.761475, 0.004);
+  // Closed form at true difference 0: 2 Phi(margin sqrt(n) / sd - z) - 1.
+  EXPECT_NEAR(tost_power_normal(50, 0.2, 0.05), 2 * normal_cdf(0.05 * std::sqrt(50.0) / 0.2 - 1.6448536269514722) - 1,
+              1e-9);
+  EXPECT_EQ(tost_power_normal(5, 1.0, 0.01), 0.0);  // hopeless: clipped at 0
+  EXPECT_LT(tost_power_normal(200, 0.3, 0.06, 0.05, 0.03), tost_power_normal(200, 0.3, 0.06));
+  EXPECT_THROW(tost_power_normal(10, 0, 0.05), Error);
+}
+
+TEST(EvalStats, HolmMatchesStatsmodels) {
+  // statsmodels.stats.multitest.multipletests([0.01, 0.04, 0.03, 0.005, 0.2, 0.04], method="holm")[1]
+  const std::vector<double> p{0.01, 0.04, 0.03, 0.005, 0.2, 0.04};
+  const std::vector<double> want{0.05, 0.12, 0.12, 0.03, 0.2, 0.12};
+  const std::vector<double> got = holm_adjust(p);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < p.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-15) << i;
+  EXPECT_TRUE(holm_adjust(std::vector<double>{}).empty());
+  EXPECT_EQ(holm_adjust(std::vector<double>{0.7, 0.6}), (std::vector<double>{1.0, 1.0}));
+  EXPECT_THROW(holm_adjust(std::vector<double>{1.5}), Error);
+}
+
+TEST(EvalStats, ClusteringByProblemCountsEachProblemOnce) {
+  // Problem 7 seen at three budgets, problem 2 at one: two clusters, means per problem.
+  const std::vector<PairedOutcome> rows{{7, 1, 0}, {2, 1, 1}, {7, 1, 0}, {7, 0, 0}};
+  const auto [a, b] = cluster_by_problem(rows);
+  EXPECT_EQ(a, (std::vector<double>{1.0, 2.0 / 3}));
+  EXPECT_EQ(b, (std::vector<double>{1.0, 0.0}));
+  // Pooled, the sign test would count problem 7 twice (2 wins, p = 0.5); clustered it is one
+  // problem with a > b (p = 1).
+  EXPECT_EQ(paired_sign_test(a, b).n_pos, 1);
+  EXPECT_EQ(paired_sign_test(a, b).p, 1.0);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -29,6 +30,44 @@ struct Solved {
   std::string answer, trace;
 };
 
+/// The letter value of generator.h: alphabet index mod 10.
+int value_of(char letter) { return (letter - 'A') % 10; }
+
+/// recall / revisit by the rules of generator.h, from the problem text: question line
+/// "<marker><R>><e>+<b><NNN><a>".
+Solved resolve_trace_family(const std::map<char, char>& fact, const std::string& question) {
+  EXPECT_EQ(question.size(), 10u) << question;
+  const char marker = question[0], end_a = question[3], start_b = question[5], start_a = question[9];
+  const int restate = question[1] - '0', steps = std::stoi(question.substr(6, 3));
+  EXPECT_EQ(question[2], '>');
+  EXPECT_EQ(question[4], '+');
+  Solved s;
+  char buf[32];
+  int c = steps, sum = 0, depth = 0;
+  char cur = start_a;
+  do {  // phase A: running lines from a until the walk reaches e
+    const char next = fact.at(cur);
+    sum = (sum + value_of(next)) % 10;
+    ++depth;
+    std::snprintf(buf, sizeof buf, "%03d%c=%c%d%s%d\n", --c, cur, next, value_of(next), next == end_a ? "&" : "", sum);
+    s.trace += buf;
+    cur = next;
+  } while (cur != end_a && depth < 30);
+  const int period = restate > 1 ? 160 / restate : 0;
+  cur = start_b;
+  while (c > 0) {  // phase B: chain lines from b, a restatement or checkpoint every `period` lines
+    const char next = fact.at(cur);
+    std::snprintf(buf, sizeof buf, "%03d%c=%c\n", --c, cur, next);
+    s.trace += buf;
+    cur = next;
+    if (period > 0 && c > 0 && c % period == 0)
+      s.trace += marker == '%' ? "&" + std::to_string(sum) + "\n" : "!" + std::to_string((sum + value_of(cur)) % 10) + "\n";
+  }
+  s.answer = std::string(1, cur) + (marker == '%' ? "&" + std::to_string(sum) : "!" + std::to_string((sum + value_of(cur)) % 10));
+  s.trace += "\\boxed{" + s.answer + "}";
+  return s;
+}
+
 Solved resolve(const std::string& problem) {
   std::istringstream in(problem);
   std::string line;
@@ -42,6 +81,8 @@ Solved resolve(const std::string& problem) {
     } else if (line.size() == 2 && std::isupper(static_cast<unsigned char>(line[0]))) {
       EXPECT_EQ(fact.count(line[0]), 0u) << "duplicate key " << line[0];
       fact[line[0]] = line[1];
+    } else if (line.size() == 10) {
+      return resolve_trace_family(fact, line);
     } else {
       EXPECT_EQ(line.size(), 5u) << line;
       marker = line[0];
@@ -55,7 +96,7 @@ Solved resolve(const std::string& problem) {
   char buf[32];
   for (int i = 1; i <= steps; ++i) {
     const char next = fact.at(cur);
-    const int d = (next - 'A') % 10;  // the letter's value, as generator.h defines it
+    const int d = value_of(next);
     std::snprintf(buf, sizeof buf, "%03d%c=%c", steps - i, cur, next);
     s.trace += buf;
     if (marker == '$') {
@@ -75,12 +116,16 @@ Solved resolve(const std::string& problem) {
   return s;
 }
 
+/// Size ranges valid for every family (recall/revisit need N > depth and facts >= depth + 4).
+IntRange any_steps(TaskFamily f, int64_t hi) { return {is_trace_family(f) ? kDefaultDepth + 1 : 1, hi}; }
+IntRange any_facts(TaskFamily f) { return {is_trace_family(f) ? kDefaultDepth + 4 : 2, 26}; }
+
 TEST(Tasks, DeterministicBySeedAndIndependentOfBatch) {
   for (TaskFamily f : all_task_families()) {
-    const auto a = generate_tasks(f, {3, 40}, {5, 26}, 7, 20);
-    const auto b = generate_tasks(f, {3, 40}, {5, 26}, 7, 20);
-    const auto c = generate_tasks(f, {3, 40}, {5, 26}, 7, 5, 15);  // tasks 15..19 alone
-    const auto d = generate_tasks(f, {3, 40}, {5, 26}, 8, 20);
+    const auto a = generate_tasks(f, {7, 40}, {10, 26}, 7, 20);
+    const auto b = generate_tasks(f, {7, 40}, {10, 26}, 7, 20);
+    const auto c = generate_tasks(f, {7, 40}, {10, 26}, 7, 5, 15);  // tasks 15..19 alone
+    const auto d = generate_tasks(f, {7, 40}, {10, 26}, 8, 20);
     ASSERT_EQ(a.size(), 20u);
     int differ = 0;
     for (size_t i = 0; i < a.size(); ++i) {
@@ -94,18 +139,46 @@ TEST(Tasks, DeterministicBySeedAndIndependentOfBatch) {
 
 TEST(Tasks, AnswersAndTracesMatchAnIndependentSolver) {
   for (TaskFamily f : all_task_families()) {
-    for (const Task& t : generate_tasks(f, {min_steps(f), 300}, {2, 26}, 3, 200)) {
+    const bool deep = is_trace_family(f);
+    for (const Task& t : generate_tasks(f, any_steps(f, 300), any_facts(f), 3, 200, 0, {3, deep ? 6 : 0},
+                                        deep ? std::vector<int64_t>{1, 2, 4, 8} : std::vector<int64_t>{})) {
       const Solved s = resolve(t.problem);
       ASSERT_EQ(t.answer, s.answer) << t.id;
       ASSERT_EQ(t.trace, s.trace) << t.id;
       ASSERT_EQ(extract_last_boxed(t.trace), t.answer);
-      EXPECT_EQ(static_cast<int64_t>(t.trace.size()), trace_length(f, t.size.steps));
+      EXPECT_EQ(static_cast<int64_t>(t.trace.size()), trace_length(f, t.size));
       EXPECT_EQ(static_cast<int64_t>(t.problem.size()), problem_length(f, t.size.facts));
+      const auto read = size_from_problem(f, t.problem);
+      ASSERT_TRUE(read.has_value()) << t.id;
+      EXPECT_EQ(read->steps, t.size.steps);
+      EXPECT_EQ(read->facts, t.size.facts);
+      EXPECT_EQ(read->depth, t.size.depth);
+      EXPECT_EQ(read->restate, t.size.restate);
     }
   }
 }
 
-TEST(Tasks, FactsFormOneCycleAndOnlyThePromptAnswersALookup) {
+/// Cycle lengths of the successor map `next` (each key on exactly one cycle), ascending.
+std::vector<int> cycle_lengths(const std::map<char, char>& next) {
+  std::vector<int> out;
+  std::set<char> seen;
+  for (const auto& [start, _] : next) {
+    if (seen.count(start)) continue;
+    int len = 0;
+    char c = start;
+    do {
+      seen.insert(c);
+      c = next.at(c);
+      ++len;
+    } while (c != start && len <= 26);
+    EXPECT_EQ(c, start) << "not a cycle through " << start;
+    out.push_back(len);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(Tasks, FactsFormCyclesAndOnlyThePromptAnswersALookup) {
   for (TaskFamily f : all_task_families()) {
     const Task t = generate_task(f, {300, 26}, 11, 0);
     std::map<char, char> next;
@@ -113,17 +186,16 @@ TEST(Tasks, FactsFormOneCycleAndOnlyThePromptAnswersALookup) {
     std::string line;
     while (std::getline(in, line) && line.size() == 2 && line[0] != '#') next[line[0]] = line[1];
     ASSERT_EQ(next.size(), 26u);
-    std::set<char> seen;
-    char c = 'A';
-    for (int i = 0; i < 26; ++i) {
-      seen.insert(c);
-      c = next.at(c);
-    }
-    EXPECT_EQ(c, 'A');
-    EXPECT_EQ(seen.size(), 26u);
+    // One cycle over all 26 letters; recall/revisit: cycle A of depth + 2 letters and cycle B.
+    const std::vector<int> expected = is_trace_family(f)
+        ? std::vector<int>{static_cast<int>(kDefaultDepth) + 2, 26 - static_cast<int>(kDefaultDepth) - 2}
+        : std::vector<int>{26};
+    std::vector<int> want = expected;
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(cycle_lengths(next), want) << task_family_name(f);
     // A step's lookup, as generator.h states it: "the letter right after X". In the prompt +
     // trace text it has exactly one answer, and it lies in the prompt, even though a 300-step
-    // trace goes round the 26-cycle 11 times.
+    // trace goes round the cycle many times.
     const std::string text = t.problem + t.trace;
     const auto p_len = t.problem.size();
     for (char key = 'A'; key <= 'Z'; ++key) {
@@ -135,11 +207,16 @@ TEST(Tasks, FactsFormOneCycleAndOnlyThePromptAnswersALookup) {
       }
       EXPECT_EQ(letters, 1) << key;
     }
-    // The trace restates the state: every line is the countdown, then "X=Y" with Y = next(X).
+    // The trace restates the state: every step line is the countdown, then "X=Y" with
+    // Y = next(X); recall/revisit's extra lines ("&V", "!W") carry no countdown.
     std::istringstream tr(t.trace);
     int lines = 0;
     while (std::getline(tr, line) && line[0] != '\\') {
-      if (line[0] == '#') continue;
+      if (line[0] == '&' || line[0] == '!') {
+        EXPECT_TRUE(is_trace_family(f)) << line;
+        EXPECT_EQ(line.size(), 2u) << line;
+        continue;
+      }
       ASSERT_GE(line.size(), 6u) << line;
       EXPECT_EQ(line[4], '=') << line;
       EXPECT_EQ(next.at(line[3]), line[5]) << line;
@@ -152,18 +229,30 @@ TEST(Tasks, FactsFormOneCycleAndOnlyThePromptAnswersALookup) {
 
 TEST(Tasks, LengthKnobScalesFromBelowSmallBudgetToEightTimesIt) {
   for (TaskFamily f : all_task_families()) {
+    // recall/revisit write K = 6 running lines before the value (~55 tokens) at the least.
+    const bool deep = is_trace_family(f);
     const int64_t shortest = trace_length(f, min_steps(f));
-    EXPECT_LT(shortest, 64) << task_family_name(f);
+    EXPECT_LT(shortest, deep ? 128 : 64) << task_family_name(f);
     const int64_t n = steps_for_trace_length(f, 8 * 64);
     EXPECT_GE(trace_length(f, n) + 11, 8 * 64);
     EXPECT_GE(trace_length(f, kMaxSteps), 8 * 256);
     int64_t prev = 0;
     for (int64_t len : {50, 100, 200, 400, 800, 1600}) {
+      if (len < shortest) continue;
       const int64_t steps = steps_for_trace_length(f, len);
       const Task t = generate_task(f, {steps, kDefaultFacts}, 1, 0);
       EXPECT_GT(static_cast<int64_t>(t.trace.size()), prev);
       EXPECT_LE(std::llabs(static_cast<int64_t>(t.trace.size()) - len), 11) << task_family_name(f) << " " << len;
       prev = static_cast<int64_t>(t.trace.size());
+    }
+    // With a restate count, --length accounts for the extra lines.
+    if (deep) {
+      for (int64_t r : {1, 2, 4, 8}) {
+        const TaskSize shape{0, kDefaultFacts, kDefaultDepth, r};
+        const int64_t steps = steps_for_trace_length(f, 1200, shape);
+        const Task t = generate_task(f, {steps, kDefaultFacts, kDefaultDepth, r}, 1, 0);
+        EXPECT_LE(std::llabs(static_cast<int64_t>(t.trace.size()) - 1200), 11) << task_family_name(f) << " R " << r;
+      }
     }
   }
 }
@@ -213,6 +302,118 @@ TEST(Tasks, OnceCodeIsStatedExactlyOnceAndNotDerivable) {
   for (const auto& [digit, n] : count) EXPECT_NEAR(n, 2000, 212) << digit;
 }
 
+// recall/revisit with N - K = 160 phase-B lines (generator.h): recall writes V exactly R times
+// (the phase-A line and R - 1 restatements "&V"), revisit once and re-reads it at R - 1
+// checkpoints "!W" (W = V + the letter value of that line's Y); copies and reads are evenly
+// spaced, 160 / R lines apart, and the last one is 160 / R lines before the answer.
+TEST(Tasks, RecallAndRevisitWriteTheirValueRTimesEvenlySpaced) {
+  for (TaskFamily f : {TaskFamily::Recall, TaskFamily::Revisit}) {
+    for (const auto& [r, k0] : {std::pair<int64_t, int64_t>{1, 3}, {2, 6}, {4, 4}, {8, 10}}) {
+      for (const Task& t : generate_tasks(f, {k0 + 160, k0 + 160}, {k0 + 4, 26}, 21, 20, 0, {k0, k0}, {r})) {
+        const int64_t k = t.size.depth;
+        ASSERT_EQ(t.size.steps - k, 160);
+        const std::vector<int64_t> copies = value_copy_offsets(f, t.trace);
+        const char v = t.trace[static_cast<size_t>(copies.at(0))];
+        for (int64_t o : copies) EXPECT_EQ(t.trace[static_cast<size_t>(o)], v) << t.id;
+        // The first copy ends phase A: the K-th line, "cccX=Yd&V".
+        EXPECT_EQ(copies[0], 9 * k - 1) << t.id;
+        std::vector<int64_t> reads = copies;  // where V is written or used, in trace offsets
+        if (f == TaskFamily::Recall) {
+          EXPECT_EQ(static_cast<int64_t>(copies.size()), r) << t.id;
+          EXPECT_EQ(t.answer.substr(1), std::string("&") + v) << t.id;
+        } else {
+          EXPECT_EQ(copies.size(), 1u) << t.id;
+          for (size_t i = t.trace.find('!'); i != std::string::npos; i = t.trace.find('!', i + 1)) {
+            // "cccX=Y\n!W" or the answer "{Y!W": W = V + value(Y).
+            const char y = std::isupper(static_cast<unsigned char>(t.trace[i - 1])) ? t.trace[i - 1] : t.trace[i - 2];
+            const int w = ((v - '0') + value_of(y)) % 10;
+            EXPECT_EQ(t.trace[i + 1], '0' + w) << t.id;
+            reads.push_back(static_cast<int64_t>(i + 1));
+          }
+          EXPECT_EQ(static_cast<int64_t>(reads.size()), r + 1) << t.id;  // the answer's '!' too
+          reads.pop_back();
+        }
+        // Evenly spaced: 160 / R lines of 7 tokens (+ the 3-token extra line) between reads,
+        // and as far from the last one to the answer's value.
+        reads.push_back(static_cast<int64_t>(t.trace.size()) - 2);
+        for (size_t i = 1; i < reads.size(); ++i) {
+          const int64_t gap = reads[i] - reads[i - 1];
+          EXPECT_GE(gap, 7 * (160 / r)) << t.id << " read " << i;
+          EXPECT_LE(gap, 7 * (160 / r) + 11) << t.id << " read " << i;
+        }
+      }
+    }
+  }
+}
+
+// recall's value V is computed in the trace and, outside its copies, carried only by its
+// computation and its inputs (generator.h). Over 20,000 tasks with K = 3, 7 facts (cycle A of
+// 5 letters, cycle B of 2), N = 5, R = 1: remove from each text V's copies (and the answer's V),
+// phase A's lines (the computation) and cycle A's fact lines plus the question's a and e (the
+// inputs), found from the text alone. Among tasks whose remaining text is identical (1,300
+// distinct texts: 325 letter pairs for cycle B x 2 line orders x 2 start letters), V still takes
+// several values: nothing else in the text determines it. Its frequencies match the exact
+// distribution of the sum of the values of 3 distinct random letters (enumerated below).
+TEST(Tasks, RecallValueIsCarriedOnlyByItsCopiesComputationAndInputs) {
+  std::map<std::string, std::set<char>> values;  // text without V -> values seen
+  std::map<int, int> count;
+  for (const Task& t : generate_tasks(TaskFamily::Recall, {5, 5}, {7, 7}, 6, 20000, 0, {3, 3}, {1})) {
+    std::map<char, char> next;
+    std::istringstream in(t.problem);
+    std::string line, question;
+    while (std::getline(in, line)) {
+      if (line.size() == 2)
+        next[line[0]] = line[1];
+      else
+        question = line;
+    }
+    ASSERT_EQ(question.size(), 10u);
+    std::set<char> cycle_a;
+    for (char c = question[9]; !cycle_a.count(c); c = next.at(c)) cycle_a.insert(c);
+    ASSERT_EQ(cycle_a.size(), 5u) << t.id;
+    std::string rest;
+    std::istringstream again(t.problem);
+    while (std::getline(again, line))
+      if (line.size() == 2 && !cycle_a.count(line[0])) rest += line + "\n";
+    question[3] = question[9] = '_';
+    rest += question + "\n";
+    // Phase A = the trace up to the first '&' line; then no '&' but the answer's.
+    const size_t memo = t.trace.find('&');
+    ASSERT_NE(memo, std::string::npos);
+    const char v = t.trace[memo + 1];
+    const size_t phase_b = t.trace.find('\n', memo) + 1;
+    std::string tail = t.trace.substr(phase_b);
+    const size_t amp = tail.find('&');
+    ASSERT_EQ(tail.find('&', amp + 1), std::string::npos) << t.id;
+    ASSERT_EQ(tail[amp + 1], v) << t.id;
+    tail[amp + 1] = '_';
+    rest += tail;
+    EXPECT_EQ(t.trace.substr(0, phase_b).find('&'), memo) << "one copy with R = 1";
+    values[rest].insert(v);
+    ++count[v - '0'];
+  }
+  EXPECT_EQ(values.size(), 1300u);
+  int many = 0;
+  for (const auto& [rest, seen] : values) {
+    EXPECT_GE(seen.size(), 2u) << "one value for a whole text group: derivable? " << rest;
+    many += seen.size() >= 5;
+  }
+  EXPECT_GT(many, 1000);
+  // Exact distribution: V = value(x) + value(y) + value(z) mod 10 over ordered triples of
+  // distinct letters (a's three successors on a random cycle of 5 random letters).
+  std::vector<double> p(10, 0.0);
+  int triples = 0;
+  for (int x = 0; x < 26; ++x)
+    for (int y = 0; y < 26; ++y)
+      for (int z = 0; z < 26; ++z)
+        if (x != y && y != z && x != z) p[static_cast<size_t>((x % 10 + y % 10 + z % 10) % 10)] += 1, ++triples;
+  ASSERT_EQ(count.size(), 10u);
+  for (int d = 0; d < 10; ++d) {
+    const double mean = 20000 * p[static_cast<size_t>(d)] / triples;
+    EXPECT_NEAR(count[d], mean, 5 * std::sqrt(mean)) << d;  // 5 binomial standard deviations
+  }
+}
+
 TEST(Tasks, JsonRoundTripAndBoxedParsing) {
   const Task t = generate_task(TaskFamily::Running, {7, 9}, 2, 3);
   const Task u = task_from_json(task_to_json(t));
@@ -257,6 +458,18 @@ TEST(Tasks, BadInputIsAnError) {
   EXPECT_EQ(parse_int_range("4-9", "--steps").hi, 9);
   EXPECT_THROW(steps_for_trace_length(TaskFamily::Chain, 0), Error);
   EXPECT_THROW(generate_tasks(TaskFamily::Chain, {1, 2}, {5, 5}, 1, -1), Error);
+  EXPECT_THROW(generate_task(TaskFamily::Recall, {20, 20, 2, 1}, 1, 0), Error);   // depth < 3
+  EXPECT_THROW(generate_task(TaskFamily::Recall, {20, 20, 21, 1}, 1, 0), Error);  // depth > 20
+  EXPECT_THROW(generate_task(TaskFamily::Recall, {20, 9, 6, 1}, 1, 0), Error);    // facts < depth + 4
+  EXPECT_THROW(generate_task(TaskFamily::Recall, {6, 20, 6, 1}, 1, 0), Error);    // steps <= depth
+  EXPECT_THROW(generate_task(TaskFamily::Revisit, {20, 20, 6, 3}, 1, 0), Error);  // restate not 1/2/4/8
+  EXPECT_THROW(generate_tasks(TaskFamily::Recall, {5, 40}, {20, 20}, 1, 3, 0, {3, 6}), Error);  // N 5 <= K 6
+  EXPECT_THROW(generate_tasks(TaskFamily::Recall, {10, 40}, {8, 20}, 1, 3, 0, {3, 6}), Error);  // 8 facts < 6 + 4
+  EXPECT_THROW(parse_restate_list("1,3", "--restate"), Error);
+  EXPECT_THROW(parse_restate_list("", "--restate"), Error);
+  EXPECT_THROW(parse_restate_list("2,", "--restate"), Error);
+  EXPECT_EQ(parse_restate_list("1,2,4,8", "--restate"), (std::vector<int64_t>{1, 2, 4, 8}));
+  EXPECT_EQ(generate_task(TaskFamily::Recall, {20, 20}, 1, 0).size.depth, kDefaultDepth);  // default filled in
 }
 
 TEST(Tasks, CliWritesJsonLinesAndRejectsBadOptions) {
@@ -280,7 +493,11 @@ TEST(Tasks, CliWritesJsonLinesAndRejectsBadOptions) {
   EXPECT_EQ(count, 3);
   for (const char* bad : {" tasks gen --family nope --n 1 --steps 3", " tasks gen --family chain --n 1",
                           " tasks gen --family chain --n 1 --steps 5 --length 50",
-                          " tasks gen --family chain --n 1 --steps 3 --facts 40"}) {
+                          " tasks gen --family chain --n 1 --steps 3 --facts 40",
+                          " tasks gen --family chain --n 1 --steps 3 --depth 4",
+                          " tasks gen --family recall --n 1 --steps 30 --restate 3",
+                          " tasks gen --family recall --n 1 --length 300 --restate 1,2",
+                          " tasks gen --family recall --n 1 --steps 5 --depth 6"}) {
     const int rc = std::system((bin + bad + " >/dev/null 2>&1").c_str());
     EXPECT_EQ(WEXITSTATUS(rc), 2) << bad;
   }

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reasoner_model import BOS, EOS, PIECES, TYPES, UNK, Config  # noqa: E402
+from reasoner_model import BOS, EOS, UNK, Config, vocab_for  # noqa: E402
 
 T_UINT32, T_INT32, T_FLOAT32, T_BOOL, T_STRING, T_ARRAY = 4, 5, 6, 7, 8, 9
 GGML_F32 = 0
@@ -66,6 +66,10 @@ def export(ckpt_path, out_path, name="kvevict-reasoner"):
     ck = torch.load(ckpt_path, map_location="cpu")
     c = Config.from_dict(ck["config"])
     sd = ck["model"]
+    pieces, types = vocab_for(c.vocab_size)
+    if tuple(sd["tok.weight"].shape) != (c.vocab_size, c.dim):
+        raise ValueError(f"{ckpt_path}: token_embd is {tuple(sd['tok.weight'].shape)}, config says "
+                         f"({c.vocab_size}, {c.dim})")
     meta = [
         kv("general.architecture", T_STRING, "llama"),
         kv("general.name", T_STRING, name),
@@ -77,13 +81,15 @@ def export(ckpt_path, out_path, name="kvevict-reasoner"):
         kv("llama.attention.head_count", T_UINT32, c.n_heads),
         kv("llama.attention.head_count_kv", T_UINT32, c.n_kv_heads),
         kv("llama.rope.dimension_count", T_UINT32, c.head_dim),
+    ] + ([kv("llama.attention.key_length", T_UINT32, c.head_dim), kv("llama.attention.value_length", T_UINT32, c.head_dim)]
+         if c.head_dim * c.n_heads != c.dim else []) + [
         kv("llama.rope.freq_base", T_FLOAT32, c.rope_theta),
         kv("llama.attention.layer_norm_rms_epsilon", T_FLOAT32, c.rms_eps),
-        kv("llama.vocab_size", T_UINT32, len(PIECES)),
+        kv("llama.vocab_size", T_UINT32, len(pieces)),
         kv("tokenizer.ggml.model", T_STRING, "llama"),
-        kv_array("tokenizer.ggml.tokens", T_STRING, PIECES),
-        kv_array("tokenizer.ggml.scores", T_FLOAT32, [0.0] * len(PIECES)),
-        kv_array("tokenizer.ggml.token_type", T_INT32, TYPES),
+        kv_array("tokenizer.ggml.tokens", T_STRING, pieces),
+        kv_array("tokenizer.ggml.scores", T_FLOAT32, [0.0] * len(pieces)),
+        kv_array("tokenizer.ggml.token_type", T_INT32, types),
         kv("tokenizer.ggml.bos_token_id", T_UINT32, BOS),
         kv("tokenizer.ggml.eos_token_id", T_UINT32, EOS),
         kv("tokenizer.ggml.unknown_token_id", T_UINT32, UNK),

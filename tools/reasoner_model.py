@@ -18,8 +18,11 @@ import torch.nn.functional as F
 # then one token per character of the task alphabet (tasks/generator.h). Space is stored as
 # U+2581 like every SPM vocabulary, so plain text with spaces still tokenizes.
 UNK, BOS, EOS = 0, 1, 2
+# The first 53 characters are the vocabulary of the 2-layer models (models/reasoner-small/,
+# models/reasoner-kv/: 312 tokens); the last four came with the recall / revisit families (316).
 CHARS = (list("ABCDEFGHIJKLMNOPQRSTUVWXYZ") + list("0123456789")
-         + ["\n", ">", "+", "=", "#", "?", "$", "@", "\\", "b", "o", "x", "e", "d", "{", "}", "\u2581"])
+         + ["\n", ">", "+", "=", "#", "?", "$", "@", "\\", "b", "o", "x", "e", "d", "{", "}", "\u2581"]
+         + ["%", "^", "&", "!"])
 TOKEN_TYPE_NORMAL, TOKEN_TYPE_UNKNOWN, TOKEN_TYPE_CONTROL, TOKEN_TYPE_BYTE = 1, 2, 3, 6
 
 
@@ -35,6 +38,13 @@ PIECES, TYPES = vocab_pieces()
 CHAR_ID = {c: 259 + i for i, c in enumerate(CHARS)}
 CHAR_ID[" "] = CHAR_ID["\u2581"]
 VOCAB_SIZE = len(PIECES)
+
+
+def vocab_for(vocab_size):
+    """(pieces, types) of the first `vocab_size` tokens (an older model's vocabulary is a prefix)."""
+    if vocab_size > len(PIECES):
+        raise ValueError(f"vocabulary of {vocab_size} tokens is larger than this code's {len(PIECES)}")
+    return PIECES[:vocab_size], TYPES[:vocab_size]
 
 
 def encode(text):
@@ -56,20 +66,21 @@ def decode(ids):
 # ---------------------------------------------------------------------------------------------
 class Config:
     def __init__(self, dim=128, n_layers=3, n_heads=4, n_kv_heads=2, hidden_dim=384, context_length=2048,
-                 rope_theta=10000.0, rms_eps=1e-5, vocab_size=VOCAB_SIZE):
+                 rope_theta=10000.0, rms_eps=1e-5, vocab_size=VOCAB_SIZE, head_dim=None):
+        """head_dim: size of each query/key/value head; default dim // n_heads. Another value makes
+        the attention width n_heads * head_dim differ from dim (GGUF attention.key_length, as
+        Qwen3 does)."""
         self.dim, self.n_layers, self.n_heads, self.n_kv_heads = dim, n_layers, n_heads, n_kv_heads
         self.hidden_dim, self.context_length, self.rope_theta, self.rms_eps = hidden_dim, context_length, rope_theta, rms_eps
         self.vocab_size = vocab_size
-        self.head_dim = dim // n_heads
+        self.head_dim = head_dim or dim // n_heads
 
     def to_dict(self):
         return dict(self.__dict__)
 
     @staticmethod
     def from_dict(d):
-        d = dict(d)
-        d.pop("head_dim", None)
-        return Config(**d)
+        return Config(**dict(d))
 
 
 class RMSNorm(nn.Module):
@@ -111,7 +122,8 @@ class Block(nn.Module):
         self.w_up = nn.Linear(c.dim, c.hidden_dim, bias=False)
         self.w_down = nn.Linear(c.hidden_dim, c.dim, bias=False)
 
-    def forward(self, x, cos, sin, mask):
+    def forward(self, x, cos, sin, mask, attn_out=None):
+        """attn_out: optional list; the attention probabilities [B, n_heads, T, T] are appended."""
         c = self.c
         B, T, _ = x.shape
         h = self.attn_norm(x)
@@ -125,6 +137,8 @@ class Block(nn.Module):
         att = torch.matmul(q, k.unsqueeze(2).transpose(-1, -2)) / math.sqrt(c.head_dim)
         att = att + mask
         att = torch.softmax(att, dim=-1)
+        if attn_out is not None:
+            attn_out.append(att.reshape(B, c.n_heads, T, T).detach())
         o = torch.matmul(att, v.unsqueeze(2)).reshape(B, c.n_heads, T, c.head_dim)
         o = o.transpose(1, 2).reshape(B, T, c.n_heads * c.head_dim)
         x = x + self.wo(o)
@@ -155,10 +169,12 @@ class Reasoner(nn.Module):
             for lin in (b.wo, b.w_down):
                 nn.init.normal_(lin.weight, std=0.02 / math.sqrt(2 * c.n_layers))
 
-    def forward(self, ids, hide=None):
+    def forward(self, ids, hide=None, attn_out=None):
         """ids: [B, T] -> logits [B, T, vocab]. Causal; right padding needs no extra mask.
         hide: optional bool [B, T, T], True where query position i must not see key position j
-        (on top of causality; used by tools/ablate_prompt.py)."""
+        (on top of causality; used by tools/ablate_prompt.py). attn_out: optional list that gets
+        each layer's attention probabilities [B, n_heads, T, T] (query head h uses KV head
+        h // (n_heads / n_kv_heads)); tools/head_similarity.py reads them."""
         B, T = ids.shape
         x = self.tok(ids)
         cos, sin = self.cos[:T], self.sin[:T]
@@ -166,7 +182,7 @@ class Reasoner(nn.Module):
         if hide is not None:
             mask = mask.expand(B, T, T).masked_fill(hide, float("-inf"))[:, None, None]
         for b in self.blocks:
-            x = b(x, cos, sin, mask)
+            x = b(x, cos, sin, mask, attn_out)
         return F.linear(self.norm(x), self.tok.weight)
 
 
@@ -228,11 +244,14 @@ def load_gguf(path):
             raise ValueError(f"{path}: missing key {key}")
         return f.parts[f.data[0]][0].item()
 
+    n_vocab = len(r.fields["tokenizer.ggml.tokens"].data)
+    key_length = field("llama.attention.key_length") if "llama.attention.key_length" in r.fields else None
     c = Config(dim=field("llama.embedding_length"), n_layers=field("llama.block_count"),
                n_heads=field("llama.attention.head_count"), n_kv_heads=field("llama.attention.head_count_kv"),
                hidden_dim=field("llama.feed_forward_length"), context_length=field("llama.context_length"),
                rope_theta=float(f'{field("llama.rope.freq_base"):.7g}'),
-               rms_eps=float(f'{field("llama.attention.layer_norm_rms_epsilon"):.7g}'))  # float32 -> 1e-05
+               rms_eps=float(f'{field("llama.attention.layer_norm_rms_epsilon"):.7g}'),  # float32 -> 1e-05
+               vocab_size=n_vocab, head_dim=key_length)
     tensors = {}
     for t in r.tensors:
         if t.tensor_type != gguf.GGMLQuantizationType.F32:

@@ -1,20 +1,24 @@
 #!/usr/bin/python3
 """Trains kvevict's default reasoning model on `kvevict tasks gen` output.
 
-Usage (CPU, Debian's python3-torch; see MODEL_CARD.md for the exact command that made the
-shipped model):
-    /usr/bin/python3 tools/train_reasoner.py --kvevict build/kvevict --out runs/reasoner
-    /usr/bin/python3 tools/train_reasoner.py --kvevict build/kvevict --out runs/reasoner --resume
+Usage (CPU, Debian's python3-torch; see models/reasoner/MODEL_CARD.md for the exact command that
+made the shipped model):
+    /usr/bin/python3 tools/train_reasoner.py --kvevict build/kvevict --out /work/runs/reasoner
+    /usr/bin/python3 tools/train_reasoner.py --kvevict build/kvevict --out /work/runs/reasoner --resume
     # a variant with 1 KV head (MQA), uptrained from the shipped 2-KV-head model (models/reasoner-kv/)
     /usr/bin/python3 tools/train_reasoner.py --kvevict build/kvevict --out runs/kv1 --kv-heads 1 \\
         --init models/reasoner/reasoner.gguf --first-stage 2 --final-steps 120 --lr 1e-3 --batch-scale 0.5
 
-Curriculum: first the lookup alone (chain family, small alphabets), then stages of growing alphabets (facts M) and chains (steps N); a stage ends when the
-lookup-token accuracy and the overall token accuracy of the recent steps pass its gate (after a
-minimum number of steps) or after its maximum. "Lookup" in the gate is the worst of the prompt
-lookup (successor letter), the letter value d and once's recalled code. The last stage covers traces up to ~720 tokens and
-decays the learning rate. Each instance is its own sequence (right-padded; causal attention never
-looks at padding, and padded targets are masked). Loss is on the trace and EOS only.
+Curriculum (--curriculum): `v1` is the 2-layer models' (chain, running, once up to ~720-token
+traces); `v2` adds recall and revisit and grows every family to traces of ~1,000-1,300 tokens.
+First the lookup alone (chain family, small alphabets), then stages of growing alphabets (facts)
+and chains (steps N); a stage ends when the skill-token accuracies and the overall token accuracy
+of the recent log windows pass its gate (after a minimum number of steps) or after its maximum.
+"Skill" in the gate is the worst of the token kinds present (see token_kinds: the prompt lookup,
+the letter value d, once's recalled code, recall's recalled value, revisit's re-read value, the
+decision to restate). The last stage decays the learning rate. Each instance is its own
+sequence (right-padded; causal attention never looks at padding, and padded targets are masked);
+instances of similar length are batched together. Loss is on the trace and EOS only.
 
 Outputs in --out: ckpt.pt (resumable: model, optimizer, stage, step, data cursors, RNG state,
 CPU seconds), curve.csv (one row per --log-every steps), final.pt (weights + config) at the end.
@@ -24,6 +28,7 @@ import argparse
 import csv
 import json
 import math
+import re
 import os
 import subprocess
 import sys
@@ -33,12 +38,14 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reasoner_model import BOS, CHAR_ID, EOS, Config, Reasoner, convert_kv_heads, encode, load_gguf  # noqa: E402
+from reasoner_model import BOS, EOS, VOCAB_SIZE, Config, Reasoner, convert_kv_heads, encode, load_gguf  # noqa: E402
 
-FAMILIES = ["chain", "running", "once"]
+FAMILIES = ["chain", "running", "once", "recall", "revisit"]
+TRACE_FAMILIES = ("recall", "revisit")
 
-# (facts range, {family: steps range}, batch tokens, min steps, max steps, gate lookup, gate all)
-STAGES = [
+# v1: the 2-layer models' curriculum (chain, running, once).
+# (facts range, {family: steps range}, batch tokens, min steps, max steps, gate skill, gate all)
+STAGES_V1 = [
     ("3-8", {"chain": "2-8"}, 4096, 150, 20000, 0.95, 0.95),
     ("3-8", {"chain": "1-4", "running": "1-4", "once": "3-5"}, 4096, 100, 2000, 0.95, 0.95),
     ("4-12", {"chain": "1-10", "running": "1-8", "once": "3-10"}, 2048, 100, 3000, 0.98, 0.98),
@@ -47,30 +54,97 @@ STAGES = [
     ("12-26", {"chain": "1-101", "running": "1-79", "once": "3-100"}, 6144, None, None, None, None),
 ]
 
-KIND_OTHER, KIND_LOOKUP, KIND_DIGIT, KIND_SUM, KIND_PASS, KIND_ANSWER = 0, 1, 2, 3, 4, 5
-KIND_NAMES = ["other", "lookup", "digit", "sum", "pass", "answer"]
+
+def _v2(facts, chain, running, once, t_facts, t_depth, t_steps):
+    fam = {"chain": (facts, chain), "running": (facts, running), "once": (facts, once)}
+    for f in TRACE_FAMILIES:
+        fam[f] = (t_facts, t_steps, t_depth)
+    return fam
+
+
+# v2: every family; recall/revisit entries are (facts, steps N, depth K) with every restate count
+# 1, 2, 4, 8 (restatements start once phase B has more than 20 lines). The last stage reaches
+# traces of ~1,050 tokens (chain 150 steps, running 115) and ~1,300 (recall/revisit N = 190).
+# Stage 0 is a warm-up, "chain-xy": chain tasks whose trace lines "cccX=Y" are written "cccXY",
+# so the lookup is the classic induction pattern (the current token X, then what followed X in
+# the prompt). Without it, a 4-layer model with 8 heads of size 16 stalled at ~0.53 lookup
+# accuracy for 1,700 steps (two runs): predicting Y at '=' needs the query side to fetch X from
+# the previous position (Q-composition), which formed only after the key-side circuit existed.
+STAGES_V2 = [
+    (None, {"chain-xy": ("3-8", "2-8")}, 4096, 100, 20000, 0.95, 0.95),
+    (None, {"chain": ("3-8", "2-8")}, 4096, 150, 20000, 0.95, 0.95),
+    (None, _v2("3-8", "1-4", "1-4", "3-5", "7-10", "3", "4-10"), 4096, 100, 3000, 0.95, 0.95),
+    (None, _v2("4-12", "1-12", "1-10", "3-12", "8-14", "3-4", "5-40"), 4096, 100, 3000, 0.98, 0.98),
+    (None, _v2("6-20", "1-40", "1-32", "3-40", "10-20", "3-6", "7-90"), 6144, 80, 1500, 0.985, 0.985),
+    (None, _v2("10-26", "1-90", "1-70", "3-90", "12-26", "3-8", "9-170"), 8192, 80, 1500, 0.99, 0.99),
+    (None, _v2("12-26", "1-150", "1-115", "3-150", "14-26", "3-10", "11-190"), 8192, None, None, None, None),
+]
+STAGES = STAGES_V2
+
+
+WARMUP = {"chain-xy": "chain"}  # warm-up family -> the generator family it rewrites
+
+
+def warmup_trace(trace):
+    """chain-xy: "cccX=Y" lines written "cccXY" (the answer line is unchanged)."""
+    return re.sub(r"^(\d{3}[A-Z])=([A-Z])$", r"\1\2", trace, flags=re.M)
+
+
+def stage_families(stage):
+    return [f for f in FAMILIES + list(WARMUP) if f in STAGES[stage][1]]
+
+
+def stage_spec(stage, family):
+    """(facts, steps, depth or None) of `family` in `stage`."""
+    facts, fams = STAGES[stage][0], STAGES[stage][1]
+    spec = fams[family]
+    if isinstance(spec, str):  # v1: one facts range for the stage
+        return facts, spec, None
+    return spec[0], spec[1], (spec[2] if len(spec) > 2 else None)
+
+
+(KIND_OTHER, KIND_LOOKUP, KIND_DIGIT, KIND_SUM, KIND_PASS, KIND_ANSWER, KIND_MEMO, KIND_COPY, KIND_RECALL,
+ KIND_REVISIT, KIND_RESTATE) = range(11)
+KIND_NAMES = ["other", "lookup", "digit", "sum", "pass", "answer", "memo", "copy", "recall", "revisit", "restate"]
+# Kinds whose accuracy gates a stage (a kind absent from a window counts as passed).
+GATE_KINDS = [KIND_LOOKUP, KIND_DIGIT, KIND_PASS, KIND_MEMO, KIND_COPY, KIND_RECALL, KIND_REVISIT, KIND_RESTATE]
 
 
 def token_kinds(trace, family=None):
     """Per trace character: which skill predicts it (tasks/generator.h line formats).
-    lookup = Y of a line "cccX=Y..." (the letter after X in the prompt); digit = d of a running
-    line "cccX=Yds" (the value of Y, a fixed function); sum = s; pass = once's code P inside the
-    final \\boxed{} (recalled from the prompt's only "#P" line); answer = the other characters
-    inside the final \\boxed{}."""
+    lookup = Y of a step line "cccX=Y..." (the letter after X in the prompt); digit = d of a running
+    line "cccX=Yds" (the value of Y, a fixed function); sum = s; memo = V of recall/revisit's
+    phase-A line "cccX=Yd&V" (the running sum, keyed by '&'); copy = V of a restatement "&V";
+    restate = the '&' or '!' that opens a restatement or checkpoint line (the decision to write
+    one); revisit = W of a checkpoint "!W" or of revisit's answer (V re-read and added to the
+    letter value); recall = V inside recall's final \\boxed{} (after '&'); pass = once's code P
+    inside the final \\boxed{}; answer = the other characters inside the final \\boxed{}."""
     kinds = [KIND_OTHER] * len(trace)
-    pos = 0
-    for line in trace.split("\n"):
-        if len(line) >= 6 and line[:3].isdigit():
-            kinds[pos + 5] = KIND_LOOKUP
-            if len(line) == 8:
-                kinds[pos + 6] = KIND_DIGIT
-                kinds[pos + 7] = KIND_SUM
-        pos += len(line) + 1
     b = trace.rfind("\\boxed{")
+    pos = 0
+    for line in trace[:b].split("\n"):
+        if len(line) == 5 and line[:3].isdigit() and line[3:].isalpha():  # warm-up "cccXY"
+            kinds[pos + 4] = KIND_LOOKUP
+        elif len(line) >= 6 and line[:3].isdigit():
+            kinds[pos + 5] = KIND_LOOKUP
+            if len(line) >= 8:
+                kinds[pos + 6] = KIND_DIGIT
+                if len(line) == 8:
+                    kinds[pos + 7] = KIND_SUM
+                elif len(line) == 9 and line[7] == "&":
+                    kinds[pos + 8] = KIND_MEMO
+        elif len(line) == 2 and line[0] in "&!":
+            kinds[pos] = KIND_RESTATE
+            kinds[pos + 1] = KIND_COPY if line[0] == "&" else KIND_REVISIT
+        pos += len(line) + 1
     for i in range(b + 7, len(trace) - 1):
         kinds[i] = KIND_ANSWER
     if family == "once":
         kinds[len(trace) - 2] = KIND_PASS
+    elif family == "recall":
+        kinds[len(trace) - 2] = KIND_RECALL
+    elif family == "revisit":
+        kinds[len(trace) - 2] = KIND_REVISIT
     return kinds
 
 
@@ -88,12 +162,18 @@ class Data:
         while len(pool) < k:
             first = self.cursors.get(key, 0)
             n = 2000
-            facts, steps = STAGES[stage][0], STAGES[stage][1][family]
+            facts, steps, depth = stage_spec(stage, family)
             # Training seeds are 1..999 (held-out evaluation uses seed >= 1000).
-            cmd = [self.binary, "tasks", "gen", "--family", family, "--n", str(n), "--seed", str(100 + stage),
+            cmd = [self.binary, "tasks", "gen", "--family", WARMUP.get(family, family), "--count", str(n), "--seed", str(100 + stage),
                    "--first", str(first), "--steps", steps, "--facts", facts]
+            if family in TRACE_FAMILIES:
+                cmd += ["--depth", depth or "6", "--restate", "1,2,4,8"]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-            pool.extend(json.loads(line) for line in out.splitlines() if line)
+            tasks = [json.loads(line) for line in out.splitlines() if line]
+            if family in WARMUP:
+                for t in tasks:
+                    t["trace"], t["family"] = warmup_trace(t["trace"]), family
+            pool.extend(tasks)
             self.cursors[key] = first + n
         taken, self.pool[key] = pool[:k], pool[k:]
         return taken
@@ -125,21 +205,35 @@ def make_batch(tasks):
     return ids, tgt, msk, knd
 
 
-def sample_batch(data, stage, gen, batch_tokens):
-    """Draws instances (family chosen uniformly per instance among the stage's families) until the padded batch would exceed
-    batch_tokens."""
-    tasks, longest = [], 0
-    while True:
-        fams = [f for f in FAMILIES if f in STAGES[stage][1]]
-        fam = fams[int(torch.randint(0, len(fams), (1,), generator=gen))]
-        t = data.take(stage, fam, 1)[0]
-        L = len(t["problem"]) + len(t["trace"]) + 2
-        if tasks and max(longest, L) * (len(tasks) + 1) > batch_tokens:
-            data.pool[f"{stage}:{fam}"].insert(0, t)
-            break
-        tasks.append(t)
-        longest = max(longest, L)
-    return tasks
+def task_tokens(t):
+    return len(t["problem"]) + len(t["trace"]) + 2
+
+
+def sample_batch(data, stage, gen, batch_tokens, queue):
+    """Next batch of the stage: instances (family uniform per instance among the stage's
+    families) are drawn in pools of ~8 batches' worth, sorted by length and cut into batches whose
+    padded size (longest x count) stays within batch_tokens, so similar lengths share a batch;
+    the batches of a pool are served in random order. `queue` holds the pool's remaining
+    batches (a plain list, saved in the checkpoint)."""
+    if not queue:
+        fams = stage_families(stage)
+        pool, total = [], 0
+        while total < 8 * batch_tokens:
+            fam = fams[int(torch.randint(0, len(fams), (1,), generator=gen))]
+            t = data.take(stage, fam, 1)[0]
+            pool.append(t)
+            total += task_tokens(t)
+        pool.sort(key=task_tokens)
+        batches, cur = [], []
+        for t in pool:
+            if cur and task_tokens(t) * (len(cur) + 1) > batch_tokens:
+                batches.append(cur)
+                cur = []
+            cur.append(t)
+        batches.append(cur)
+        for i in torch.randperm(len(batches), generator=gen).tolist():
+            queue.append(batches[i])
+    return queue.pop(0)
 
 
 def main():
@@ -152,15 +246,23 @@ def main():
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--final-steps", type=int, default=600, help="steps of the last stage (lr decays over them)")
     ap.add_argument("--stop-after-min", type=float, default=0, help="checkpoint and exit after this many wall minutes (0 = off)")
+    ap.add_argument("--stop-after-cpu-min", type=float, default=0,
+                    help="checkpoint and exit once the run's CPU time (all sessions) passes this many minutes (0 = off)")
     ap.add_argument("--force-stage", type=int, default=-1, help="with --resume: restart the curriculum at this stage")
     ap.add_argument("--batch-scale", type=float, default=1.0,
                     help="multiply every stage's batch tokens by this (a cheaper fine-tune on a busy machine)")
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--ckpt-every-s", type=float, default=120)
-    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--curriculum", choices=["v1", "v2"], default="v2",
+                    help="v1: the 2-layer models' three families; v2: all five families, traces to ~1,300 tokens")
+    ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--dim", type=int, default=128)
-    ap.add_argument("--kv-heads", type=int, default=2,
-                    help="KV heads (4 query heads; 1 = MQA, 2 = GQA as shipped, 4 = MHA). With --init weights that "
+    ap.add_argument("--hidden", type=int, default=384, help="SwiGLU hidden size")
+    ap.add_argument("--heads", type=int, default=8, help="query heads")
+    ap.add_argument("--head-dim", type=int, default=0, help="size of each head (0 = dim / heads)")
+    ap.add_argument("--kv-heads", type=int, default=4,
+                    help="KV heads, each initialised independently (must divide --heads; 1 = MQA, --heads = MHA). "
+                    "With --init weights that "
                     "have another count, their K/V projections are converted first (reasoner_model.convert_kv_heads: "
                     "mean-pooled to fewer heads, copied to more) and the run uptrains the result")
     ap.add_argument("--init", help="start from these weights (a final.pt or ckpt.pt of the same shape, or a GGUF "
@@ -168,9 +270,19 @@ def main():
     ap.add_argument("--first-stage", type=int, default=0, help="curriculum stage to start at (with --init)")
     ap.add_argument("--shared-embed", type=float, default=0.05,
                     help="initial value of embedding dim 0 for all tokens (see reasoner_model.Reasoner)")
+    ap.add_argument("--skill-weight", type=float, default=1.0,
+                    help="loss weight of the few tokens that recall or re-read a far value (once's code, recall's and "
+                    "revisit's answers and copies, the restate decisions); 1 = plain mean")
+    ap.add_argument("--lookup-weight", type=float, default=1.0,
+                    help="loss weight of the lookup tokens (Y of X=Y), about 1 in 7 trace tokens; > 1 speeds up the "
+                    "forming of the lookup (induction) circuit")
     args = ap.parse_args()
-    if args.kv_heads < 1 or Config().n_heads % args.kv_heads != 0:
-        sys.exit(f"--kv-heads {args.kv_heads}: must divide the {Config().n_heads} query heads (1, 2 or 4)")
+    if args.heads < 1 or (not args.head_dim and args.dim % args.heads != 0):
+        sys.exit(f"--heads {args.heads}: must divide --dim {args.dim} (or give --head-dim)")
+    if args.kv_heads < 1 or args.heads % args.kv_heads != 0:
+        sys.exit(f"--kv-heads {args.kv_heads}: must divide the {args.heads} query heads")
+    global STAGES
+    STAGES = STAGES_V1 if args.curriculum == "v1" else STAGES_V2
 
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
@@ -179,12 +291,14 @@ def main():
     curve_path = os.path.join(args.out, "curve.csv")
 
     torch.manual_seed(args.seed)
-    cfg = Config(dim=args.dim, n_layers=args.layers, n_kv_heads=args.kv_heads)
+    cfg = Config(dim=args.dim, n_layers=args.layers, n_heads=args.heads, n_kv_heads=args.kv_heads,
+                 hidden_dim=args.hidden, vocab_size=VOCAB_SIZE if args.curriculum == "v2" else 312,
+                 head_dim=args.head_dim or None)
     model = Reasoner(cfg, shared_embed=args.shared_embed)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     gen = torch.Generator().manual_seed(args.seed)
     state = {"step": 0, "stage": args.first_stage, "stage_step": 0, "cpu_s": 0.0, "wall_s": 0.0, "tokens": 0,
-             "cursors": {}}
+             "cursors": {}, "queue": [], "curriculum": args.curriculum}
     if args.init and not args.resume:
         init = load_gguf(args.init) if args.init.endswith(".gguf") else torch.load(args.init)
         init_kv = Config.from_dict(init["config"]).n_kv_heads
@@ -219,8 +333,11 @@ def main():
         gen.set_state(ck["gen"])
         torch.set_rng_state(ck["torch_rng"])
         state = ck["state"]
+        state.setdefault("queue", [])
+        if state.get("curriculum", "v1") != args.curriculum:
+            sys.exit(f"--resume: the run used --curriculum {state.get('curriculum', 'v1')}")
         if args.force_stage >= 0:
-            state["stage"], state["stage_step"] = args.force_stage, 0
+            state["stage"], state["stage_step"], state["queue"] = args.force_stage, 0, []
         print(f"resumed at step {state['step']} stage {state['stage']} cpu {state['cpu_s']:.0f}s", flush=True)
     else:
         with open(curve_path, "w", newline="") as f:
@@ -234,7 +351,11 @@ def main():
     cpu_base, wall_base = state["cpu_s"], state["wall_s"]
     last_ckpt = time.time()
     win = {"loss": 0.0, "n": 0, "right": torch.zeros(len(KIND_NAMES)), "count": torch.zeros(len(KIND_NAMES)), "steps": 0}
-    recent = []  # (lookup acc, all acc) of the last log windows, for the stage gate
+    recent = []  # (skill acc, all acc) of the last log windows, for the stage gate
+    weights = torch.ones(len(KIND_NAMES))
+    for k in (KIND_PASS, KIND_COPY, KIND_RECALL, KIND_REVISIT, KIND_RESTATE):
+        weights[k] = args.skill_weight
+    weights[KIND_LOOKUP] = args.lookup_weight
 
     def save(path=ckpt_path):
         state["cpu_s"] = cpu_base + time.process_time() - cpu0
@@ -249,7 +370,7 @@ def main():
         st = state["stage"]
         if st == last and state["stage_step"] >= args.final_steps:
             break
-        facts, _, batch_tokens, min_steps, max_steps, gate_lookup, gate_all = STAGES[st]
+        _, _, batch_tokens, min_steps, max_steps, gate_skill, gate_all = STAGES[st]
         # lr: linear warm-up over 100 steps, constant, cosine decay to 10% over the last stage
         step = state["step"]
         lr = args.lr * min(1.0, (step + 1) / 100)
@@ -258,11 +379,12 @@ def main():
             lr = args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = lr
-        tasks = sample_batch(data, st, gen, int(batch_tokens * args.batch_scale))
+        tasks = sample_batch(data, st, gen, int(batch_tokens * args.batch_scale), state["queue"])
         ids, tgt, msk, knd = make_batch(tasks)
         logits = model(ids)
         ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), reduction="none").view_as(msk)
-        loss = (ce * msk).sum() / msk.sum()
+        wmsk = msk * weights[knd]
+        loss = (ce * wmsk).sum() / wmsk.sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -289,25 +411,26 @@ def main():
             with open(curve_path, "a", newline="") as f:
                 csv.writer(f).writerow(row)
             print(" ".join(str(x) for x in row), flush=True)
-            # tokens of a kind absent from the stage (e.g. digits in the chain-only stage) count as passed
-            acc_digit = acc_k[KIND_DIGIT] if win["count"][KIND_DIGIT] > 0 else 1.0
-            acc_pass = acc_k[KIND_PASS] if win["count"][KIND_PASS] > 0 else 1.0
-            recent.append((min(acc_k[KIND_LOOKUP], acc_digit, acc_pass), acc_all))
+            # tokens of a kind absent from the window (e.g. digits in the chain-only stage) count as passed
+            skill = min(acc_k[k] if win["count"][k] > 0 else 1.0 for k in GATE_KINDS)
+            recent.append((skill, acc_all))
             recent = recent[-3:]
             win = {"loss": 0.0, "n": 0, "right": torch.zeros(len(KIND_NAMES)), "count": torch.zeros(len(KIND_NAMES)), "steps": 0}
             if st < last and state["stage_step"] >= min_steps:
-                passed = len(recent) == 3 and all(l >= gate_lookup and a >= gate_all for l, a in recent)
+                passed = len(recent) == 3 and all(l >= gate_skill and a >= gate_all for l, a in recent)
                 if passed or state["stage_step"] >= max_steps:
                     print(f"stage {st} -> {st + 1} at step {state['step']} ({'gate passed' if passed else 'max steps'})", flush=True)
                     state["stage"] += 1
                     state["stage_step"] = 0
+                    state["queue"] = []
                     recent = []
                     save()
                     save(os.path.join(args.out, f"stage{st}.pt"))
         if time.time() - last_ckpt > args.ckpt_every_s:
             save()
             last_ckpt = time.time()
-        if args.stop_after_min and time.time() - wall0 > 60 * args.stop_after_min:
+        if (args.stop_after_min and time.time() - wall0 > 60 * args.stop_after_min) or (
+                args.stop_after_cpu_min and cpu_base + time.process_time() - cpu0 > 60 * args.stop_after_cpu_min):
             save()
             print("stopping (time limit); resume with --resume", flush=True)
             return

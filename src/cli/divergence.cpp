@@ -299,7 +299,7 @@ void add_divergence(CLI::App& root, std::vector<Command>& out) {
   auto d = std::make_shared<DivergenceArgs>();
   auto* cmd = root.add_subcommand(
       "divergence", "KL divergence from `full` and perplexity of each policy over many texts (and sink attention mass)");
-  cmd->add_option("-m,--model", d->model, "Model file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-m,--model", d->model, model_help())->required()->check(CLI::ExistingPath);
   cmd->add_option("-f,--file", d->files,
                   "Text file (cut into --texts windows of --length tokens) or task file *.jsonl from `kvevict tasks "
                   "gen` (problem = prompt, trace = continuation); repeat for several")

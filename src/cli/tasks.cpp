@@ -26,8 +26,14 @@ namespace kvevict::cli {
 namespace {
 
 struct SizeArgs {
-  std::string steps, facts;
+  std::string steps, facts, depth, restate;
   int64_t length = 0;  ///< trace tokens; 0 = not given
+};
+
+/// What resolve_size returns: the ranges generate_tasks takes.
+struct SizeRanges {
+  IntRange steps, facts, depth;
+  std::vector<int64_t> restate;
 };
 
 struct GenArgs {
@@ -41,7 +47,7 @@ struct GenArgs {
 
 struct EvalArgs {
   std::string model, input;
-  std::string families = "chain,running,once";
+  std::string families = "chain,running,once,recall,revisit";
   int64_t n = 100;
   uint64_t seed = 1000;
   SizeArgs size;
@@ -53,29 +59,41 @@ void add_size_options(CLI::App& cmd, SizeArgs& s) {
   cmd.add_option("--steps", s.steps, "Steps N: a number or a range LO-HI drawn per task (default from --length)");
   cmd.add_option("--length", s.length, "Target trace length in tokens; N is chosen to come closest")
       ->check(int_range(1, limits::kTokens));
-  cmd.add_option("--facts", s.facts, "Facts M (cycle length, 2-26): a number or LO-HI (default 20)");
+  cmd.add_option("--facts", s.facts, "Facts (fact lines, 2-26; one cycle's length except in recall/revisit): a number or LO-HI (default 20)");
+  cmd.add_option("--depth", s.depth,
+                 "recall/revisit: depth K, the phase-A lines that compute the value (3-20): a number or LO-HI "
+                 "(default 6)");
+  cmd.add_option("--restate", s.restate,
+                 "recall/revisit: R, the copies (recall) or reads (revisit) of the value over 160 lines: 1, 2, 4 or "
+                 "8, or a comma-separated list drawn per task (default 1)");
 }
 
 /// Resolves the size options for one family into ranges. Errors name the options.
-std::pair<IntRange, IntRange> resolve_size(const SizeArgs& s, TaskFamily f) {
+SizeRanges resolve_size(const SizeArgs& s, TaskFamily f) {
   if (!s.steps.empty() && s.length > 0) throw Error("give either --steps or --length, not both");
-  IntRange steps{};
+  if (!is_trace_family(f) && (!s.depth.empty() || !s.restate.empty()))
+    throw Error(fmt::format("--depth and --restate apply to recall and revisit only, not {}", task_family_name(f)));
+  SizeRanges r;
+  r.depth = s.depth.empty() ? IntRange{0, 0} : parse_int_range(s.depth, "--depth");
+  r.restate = s.restate.empty() ? std::vector<int64_t>{1} : parse_restate_list(s.restate, "--restate");
   if (!s.steps.empty()) {
-    steps = parse_int_range(s.steps, "--steps");
+    r.steps = parse_int_range(s.steps, "--steps");
   } else if (s.length != 0) {
-    const int64_t n = steps_for_trace_length(f, s.length);
-    steps = {n, n};
+    if (r.depth.lo != r.depth.hi || r.restate.size() != 1)
+      throw Error("--length needs one --depth and one --restate (it picks one N); give --steps for ranges");
+    const int64_t n = steps_for_trace_length(f, s.length, TaskSize{0, 0, r.depth.lo, r.restate[0]});
+    r.steps = {n, n};
   } else {
     throw Error("give --steps N (or LO-HI) or --length TOKENS");
   }
-  const IntRange facts = s.facts.empty() ? IntRange{kDefaultFacts, kDefaultFacts} : parse_int_range(s.facts, "--facts");
-  return {steps, facts};
+  r.facts = s.facts.empty() ? IntRange{kDefaultFacts, kDefaultFacts} : parse_int_range(s.facts, "--facts");
+  return r;
 }
 
 int run_gen(const GenArgs& a) {
   const TaskFamily f = parse_task_family(a.family);
-  const auto [steps, facts] = resolve_size(a.size, f);
-  const auto tasks = generate_tasks(f, steps, facts, a.seed, a.n, a.first);
+  const SizeRanges r = resolve_size(a.size, f);
+  const auto tasks = generate_tasks(f, r.steps, r.facts, a.seed, a.n, a.first, r.depth, r.restate);
   std::ofstream file;
   if (!a.out.empty()) {
     file.open(a.out);
@@ -99,8 +117,10 @@ int run_eval(const EvalArgs& a) {
   } else {
     for (const std::string& name : split_list(a.families, "--family")) {
       const TaskFamily f = parse_task_family(name);
-      const auto [steps, facts] = resolve_size(a.size, f);
-      auto part = generate_tasks(f, steps, facts, a.seed, a.n);
+      SizeArgs size = a.size;
+      if (!is_trace_family(f)) size.depth.clear(), size.restate.clear();  // apply to recall/revisit only
+      const SizeRanges r = resolve_size(size, f);
+      auto part = generate_tasks(f, r.steps, r.facts, a.seed, a.n, 0, r.depth, r.restate);
       tasks.insert(tasks.end(), part.begin(), part.end());
     }
   }
@@ -131,7 +151,7 @@ int run_eval(const EvalArgs& a) {
       right += ok;
       smin = std::min(smin, t.size.steps);
       smax = std::max(smax, t.size.steps);
-      const int64_t tl = trace_length(f, t.size.steps);
+      const int64_t tl = trace_length(f, t.size);
       tmin = std::min(tmin, tl);
       tmax = std::max(tmax, tl);
       if (!ok && a.show_failures)
@@ -154,7 +174,7 @@ void add_tasks(CLI::App& root, std::vector<Command>& out) {
 
   auto g = std::make_shared<GenArgs>();
   auto* gen = tasks->add_subcommand("gen", "Write generated tasks as JSON lines (deterministic by seed)");
-  gen->add_option("--family", g->family, "chain | running | once")->capture_default_str();
+  gen->add_option("--family", g->family, "chain | running | once | recall | revisit")->capture_default_str();
   gen->add_option("--count", g->n, "Number of tasks")->check(int_range(1, limits::kProblems))->capture_default_str();
   gen->add_option("--seed", g->seed, "Seed")->check(seed_value())->capture_default_str();
   gen->add_option("--first", g->first, "Index of the first task (tasks are numbered per seed)")->capture_default_str();

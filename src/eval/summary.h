@@ -4,7 +4,11 @@
 //
 // Source: the paper's protocol (docs/eviction-spec.md §4): per-problem mean accuracy over rollouts;
 // for each policy vs the reference, a paired problem-clustered percentile bootstrap 95% CI of
-// the difference and an exact two-sided sign test (eval/stats.h).
+// the difference and an exact two-sided sign test (eval/stats.h). Added so that "A ~ B" can be
+// claimed only when shown: an equivalence test (TOST, margin kDefaultMargin unless given) with
+// its power, Holm-adjusted sign-test p-values over the report's comparisons, each budget as a
+// fraction of the mean sequence length, and per policy a comparison pooled over its budgets
+// with each problem counted once (clustered by problem).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +21,9 @@
 #include "eval/stats.h"
 
 namespace kvevict {
+
+/// Default equivalence margin of a report: 5 accuracy points.
+inline constexpr double kDefaultMargin = 0.05;
 
 /// One row of the report.
 struct CellSummary {
@@ -31,7 +38,16 @@ struct CellSummary {
   /// the reference itself and when no problem has results in both cells.
   std::optional<BootstrapCi> diff;
   std::optional<SignTest> sign;
+  /// Equivalence with the reference within +-margin (eval/stats.h equivalence_test: Tango's TOST
+  /// for one greedy rollout per problem, the paired t TOST for means over rollouts); absent when
+  /// `diff` is (or fewer than 2 paired problems for the t test).
+  std::optional<Equivalence> equiv;
+  /// Holm-adjusted sign-test p over every cell of the report that has a sign test.
+  std::optional<double> sign_p_holm;
   std::string reference_label;  ///< label of the cell compared with
+  /// budget / mean_length: the budget as a fraction of the mean sequence (prompt + generated)
+  /// length; 0 for a policy that does not evict.
+  double budget_fraction = 0;
   double mean_generated = 0;    ///< generated tokens per rollout
   double mean_length = 0;       ///< prompt + generated tokens per rollout
   double mean_rounds = 0;       ///< eviction rounds per rollout
@@ -47,17 +63,32 @@ struct CellSummary {
   int64_t fact_kept_rollouts = 0, fact_kept_correct = 0, fact_lost_rollouts = 0, fact_lost_correct = 0;
 };
 
+/// One policy against the reference pooled over every budget both ran: per problem, the mean
+/// over budgets (and rollouts) of each side, so each problem is one paired observation.
+struct PooledComparison {
+  std::string policy;
+  std::vector<int64_t> budgets;  ///< the budgets pooled, ascending
+  BootstrapCi diff;              ///< problem-clustered bootstrap 95% CI of mean(policy - reference)
+  SignTest sign;                 ///< over problems (ties = equal per-problem means)
+  std::optional<Equivalence> equiv;
+};
+
 /// The whole report.
 struct EvalSummary {
   EvalSettings settings;
+  double margin = kDefaultMargin;  ///< equivalence margin used by every test of the report
   std::vector<CellSummary> cells;  ///< in settings.cells order
+  /// Policies that evict, compared with the reference over >= 2 budgets, in settings order.
+  std::vector<PooledComparison> pooled;
 };
 
 /// Builds the report from `records` (any order; records of cells not in settings.cells are an
 /// error). Bootstrap streams are seeded from settings.seed and the cell labels, so the same
 /// records give the same report however they were produced (one run, resumed, or merged shards).
-/// Throws kvevict::Error for a record of an unknown cell.
-EvalSummary summarize(const EvalSettings& settings, const std::vector<RolloutRecord>& records);
+/// `margin`: equivalence margin in accuracy units (0 < margin < 1). Throws kvevict::Error for a
+/// record of an unknown cell or an invalid margin.
+EvalSummary summarize(const EvalSettings& settings, const std::vector<RolloutRecord>& records,
+                      double margin = kDefaultMargin);
 
 /// Markdown: a few header lines (model, tasks, sampling) and the table; when rollouts carry the
 /// fact-slot check, a second table splits each cell's accuracy by whether the fact was kept.
