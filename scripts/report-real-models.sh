@@ -21,12 +21,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 KV=./build/kvevict
 SHARED="${KVEVICT_SHARED:-../shared}"
-DATA=docs/reports/data/real-models
-TMP=out/real-models
+DATA=${DATA:-docs/reports/data/real-models}
+TMP=${TMP:-out/real-models}
 mkdir -p "$DATA" "$TMP"
 LEN=${LEN:-256}      # tokens per window (BOS included)
-R=${R:-8}            # recent buffer: B = 25 > r at 10% of 256
-PROMPT=${PROMPT:-32} # leading tokens pinned as the prompt by +prompt policies
+R=${R:-8}            # recent buffer: B = 26 > r at 10% of 256
+PROMPT=${PROMPT:-8}  # leading tokens pinned as the prompt: at 10% (B = 26) K_sel = B - r = 18 leaves 10 slots
+                     # for the trace (with P = 32 > K_sel every pinned policy kept the same slots)
 WIKI=${WIKI:-24}     # wikitext-2 windows per model
 BOOK=${BOOK:-8}      # windows per PG-19 book (3 books)
 TINY=${TINY:-3}      # TinyStories sample windows (the file is ~3.8 KB, so windows overlap)
@@ -34,7 +35,7 @@ TASKS=${TASKS:-6}    # reasoner tasks per family
 FRACS=0.1,0.2,0.4
 CORPORA=${CORPORA:-wikitext pg19 tinystories}
 # Every policy that evicts, and the +prompt variants that differ from their base policy.
-# streaming+prompt is left out: with P = 32 >= 4 sinks it keeps exactly what recency+prompt keeps.
+# streaming+prompt is left out: with P = 8 >= 4 sinks (and the reasoner's 66-69-token prompt) it keeps exactly what recency+prompt keeps.
 POLICIES=random,random-unprotected,random-shared,random-beacon,triattention,recency,recency+prompt,streaming,snapkv,snapkv+prompt,rkv,rkv+prompt,vase,vase+prompt,h2o,h2o+prompt,tova,tova+prompt
 BOOKS_EVAL=("$SHARED"/data/gutenberg-pg19-test-books/{10146,10321,10356}.txt)
 BOOK_CAL="$SHARED/data/gutenberg-pg19-test-books/10762.txt"
