@@ -184,6 +184,8 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
               fmt::format("the prompt is {} tokens, more than the model's context of {} tokens "
                           "(max_model_len); shorten it",
                           g.prompt.size(), context));
+  // Tokens that fit: every generated token but the last is decoded at a position of its own.
+  const int64_t room = context - static_cast<int64_t>(g.prompt.size()) + 1;
 
   const int64_t limit = opt.max_tokens_limit;
   const std::string mt_note = " (the upper limit is the server's --max-tokens)";
@@ -195,6 +197,14 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
   // Defaults: OpenAI's legacy completions default of 16 tokens; chat has none, so the limit.
   GenerationConfig& gc = g.generation;
   gc.max_new_tokens = mt ? *mt : (ep == Endpoint::Completions ? std::min<int64_t>(16, limit) : limit);
+  // Prompt + generated tokens stay inside the context (as vLLM's max_model_len: a request that
+  // would decode past it is refused, not run into untrained RoPE positions): an explicit
+  // max_tokens past it is refused with the numbers; the default shrinks to what is left.
+  if (mt && *mt > room)
+    throw bad(mt_name, fmt::format("{} + the prompt's {} tokens exceed the model's context of {} tokens "
+                                   "(max_model_len); at most {}",
+                                   *mt, g.prompt.size(), context, room));
+  if (!mt) gc.max_new_tokens = std::min(gc.max_new_tokens, room);
   if (gc.max_new_tokens < 1 || gc.max_new_tokens > limit)
     throw bad_value(mt_name, std::to_string(gc.max_new_tokens),
                     fmt::format("in [1, {}] (the upper limit is the server's --max-tokens)", limit));
