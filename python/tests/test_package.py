@@ -129,3 +129,18 @@ def test_token_ids_prompt_and_detokenize(stories):
     b = stories.generate(PROMPT, policy="full", max_tokens=20)
     assert a.tokens == b.tokens
     assert stories.detokenize(a.tokens) == a.text
+
+
+def test_chat_prompt_equals_cli_chat(kvevict, cli):
+    # Reference: `kvevict generate --chat` prints the rendered prompt, then the greedy tokens.
+    path = SHARED / "models" / "tiny-random" / "tiny-random-qwen3-f16.gguf"
+    if not path.exists():
+        missing(str(path))
+    m = kvevict.Model(str(path))
+    question = "What is 2+3?"
+    text = m.chat_prompt([{"role": "user", "content": question}])
+    out = m.generate(text, special=True, policy="full", max_tokens=8)
+    ref = cli("generate", "-m", path, "--chat", "-p", question, "-n", 8, "--temp", 0, "--policy", "full").stdout
+    assert text + out.text + "\n" == ref
+    with pytest.raises(kvevict.Error, match="content"):
+        m.chat_prompt([{"role": "user"}])
