@@ -28,6 +28,9 @@ ps = json.load(sys.stdin)
 unscored = {"random-unprotected", "recency", "streaming"}
 names = [p["name"] for p in ps]
 names += [p["name"] + "+prompt" for p in ps if p["evicts"] and not p["protect_prompt"] and p["name"] not in unscored]
+# recency+prompt is the control: the prompt plus the newest slots only. Where it matches the scored
+# and random policies, the family needs nothing from the older trace and cannot tell them apart.
+names.append("recency+prompt")
 print(",".join(names))')
 
 # TriAttention's query statistics come from tasks that are not in the evaluation set (seed 7).

@@ -19,10 +19,11 @@ namespace {
 EvalCell cell(const std::string& name, int64_t budget) {
   EvalCell c;
   c.spec = {name, budget};
-  c.policy = make_policy(name);
-  c.eviction.budget = budget;
-  c.eviction.recent = 32;
-  c.eviction.seed = 9;
+  EvictionConfig e;
+  e.budget = budget;
+  e.recent = 32;
+  e.seed = 9;
+  c.kv = CheckedPolicy::check(make_policy(name), e);
   return c;
 }
 

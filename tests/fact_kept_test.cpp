@@ -25,10 +25,11 @@ std::string reasoner() { return std::string(KVEVICT_SOURCE_DIR) + "/models/reaso
 EvalCell cell(const std::string& name, int64_t budget) {
   EvalCell c;
   c.spec = {name, budget};
-  c.policy = make_policy(name);
-  c.eviction.budget = budget;
-  c.eviction.recent = 16;
-  c.eviction.seed = 3;
+  EvictionConfig e;
+  e.budget = budget;
+  e.recent = 16;
+  e.seed = 3;
+  c.kv = CheckedPolicy::check(make_policy(name), e);
   return c;
 }
 

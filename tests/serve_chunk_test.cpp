@@ -33,10 +33,10 @@ std::unique_ptr<Model> reasoner() {
 GenerationParams params(std::vector<int32_t> prompt, int64_t max_tokens, const std::string& policy, uint64_t seed) {
   GenerationParams p;
   p.prompt = std::move(prompt);
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  p.sampler.temperature = 0.8f;
-  p.sampler.seed = seed;
+  p.generation.max_new_tokens = max_tokens;
+  p.generation.ignore_eos = true;
+  p.generation.sampler.temperature = 0.8f;
+  p.generation.sampler.seed = seed;
   EvictionConfig e;
   e.budget = 64;
   e.recent = 16;

@@ -18,6 +18,7 @@
 
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "engine/text_stream.h"
 #include "format/gguf.h"
 #include "kvcache/kv_pool.h"
 #include "model/model.h"
@@ -26,7 +27,6 @@
 #include "serve/load_client.h"
 #include "serve/request.h"
 #include "serve/scheduler.h"
-#include "serve/text_stream.h"
 #include "util/error.h"
 #include "util/rng.h"
 #include "util/utf8.h"
@@ -35,7 +35,7 @@ namespace kvevict {
 namespace {
 
 using json = nlohmann::json;
-using serve::TextStream;
+using kvevict::TextStream;
 
 std::string reasoner_path() { return std::string(KVEVICT_SOURCE_DIR) + "/models/reasoner/reasoner.gguf"; }
 
@@ -115,8 +115,8 @@ TEST(ServeRequest, ParsesABodyWithoutASocket) {
   std::atomic<uint64_t>& counter = parse.counter;
   const serve::ParsedRequest p = parse(R"({"prompt": "AB", "max_tokens": 4, "seed": 9})");
   EXPECT_EQ(p.gen.prompt, tok.encode("AB", true));
-  EXPECT_EQ(p.gen.max_tokens, 4);
-  EXPECT_EQ(p.gen.sampler.seed, 9u);
+  EXPECT_EQ(p.gen.generation.max_new_tokens, 4);
+  EXPECT_EQ(p.gen.generation.sampler.seed, 9u);
   EXPECT_EQ(counter.load(), 0u);  // a request with a seed takes no derived one
   (void)parse(R"({"prompt": "AB"})");
   EXPECT_EQ(counter.load(), 1u);
@@ -293,7 +293,7 @@ std::string reference_text(const Model& m, const std::string& prompt, const Poli
     if (i + 1 < max_tokens) e.decode(*seq, t, logits);
   }
   *rounds = seq->stats.rounds;
-  return text.substr(0, serve::utf8_complete_prefix(text));
+  return text.substr(0, utf8_complete_prefix(text));
 }
 
 TEST(Serve, SameSeedSameTokensAloneAndAmong15ConcurrentRequests) {

@@ -105,8 +105,7 @@ int run_eval(const EvalArgs& a) {
     grid_policies.push_back(g.policy());
     EvalCell c;
     c.spec = {g.name, g.eviction().budget};
-    c.policy = g.policy();
-    c.eviction = g.eviction();
+    c.kv = g.kv;
     cells.push_back(std::move(c));
   }
   if (const std::string w = unused_schedule_warning(a.policy, grid_policies); !w.empty()) warn(w);
@@ -175,13 +174,13 @@ int run_eval(const EvalArgs& a) {
     warn(fmt::format("{} of {} prompts leave no room under --max-length {}: they are recorded as not answered",
                      over_cap, tasks.size(), a.max_length));
   for (const EvalCell& c : cells)
-    if (auto w = long_prompt_warning(c.eviction, c.policy, longest, flag_name); !w.empty())
+    if (auto w = long_prompt_warning(c.kv.eviction(), c.kv.policy(), longest, flag_name); !w.empty())
       warn(fmt::format("{} (longest prompt): {}", c.spec.label(), w));
   // 4. Another model's TriAttention statistics (or any selector that does not fit this model's KV
   // shape) are refused here, before the output directory exists.
   Engine engine(*model, a.threads);
   for (const EvalCell& c : cells)
-    if (c.policy.selector) (void)c.policy.selector->make_state(engine.kv_shape());
+    if (c.kv.policy().selector) (void)c.kv.policy().selector->make_state(engine.kv_shape());
 
   // 5. The output directory: refuses another configuration; lists what is already done.
   ResultsDir dir = ResultsDir::open(a.out, st, a.resume, warn);

@@ -10,7 +10,7 @@
 
 #include "cli/common.h"
 #include "engine/engine.h"
-#include "engine/sampler.h"
+#include "engine/generation.h"
 #include "eval/keeplog.h"
 #include "eval/perplexity.h"
 #include "model/chat_template.h"
@@ -123,36 +123,38 @@ int run_generate(const GenerateArgs& a) {
                      model->config().context_length));
 
   Engine engine(*model, a.threads, parse_kv_type(a.kv_type));
+  check_kv_type(engine.kv_type(), kv);
   if (policy.selector) (void)policy.selector->make_state(engine.kv_shape());  // another model's statistics
-  auto seq = engine.new_sequence(0, kv, static_cast<int64_t>(prompt.size()), n);
   std::optional<KeepLogWriter> keep_log;
   if (!a.keep_log.empty()) keep_log.emplace(a.keep_log, a.keep_log_positions);
-  std::vector<float> logits;
-  engine.prefill(*seq, prompt, logits);
+  GenerationConfig gen;
+  gen.sampler = sc;
+  gen.max_new_tokens = n;
+  gen.ignore_eos = a.ignore_eos;
+  gen.keep_incomplete_tail = true;  // the terminal gets every byte
+  GenerationCallbacks cb;
+  cb.on_token = [](size_t, const StepResult& step) {
+    fmt::print("{}{}", step.text, step.tail);
+    std::fflush(stdout);
+  };
+  int64_t rounds_logged = 0;
+  if (keep_log)
+    cb.on_decode = [&](size_t, const Sequence& seq) {
+      if (seq.stats.rounds == rounds_logged) return;
+      rounds_logged = seq.stats.rounds;
+      keep_log->write_round(seq);
+    };
   fmt::print("{}", prompt_text);
   std::fflush(stdout);
-  int64_t generated = 0;
-  TokenTextStream stream(tok);  // holds back a character split across byte tokens
-  std::vector<int32_t> out_ids;
   const auto t0 = Clock::now();
-  for (int64_t i = 0; i < n; ++i) {
-    Rng rng(stream_id({a.policy.seed, seq->id, static_cast<uint64_t>(i), 0x5A4D504CULL}));
-    const int32_t next = sample_token(logits, sc, rng);
-    if (tok.is_eog(next) && !a.ignore_eos) break;
-    ++generated;
-    out_ids.push_back(next);
-    fmt::print("{}", stream.push(next));
-    std::fflush(stdout);
-    if (i + 1 < n) {
-      const int64_t rounds = seq->stats.rounds;
-      engine.decode(*seq, next, logits);
-      if (keep_log && seq->stats.rounds != rounds) keep_log->write_round(*seq);
-    }
-  }
-  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  const SequenceStats& s = seq->stats;
-  const int64_t thinking = thinking_trace_tokens(tok, out_ids);
-  fmt::print("{}\n", stream.finish());
+  const GenerationOutput out = generate(engine, kv, {0, prompt}, gen, cb);
+  const auto generated = static_cast<int64_t>(out.result.tokens.size());
+  const Sequence& seq = *out.seq;
+  // Decode time: the prefill (inside generate) is not part of the tokens-per-second figure.
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count() - seq.stats.prefill_ms / 1000.0;
+  const SequenceStats& s = seq.stats;
+  const int64_t thinking = thinking_trace_tokens(tok, out.result.tokens);
+  fmt::print("\n");
   std::fflush(stdout);
   // The summary goes to stderr: stdout is the text alone (pipe it, diff it).
   fmt::print(
@@ -161,7 +163,7 @@ int run_generate(const GenerateArgs& a) {
       "peak slots/KV head {} (B+r = {}) | KV bytes {} | score {:.3f} ms/round | compact {:.3f} ms/round{}{}\n",
       policy.name, prompt.size(), generated, secs > 0 ? static_cast<double>(generated) / secs : 0.0, s.rounds,
       s.peak_slots, policy.evicts ? fmt::format("{}", cfg.budget + cfg.recent) : std::string("n/a"),
-      seq->kv.allocated_bytes(), s.rounds ? s.score_ms / static_cast<double>(s.rounds) : 0.0,
+      seq.kv.allocated_bytes(), s.rounds ? s.score_ms / static_cast<double>(s.rounds) : 0.0,
       s.rounds ? s.compact_ms / static_cast<double>(s.rounds) : 0.0,
       // Per-token selector work (query windows, H2O's accumulation) happens outside the rounds.
       policy.selector && policy.selector->needs().any()

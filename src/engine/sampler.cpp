@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "util/error.h"
@@ -11,12 +12,29 @@
 
 namespace kvevict {
 
-void validate_sampler(const SamplerConfig& cfg) {
+void validate_sampler(const SamplerConfig& cfg, int32_t n_vocab) {
   if (!(cfg.temperature >= 0.0f) || !std::isfinite(cfg.temperature))
     throw FieldError(Field::Temperature, "", fmt::format(" {}: must be a finite number >= 0", cfg.temperature));
   if (!(cfg.top_p > 0.0f && cfg.top_p <= 1.0f))
     throw FieldError(Field::TopP, "", fmt::format(" {}: must be in (0, 1]", cfg.top_p));
   if (cfg.top_k < 0) throw FieldError(Field::TopK, "", fmt::format(" {}: must be >= 0", cfg.top_k));
+  if (!(cfg.min_p >= 0.0f && cfg.min_p <= 1.0f))
+    throw FieldError(Field::MinP, "", fmt::format(" {}: must be in [0, 1]", cfg.min_p));
+  if (!(cfg.repetition_penalty > 0.0f) || !std::isfinite(cfg.repetition_penalty))
+    throw FieldError(Field::RepetitionPenalty, "",
+                     fmt::format(" {}: must be a finite number > 0", cfg.repetition_penalty));
+  if (!(cfg.presence_penalty >= -2.0f && cfg.presence_penalty <= 2.0f))
+    throw FieldError(Field::PresencePenalty, "", fmt::format(" {}: must be in [-2, 2]", cfg.presence_penalty));
+  if (!(cfg.frequency_penalty >= -2.0f && cfg.frequency_penalty <= 2.0f))
+    throw FieldError(Field::FrequencyPenalty, "", fmt::format(" {}: must be in [-2, 2]", cfg.frequency_penalty));
+  for (const auto& [token, bias] : cfg.logit_bias) {
+    if (token < 0 || (n_vocab > 0 && token >= n_vocab))
+      throw FieldError(Field::LogitBias, "",
+                       n_vocab > 0 ? fmt::format(" token id {}: must be in [0, {})", token, n_vocab)
+                                   : fmt::format(" token id {}: must be >= 0", token));
+    if (!(bias >= -100.0f && bias <= 100.0f))
+      throw FieldError(Field::LogitBias, "", fmt::format(" {} for token {}: must be in [-100, 100]", bias, token));
+  }
 }
 
 int32_t argmax(std::span<const float> logits) {
@@ -56,6 +74,14 @@ int32_t sample_token(std::span<const float> logits, const SamplerConfig& cfg, Rn
     keep = cut;
     sum = std::accumulate(p.begin(), p.begin() + keep, 0.0);
   }
+  if (cfg.min_p > 0.0f) {
+    // p[i] = exp((l_i - l_max) / T) is the probability relative to the largest (p[0] = 1), which
+    // renormalising after top-k / top-p does not change.
+    int32_t cut = 1;
+    while (cut < keep && p[static_cast<size_t>(cut)] >= static_cast<double>(cfg.min_p)) ++cut;
+    keep = cut;
+    sum = std::accumulate(p.begin(), p.begin() + keep, 0.0);
+  }
   const double r = rng.uniform() * sum;
   double cum = 0;
   for (int32_t i = 0; i < keep; ++i) {
@@ -63,6 +89,59 @@ int32_t sample_token(std::span<const float> logits, const SamplerConfig& cfg, Rn
     if (r < cum) return idx[static_cast<size_t>(i)];
   }
   return idx[static_cast<size_t>(keep - 1)];
+}
+
+TokenCounts::TokenCounts(int32_t n_vocab, std::span<const int32_t> prompt)
+    : prompt_(static_cast<size_t>(n_vocab), 0), output_(static_cast<size_t>(n_vocab), 0) {
+  for (const int32_t t : prompt) {
+    if (t < 0 || t >= n_vocab) throw Error(fmt::format("token id {} is outside [0, {})", t, n_vocab));
+    if (!prompt_[static_cast<size_t>(t)]) seen_.push_back(t);
+    prompt_[static_cast<size_t>(t)] = 1;
+  }
+}
+
+void TokenCounts::add_output(int32_t token) {
+  if (token < 0 || static_cast<size_t>(token) >= output_.size())
+    throw Error(fmt::format("token id {} is outside [0, {})", token, output_.size()));
+  if (!prompt_[static_cast<size_t>(token)] && output_[static_cast<size_t>(token)] == 0) seen_.push_back(token);
+  output_[static_cast<size_t>(token)] += 1;
+}
+
+void adjust_logits(std::span<float> logits, const SamplerConfig& cfg, const TokenCounts* counts) {
+  for (const auto& [token, bias] : cfg.logit_bias)
+    if (token >= 0 && static_cast<size_t>(token) < logits.size()) logits[static_cast<size_t>(token)] += bias;
+  if (!cfg.needs_counts()) return;
+  if (counts == nullptr) throw Error("adjust_logits: penalties need the sequence's token counts");
+  // Only tokens seen so far are touched (vLLM: masks of prompt and output tokens).
+  for (const int32_t t : counts->seen()) {
+    float& l = logits[static_cast<size_t>(t)];
+    if (cfg.repetition_penalty != 1.0f) l = l > 0.0f ? l / cfg.repetition_penalty : l * cfg.repetition_penalty;
+    if (const int32_t c = counts->in_output(t); c > 0)
+      l -= static_cast<float>(c) * cfg.frequency_penalty + cfg.presence_penalty;
+  }
+}
+
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int top_n) {
+  if (token < 0 || static_cast<size_t>(token) >= logits.size())
+    throw Error(fmt::format("token_logprobs: token {} is outside [0, {})", token, logits.size()));
+  if (top_n < 0) throw Error(fmt::format("token_logprobs: top_n {} must be >= 0", top_n));
+  const double maxl = *std::max_element(logits.begin(), logits.end());
+  double z = 0;
+  for (const float l : logits) z += std::exp(static_cast<double>(l) - maxl);
+  const double log_z = maxl + std::log(z);
+  TokenLogprobs out;
+  out.token = token;
+  out.logprob = static_cast<float>(static_cast<double>(logits[static_cast<size_t>(token)]) - log_z);
+  const auto n = std::min<size_t>(static_cast<size_t>(top_n), logits.size());
+  std::vector<int32_t> idx(logits.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(n), idx.end(), [&](int32_t a, int32_t b) {
+    return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
+        (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+  });
+  for (size_t i = 0; i < n; ++i)
+    out.top.emplace_back(idx[i], static_cast<float>(static_cast<double>(logits[static_cast<size_t>(idx[i])]) - log_z));
+  return out;
 }
 
 }  // namespace kvevict

@@ -5,16 +5,13 @@
 #include <algorithm>
 #include <cctype>
 
+#include "engine/generation.h"
 #include "eval/grader.h"
 #include "util/error.h"
 #include "util/rng.h"
 
 namespace kvevict {
 namespace {
-
-// Tag of the sampling streams (the same as `kvevict generate`'s), so a rollout with the same
-// sequence id and seed draws as generate would.
-constexpr uint64_t kSampleTag = 0x5A4D504CULL;
 
 RolloutRecord base_record(const EvalTask& task, const EvalCell& cell, int rollout, int64_t prompt_tokens) {
   RolloutRecord r;
@@ -72,79 +69,54 @@ void run_rollouts(Engine& engine, const EvalTask& task, std::span<const int32_t>
   const Tokenizer& tok = engine.model().tokenizer();
   const int64_t bytes_per_slot = engine.kv_shape().bytes_per_token();
   const std::optional<int64_t> fact_pos = fact_token_position(tok, prompt, task.problem);
-
-  struct Live {
-    int rollout = 0;
-    std::unique_ptr<Sequence> seq;
-    std::vector<float> logits;  // [n_vocab] next-token logits
-    std::vector<int32_t> out;   // generated ids
-  };
-  std::vector<Live> live;
-  live.reserve(todo.size());
-  for (const int r : todo) {
-    Live l;
-    l.rollout = r;
-    l.seq = engine.new_sequence(rollout_sequence_id(task.id, r), cell.policy, cell.eviction, prompt_len, cap);
-    engine.prefill(*l.seq, prompt, l.logits);
-    live.push_back(std::move(l));
-  }
-  const auto finish = [&](Live& l, const char* why) {
-    RolloutRecord rec = base_record(task, cell, l.rollout, prompt_len);
-    rec.generated_tokens = static_cast<int64_t>(l.out.size());
-    rec.finish = why;
-    rec.text = tok.decode(l.out);
+  GenerationConfig gen;
+  gen.sampler = opts.sampler;
+  gen.max_new_tokens = cap;
+  gen.keep_incomplete_tail = true;  // the record's text is the generated tokens' bytes
+  std::vector<GenerationInput> inputs;
+  inputs.reserve(todo.size());
+  for (const int r : todo) inputs.push_back({rollout_sequence_id(task.id, r), prompt});
+  GenerationCallbacks cb;
+  cb.on_finished = [&](size_t i, std::unique_ptr<Sequence> seq, GenerationResult res) {
+    RolloutRecord rec = base_record(task, cell, todo[i], prompt_len);
+    rec.generated_tokens = static_cast<int64_t>(res.tokens.size());
+    // Rollouts end at an end-of-generation token (EOS or any end-of-turn token of the family) or
+    // at the cap.
+    rec.finish = res.stop == StopCause::Eog ? "eos" : finish_reason(res.stop);
+    rec.text = std::move(res.text);
     const Grade g = grade_response(rec.text, task.answer, task.grading);
     rec.extracted = g.extracted;
     rec.correct = g.correct;
     rec.grade = grade_outcome_name(g.outcome);
     if (g.outcome == GradeOutcome::GraderError)
-      fmt::print(stderr, "warning: grading rollout {} of {} failed ({}); recorded as wrong\n", l.rollout, task.id,
+      fmt::print(stderr, "warning: grading rollout {} of {} failed ({}); recorded as wrong\n", todo[i], task.id,
                  g.error);
-    const SequenceStats& s = l.seq->stats;
+    const SequenceStats& s = seq->stats;
     rec.rounds = s.rounds;
     rec.peak_slots = s.peak_slots;
     rec.peak_kv_bytes = s.peak_slots * bytes_per_slot;
-    rec.kv_bytes = l.seq->kv.allocated_bytes();
+    rec.kv_bytes = seq->kv.allocated_bytes();
     rec.prefill_ms = s.prefill_ms;
     rec.decode_ms = s.decode_ms;
     rec.score_ms = s.score_ms;
     rec.compact_ms = s.compact_ms;
     if (fact_pos) {
-      const KvShape shape = l.seq->kv.shape();
+      const KvShape shape = seq->kv.shape();
       bool kept = false;
       for (int layer = 0; layer < shape.n_layers && !kept; ++layer) {
-        const int64_t n = l.seq->kv.length(layer);
+        const int64_t n = seq->kv.length(layer);
         for (int h = 0; h < shape.n_kv_heads && !kept; ++h) {
-          const int32_t* pos = l.seq->kv.positions(layer, h);
+          const int32_t* pos = seq->kv.positions(layer, h);
           kept = std::find(pos, pos + n, *fact_pos) != pos + n;
         }
       }
       rec.fact_kept = kept;
     }
-    l.seq.reset();  // free the cache before the callback does any I/O
+    seq.reset();  // free the cache before the callback does any I/O
     on_finished(std::move(rec));
   };
-  // Interleave the sequences' decode steps: step t of every live rollout, then step t + 1.
-  for (int64_t step = 0; step < cap; ++step) {
-    bool any = false;
-    for (Live& l : live) {
-      if (!l.seq) continue;
-      Rng rng(stream_id({opts.sampler.seed, l.seq->id, static_cast<uint64_t>(step), kSampleTag}));
-      const int32_t next = sample_token(l.logits, opts.sampler, rng);
-      if (tok.is_eog(next)) {  // EOS or any end-of-turn token of the family
-        finish(l, "eos");
-        continue;
-      }
-      l.out.push_back(next);
-      if (static_cast<int64_t>(l.out.size()) == cap) {
-        finish(l, "length");
-        continue;
-      }
-      engine.decode(*l.seq, next, l.logits);
-      any = true;
-    }
-    if (!any) break;
-  }
+  // The rollouts decode as one batch (Engine::decode_batch, bit-identical to one at a time).
+  generate_batch(engine, cell.kv, inputs, gen, cb);
 }
 
 void run_grid(Engine& engine, const std::vector<EvalTask>& tasks, const std::vector<std::vector<int32_t>>& prompts,

@@ -1,12 +1,12 @@
-// The rollout loop of `kvevict eval`: for each problem and each (policy, budget) cell, the
-// missing rollouts are decoded as parallel sequences through one Engine (their decode steps are
-// interleaved; a sequence's tokens do not depend on what runs beside it),
-// graded, and handed to a callback as soon as each one finishes.
+// The rollouts of `kvevict eval`: for each problem and each (policy, budget) cell, the missing
+// rollouts are decoded as one batch through the engine's generation component
+// (engine/generation.h, Engine::decode_batch), graded, and handed to a callback as soon as each
+// one finishes.
 //
 // Source: the paper's protocol (docs/eviction-spec.md §4): sampling with temperature / top-p (top-k
 // off by default), a length cap that counts the prompt, grading of the last \boxed{}.
 // Determinism: rollout r of problem p is sequence rollout_sequence_id(p, r) in every cell, and
-// its token at step t is drawn from Rng(stream_id({seed, sequence id, t, tag})), so a rollout's
+// its token at step t is drawn from Rng(stream_id({seed, sequence id, t, tag})) (generation.h), so a rollout's
 // text depends only on (settings, problem, cell, r): not on threads, shards, the order of work,
 // or which other rollouts run beside it. Paired cells share sampling streams.
 #pragma once
@@ -29,8 +29,7 @@ namespace kvevict {
 /// One grid cell ready to run.
 struct EvalCell {
   CellSpec spec;
-  Policy policy;
-  EvictionConfig eviction;
+  CheckedPolicy kv;  ///< policy and schedule (engine/policy_settings.h)
 };
 
 /// Decoding settings shared by every rollout.
@@ -56,7 +55,7 @@ std::optional<int64_t> fact_token_position(const Tokenizer& tok, std::span<const
 int64_t generation_cap(const RolloutOptions& opts, int64_t prompt_tokens);
 
 /// Decodes rollouts `todo` (indices in [0, opts.rollouts)) of `task` under `cell`, prompt
-/// `prompt` [T] (token ids, BOS included), as parallel sequences. Each finished rollout is graded
+/// `prompt` [T] (token ids, BOS included), as one batch (generate_batch). Each finished rollout is graded
 /// against task.answer and passed to `on_finished` at once (in completion order). A prompt that
 /// leaves no room (generation_cap <= 0) yields records with finish "prompt_too_long", no text,
 /// not correct. For a once task, RolloutRecord::fact_kept says whether any (layer, KV head) still

@@ -12,7 +12,6 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "serve/text_stream.h"
 #include "util/error.h"
 #include "util/rng.h"
 #include "util/utf8.h"

@@ -162,9 +162,10 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
       ? "max_completion_tokens"
       : "max_tokens";
   // Defaults: OpenAI's legacy completions default of 16 tokens; chat has none, so the limit.
-  g.max_tokens = mt ? *mt : (ep == Endpoint::Completions ? std::min<int64_t>(16, limit) : limit);
-  if (g.max_tokens < 1 || g.max_tokens > limit)
-    throw bad_value(mt_name, std::to_string(g.max_tokens),
+  GenerationConfig& gc = g.generation;
+  gc.max_new_tokens = mt ? *mt : (ep == Endpoint::Completions ? std::min<int64_t>(16, limit) : limit);
+  if (gc.max_new_tokens < 1 || gc.max_new_tokens > limit)
+    throw bad_value(mt_name, std::to_string(gc.max_new_tokens),
                     fmt::format("in [1, {}] (the upper limit is the server's --max-tokens)", limit));
 
   g.n = static_cast<int>(get_int(body, "n", 1, opt.max_n).value_or(1));
@@ -188,15 +189,15 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
   } else {
     seed = stream_id({opt.policy_settings.seed, request_counter.fetch_add(1)});
   }
-  g.sampler = SamplerConfig{static_cast<float>(temp), static_cast<float>(top_p), static_cast<int>(top_k), seed};
+  gc.sampler = SamplerConfig{static_cast<float>(temp), static_cast<float>(top_p), static_cast<int>(top_k), seed};
 
   if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
     if (it->is_string())
-      g.stop.push_back(it->get<std::string>());
+      gc.stop.push_back(it->get<std::string>());
     else if (it->is_array() && it->size() <= 16) {
       for (const json& s : *it) {
         if (!s.is_string()) throw bad("stop", "must be a string or an array of strings");
-        g.stop.push_back(s.get<std::string>());
+        gc.stop.push_back(s.get<std::string>());
       }
     } else
       throw bad("stop", "must be a string or an array of at most 16 strings");
@@ -207,7 +208,44 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
     if (!p.stream) throw bad("stream_options", "is only allowed with stream: true");
     p.include_usage = get_bool(*it, "include_usage").value_or(false);
   }
-  g.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
+  gc.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
+  // vLLM / llama-server sampling fields (engine/sampler.h gives each formula); their ranges are
+  // checked by validate_generation below, so a 400 names the field as the request spells it.
+  gc.sampler.min_p = static_cast<float>(get_number(body, "min_p").value_or(0.0));
+  gc.sampler.repetition_penalty = static_cast<float>(get_number(body, "repetition_penalty").value_or(1.0));
+  gc.sampler.presence_penalty = static_cast<float>(get_number(body, "presence_penalty").value_or(0.0));
+  gc.sampler.frequency_penalty = static_cast<float>(get_number(body, "frequency_penalty").value_or(0.0));
+  if (auto it = body.find("logit_bias"); it != body.end() && !it->is_null()) {
+    // OpenAI's shape: {"token id": bias}; the id is a decimal string (JSON keys are strings).
+    if (!it->is_object()) throw bad("logit_bias", "must be an object mapping token ids to numbers");
+    if (it->size() > static_cast<size_t>(n_vocab))
+      throw bad("logit_bias", fmt::format("has {} entries, more than the vocabulary of {}", it->size(), n_vocab));
+    for (const auto& [key, v] : it->items()) {
+      size_t used = 0;
+      int64_t id = -1;
+      try {
+        id = std::stoll(key, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != key.size() || id < 0 || id >= n_vocab)
+        throw bad("logit_bias", fmt::format("key {}: must be a token id in [0, {})", dump(json(key)), n_vocab));
+      if (!v.is_number()) throw bad("logit_bias", fmt::format("token {}: the bias {} must be a number", id, dump(v)));
+      gc.sampler.logit_bias[static_cast<int32_t>(id)] = static_cast<float>(v.get<double>());
+    }
+  }
+  gc.min_tokens = get_int(body, "min_tokens", 0, gc.max_new_tokens, fmt::format(" (max_tokens is {})", gc.max_new_tokens))
+                      .value_or(0);
+  if (auto it = body.find("stop_token_ids"); it != body.end() && !it->is_null()) {
+    if (!it->is_array()) throw bad("stop_token_ids", "must be an array of token ids");
+    if (it->size() > static_cast<size_t>(n_vocab))
+      throw bad("stop_token_ids", fmt::format("has {} entries, more than the vocabulary of {}", it->size(), n_vocab));
+    for (const json& t : *it) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
+        throw bad("stop_token_ids", fmt::format("token id {}: must be an integer in [0, {})", dump(t), n_vocab));
+      gc.stop_token_ids.push_back(t.get<int32_t>());
+    }
+  }
   if (get_bool(body, "echo").value_or(false)) throw bad("echo", "is not supported");
   if (auto it = body.find("logprobs"); it != body.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>()))
     throw bad("logprobs", "is not supported");
@@ -235,6 +273,11 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
     s.budget = get_int(body, "kv_budget", 1, limits::kTokens).value_or(s.budget);
     s.recent = get_int(body, "kv_buffer", 1, limits::kTokens).value_or(s.recent);
     g.kv = build_schedule(s, policy);
+  } catch (const FieldError& e) {
+    throw api_error(e);
+  }
+  try {
+    validate_generation(gc, n_vocab);  // what the fields above did not already check
   } catch (const FieldError& e) {
     throw api_error(e);
   }

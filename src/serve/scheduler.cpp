@@ -4,9 +4,7 @@
 
 #include <algorithm>
 
-#include "serve/text_stream.h"
 #include "util/error.h"
-#include "util/rng.h"
 
 namespace kvevict::serve {
 
@@ -50,16 +48,19 @@ struct Scheduler::Active {
   std::shared_ptr<Request> req;
   int choice = 0;
   std::unique_ptr<Sequence> seq;
-  TextStream text;
-  int64_t bytes = 0;        // reserved in the pool
-  int64_t prefilled = 0;    // prompt tokens already run
-  int64_t generated = 0;    // tokens sampled
-  int32_t next_token = -1;  // token the next decode step appends
-  bool decoding = false;
+  // Every per-token decision (sampling stream of sequence id = choice, stops, text held back).
+  GenerationState gen;
+  int64_t bytes = 0;      // reserved in the pool
+  int64_t prefilled = 0;  // prompt tokens already run
+  bool decoding = false;  // gen.tokens().back() is appended by the next decode step
   bool done = false;
   Clock::time_point last_token;
-  Active(std::shared_ptr<Request> r, int c, std::unique_ptr<Sequence> s, int64_t b)
-      : req(std::move(r)), choice(c), seq(std::move(s)), text(req->params.stop), bytes(b) {}
+  Active(std::shared_ptr<Request> r, int c, std::unique_ptr<Sequence> s, int64_t b, const Tokenizer& tok)
+      : req(std::move(r)),
+        choice(c),
+        seq(std::move(s)),
+        gen(tok, req->params.generation, static_cast<uint64_t>(c), req->params.prompt),
+        bytes(b) {}
 };
 
 Scheduler::Scheduler(const Model& model, SchedulerOptions opt)
@@ -77,8 +78,9 @@ Scheduler::~Scheduler() {
 }
 
 int64_t Scheduler::sequence_bytes(const GenerationParams& p) const {
-  const int64_t cap =
-      required_capacity(p.kv.eviction(), p.kv.policy(), static_cast<int64_t>(p.prompt.size()), p.max_tokens);
+  const auto prompt_len = static_cast<int64_t>(p.prompt.size());
+  const int64_t cap = required_capacity(p.kv.eviction(), p.kv.policy(), prompt_len,
+                                        std::max<int64_t>(0, generation_limit(p.generation, prompt_len)));
   return kv_bytes_for_capacity(engine_.kv_shape(), cap);
 }
 
@@ -159,8 +161,10 @@ void Scheduler::admit_locked() {
       for (int c = 0; c < n; ++c)
         // The choice index is the sequence id: random streams depend on (seed, choice), never
         // on the server's state.
-        seqs.push_back(engine_.new_sequence(static_cast<uint64_t>(c), r->params.kv,
-                                            static_cast<int64_t>(r->params.prompt.size()), r->params.max_tokens));
+        seqs.push_back(engine_.new_sequence(
+            static_cast<uint64_t>(c), r->params.kv, static_cast<int64_t>(r->params.prompt.size()),
+            std::max<int64_t>(0,
+                              generation_limit(r->params.generation, static_cast<int64_t>(r->params.prompt.size())))));
     } catch (const std::exception& e) {
       pool_.release(per_seq * n);
       metrics_.requests_failed += 1;
@@ -177,7 +181,8 @@ void Scheduler::admit_locked() {
     for (int c = 0; c < n; ++c) {
       running_seqs_ += 1;
       peak_seqs_.store(std::max(peak_seqs_.load(), running_seqs_.load()));
-      active_.push_back(std::make_unique<Active>(r, c, std::move(seqs[static_cast<size_t>(c)]), per_seq));
+      active_.push_back(
+          std::make_unique<Active>(r, c, std::move(seqs[static_cast<size_t>(c)]), per_seq, model_.tokenizer()));
     }
   }
 }
@@ -185,10 +190,6 @@ void Scheduler::admit_locked() {
 void Scheduler::finish(Active& a, FinishReason why, const std::string& error) {
   if (a.done) return;
   a.done = true;
-  if (why == FinishReason::Stop || why == FinishReason::Length) {
-    if (const std::string tail = a.text.flush(); !tail.empty())
-      a.req->push({RequestEvent::Kind::Text, a.choice, tail, FinishReason::Stop, 200});
-  }
   // The reservation is released the step the sequence ends, and its cache freed with it.
   pool_.release(a.bytes);
   const SequenceStats st = a.seq->stats;
@@ -198,9 +199,10 @@ void Scheduler::finish(Active& a, FinishReason why, const std::string& error) {
   {
     std::lock_guard<std::mutex> lock(r.mu_);
     ChoiceOutcome& o = r.outcomes_[static_cast<size_t>(a.choice)];
-    o.text = a.text.text();
+    o.text = a.gen.text();
     o.finish = why;
-    o.completion_tokens = a.generated;
+    o.completion_tokens = a.gen.sampled();
+    o.logprobs = a.gen.logprobs();
     o.eviction_rounds = st.rounds;
     o.peak_slots = st.peak_slots;
     o.kv_bytes = a.bytes;
@@ -224,35 +226,21 @@ void Scheduler::finish(Active& a, FinishReason why, const std::string& error) {
   }
 }
 
-void Scheduler::on_token(Active& a, int32_t token) {
-  const GenerationParams& p = a.req->params;
-  const Tokenizer& tok = model_.tokenizer();
+void Scheduler::on_step(Active& a, std::span<const float> logits) {
+  const StepResult r = a.gen.step(logits);
   const auto now = Clock::now();
-  a.generated += 1;
   metrics_.generation_tokens += 1;
-  if (a.generated == 1)
+  if (a.gen.sampled() == 1)
     metrics_.ttft_seconds.observe(std::chrono::duration<double>(now - a.req->arrival).count());
   else
     metrics_.itl_seconds.observe(std::chrono::duration<double>(now - a.last_token).count());
   a.last_token = now;
-  // Every end-of-generation token (EOS, <|im_end|>, <|eot_id|>, ...) ends the sequence.
-  if (tok.is_eog(token) && !p.ignore_eos) return finish(a, FinishReason::Stop);
-  const std::string delta = a.text.push(tok.piece(token));
-  if (!delta.empty()) a.req->push({RequestEvent::Kind::Text, a.choice, delta, FinishReason::Stop, 200});
-  if (a.text.stopped()) return finish(a, FinishReason::Stop);
-  if (a.generated >= p.max_tokens) return finish(a, FinishReason::Length);
-  a.next_token = token;
+  if (!r.text.empty()) a.req->push({RequestEvent::Kind::Text, a.choice, r.text, FinishReason::Stop, 200});
+  if (!r.tail.empty()) a.req->push({RequestEvent::Kind::Text, a.choice, r.tail, FinishReason::Stop, 200});
+  if (r.stop != StopCause::None)
+    return finish(a, r.stop == StopCause::Length ? FinishReason::Length : FinishReason::Stop);
   a.decoding = true;
 }
-
-namespace {
-// Sampling stream of one step: the same tuple as `kvevict generate`, with the choice index as
-// the sequence id.
-int32_t sample_step(std::span<const float> logits, const SamplerConfig& sc, uint64_t choice, int64_t step) {
-  Rng rng(stream_id({sc.seed, choice, static_cast<uint64_t>(step), 0x5A4D504CULL}));
-  return sample_token(logits, sc, rng);
-}
-}  // namespace
 
 void Scheduler::step(StepRecord& rec) {
   // The next prompt chunk (first sequence still in prefill, admission order) and every decoding
@@ -275,7 +263,7 @@ void Scheduler::step(StepRecord& rec) {
     if (!ap->done && ap->decoding) {
       batch.push_back(ap.get());
       seqs.push_back(ap->seq.get());
-      toks.push_back(ap->next_token);
+      toks.push_back(ap->gen.tokens().back());
     }
   if (batch.empty() && !pre) return;
   for (const Active* a : batch) rec.decoded.push_back(a->req.get());
@@ -327,8 +315,7 @@ void Scheduler::step(StepRecord& rec) {
       const double ms = a.seq->stats.score_ms + a.seq->stats.compact_ms - round_ms0[i];
       metrics_.round_seconds.observe(ms / 1000.0 / static_cast<double>(new_rounds));
     }
-    const std::span<const float> row(logits_.data() + i * V, V);
-    on_token(a, sample_step(row, a.req->params.sampler, static_cast<uint64_t>(a.choice), a.generated));
+    on_step(a, std::span<const float>(logits_.data() + i * V, V));
   }
   if (pre_ok) {
     Active& a = *pre;
@@ -341,8 +328,7 @@ void Scheduler::step(StepRecord& rec) {
     rec.prefill_tokens = n;
     rec.prefill_done = a.prefilled;
     if (a.prefilled == static_cast<int64_t>(a.req->params.prompt.size())) {
-      const std::span<const float> row(logits_.data() + batch.size() * V, V);
-      on_token(a, sample_step(row, a.req->params.sampler, static_cast<uint64_t>(a.choice), 0));
+      on_step(a, std::span<const float>(logits_.data() + batch.size() * V, V));
     }
   }
 }

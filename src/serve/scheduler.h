@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "engine/sampler.h"
+#include "engine/generation.h"
 #include "eviction/registry.h"
 #include "eviction/schedule.h"
 #include "kvcache/kv_pool.h"
@@ -41,14 +41,15 @@ enum class FinishReason { Stop, Length, Cancelled, Error };
 /// OpenAI's name: "stop", "length", "abort" (cancelled), "error".
 const char* finish_reason_name(FinishReason r);
 
-/// Everything needed to run one request (already validated by the caller).
+/// Everything needed to run one request (already validated by the caller: validate_generation
+/// and the settings builder).
 struct GenerationParams {
   std::vector<int32_t> prompt;  ///< token ids, BOS included when the model adds one
-  int64_t max_tokens = 16;      ///< tokens to generate per choice (>= 1)
   int n = 1;                    ///< choices: independent sequences sharing the prompt
-  SamplerConfig sampler;        ///< its seed seeds sampling and eviction
-  std::vector<std::string> stop;
-  bool ignore_eos = false;
+  /// Per-choice generation: sampler (its seed seeds sampling and eviction), max_new_tokens (>= 1),
+  /// stop strings, ignore_eos, ... Each choice runs its own GenerationState with sequence id =
+  /// its index.
+  GenerationConfig generation;
   CheckedPolicy kv;  ///< policy and schedule (engine/policy_settings.h); kv.eviction().seed == sampler.seed
 };
 
@@ -67,6 +68,7 @@ struct ChoiceOutcome {
   std::string text;
   FinishReason finish = FinishReason::Stop;
   int64_t completion_tokens = 0;
+  std::vector<TokenLogprobs> logprobs;  ///< per sampled token when generation.logprobs >= 0
   int64_t eviction_rounds = 0;
   int64_t peak_slots = 0;  ///< max live slots per (layer, KV head)
   int64_t kv_bytes = 0;    ///< bytes reserved in the pool for this sequence
@@ -177,7 +179,7 @@ class Scheduler {
   void loop();
   void admit_locked();
   void step(StepRecord& rec);
-  void on_token(Active& a, int32_t token);
+  void on_step(Active& a, std::span<const float> logits);
   void finish(Active& a, FinishReason why, const std::string& error = {});
   void drop_finished();
 

@@ -1,26 +1,27 @@
-#include "serve/text_stream.h"
-
-#include "util/utf8.h"
+#include "engine/text_stream.h"
 
 #include <algorithm>
 #include <cstdint>
 
-namespace kvevict::serve {
+#include "util/utf8.h"
+
+namespace kvevict {
 
 TextStream::TextStream(std::vector<std::string> stops) {
   for (auto& s : stops)
     if (!s.empty()) stops_.push_back(std::move(s));
 }
 
-size_t utf8_complete_prefix(const std::string& s) { return s.size() - kvevict::utf8_incomplete_tail(s); }
+size_t utf8_complete_prefix(const std::string& s) { return s.size() - utf8_incomplete_tail(s); }
 
-std::string TextStream::push(const std::string& piece) {
+std::string TextStream::push(const std::string& piece, bool match_stops) {
   if (stopped_) return {};
   pending_ += piece;
   // A stop string may start in text already held back, so search all of pending_ (emitted text
   // never contains a stop string's prefix that could still complete).
   size_t cut = std::string::npos;
-  for (const auto& s : stops_) cut = std::min(cut, pending_.find(s));
+  if (match_stops)
+    for (const auto& s : stops_) cut = std::min(cut, pending_.find(s));
   if (cut != std::string::npos) {
     stopped_ = true;
     std::string out = pending_.substr(0, cut);
@@ -44,12 +45,12 @@ std::string TextStream::push(const std::string& piece) {
   return out;
 }
 
-std::string TextStream::flush() {
+std::string TextStream::flush(bool keep_incomplete) {
   if (stopped_) return {};
-  std::string out = pending_.substr(0, utf8_complete_prefix(pending_));
+  std::string out = keep_incomplete ? pending_ : pending_.substr(0, utf8_complete_prefix(pending_));
   pending_.clear();
   emitted_ += out;
   return out;
 }
 
-}  // namespace kvevict::serve
+}  // namespace kvevict

@@ -1,0 +1,192 @@
+#include "engine/generation.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "util/error.h"
+#include "util/field_error.h"
+#include "util/limits.h"
+#include "util/rng.h"
+
+namespace kvevict {
+
+const char* finish_reason(StopCause cause) {
+  switch (cause) {
+    case StopCause::None:
+      return "";
+    case StopCause::Length:
+      return "length";
+    case StopCause::Eog:
+    case StopCause::StopToken:
+    case StopCause::StopString:
+    case StopCause::Predicate:
+      return "stop";
+  }
+  return "";
+}
+
+void validate_generation(const GenerationConfig& cfg, int32_t n_vocab) {
+  validate_sampler(cfg.sampler, n_vocab);
+  if (cfg.max_new_tokens < 1 || cfg.max_new_tokens > limits::kTokens)
+    throw FieldError(Field::MaxNewTokens, "",
+                     fmt::format(" {}: must be in [1, {}]", cfg.max_new_tokens, limits::kTokens));
+  if (cfg.max_total_tokens < 0 || cfg.max_total_tokens > limits::kTokens)
+    throw FieldError(Field::MaxTotalTokens, "",
+                     fmt::format(" {}: must be in [0, {}]", cfg.max_total_tokens, limits::kTokens));
+  if (cfg.min_tokens < 0 || cfg.min_tokens > limits::kTokens)
+    throw FieldError(Field::MinTokens, "", fmt::format(" {}: must be in [0, {}]", cfg.min_tokens, limits::kTokens));
+  for (const int32_t t : cfg.stop_token_ids)
+    if (t < 0 || t >= n_vocab)
+      throw FieldError(Field::StopTokenIds, "", fmt::format(" {}: must be a token id in [0, {})", t, n_vocab));
+  if (cfg.logprobs < -1 || cfg.logprobs > kMaxLogprobs)
+    throw FieldError(Field::Logprobs, "", fmt::format(" {}: must be in [-1, {}]", cfg.logprobs, kMaxLogprobs));
+}
+
+int64_t generation_limit(const GenerationConfig& cfg, int64_t prompt_len) {
+  int64_t limit = cfg.max_new_tokens;
+  if (cfg.max_total_tokens > 0) limit = std::min(limit, cfg.max_total_tokens - prompt_len);
+  return limit;
+}
+
+GenerationState::GenerationState(const Tokenizer& tok, GenerationConfig cfg, uint64_t sequence_id,
+                                 std::span<const int32_t> prompt)
+    : tok_(&tok),
+      cfg_(std::move(cfg)),
+      sequence_id_(sequence_id),
+      limit_(generation_limit(cfg_, static_cast<int64_t>(prompt.size()))),
+      text_(cfg_.stop) {
+  if (cfg_.sampler.needs_counts()) counts_ = TokenCounts(tok.n_vocab(), prompt);
+  if (cfg_.min_tokens > 0) {
+    // What would end the sequence before min_tokens is masked (vLLM's MinTokensLogitsProcessor).
+    if (!cfg_.ignore_eos) ending_ = tok.eog_ids();
+    ending_.insert(ending_.end(), cfg_.stop_token_ids.begin(), cfg_.stop_token_ids.end());
+  }
+}
+
+StepResult GenerationState::step(std::span<const float> logits) {
+  if (finished()) throw Error("GenerationState::step: the sequence already ended");
+  if (static_cast<int64_t>(logits.size()) != tok_->n_vocab())
+    throw Error(fmt::format("GenerationState::step: {} logits for a vocabulary of {}", logits.size(), tok_->n_vocab()));
+  // Raw logits unless something adjusts them (then a copy), so the default path samples from
+  // exactly what the model produced.
+  std::span<const float> use = logits;
+  const bool mask = sampled_ < cfg_.min_tokens && !ending_.empty();
+  if (cfg_.sampler.adjusts_logits() || mask) {
+    work_.assign(logits.begin(), logits.end());
+    adjust_logits(work_, cfg_.sampler, cfg_.sampler.needs_counts() ? &counts_ : nullptr);
+    if (mask)
+      for (const int32_t t : ending_) work_[static_cast<size_t>(t)] = -std::numeric_limits<float>::infinity();
+    use = work_;
+  }
+  Rng rng(stream_id({cfg_.sampler.seed, sequence_id_, static_cast<uint64_t>(sampled_), kSampleStreamTag}));
+  StepResult r;
+  r.token = sample_token(use, cfg_.sampler, rng);
+  sampled_ += 1;
+  if (cfg_.logprobs >= 0) {
+    logprobs_.push_back(token_logprobs(logits, r.token, cfg_.logprobs));
+    r.logprobs = &logprobs_.back();
+  }
+  const bool may_end = sampled_ > cfg_.min_tokens;  // this token is past the first min_tokens
+  if (!cfg_.ignore_eos && tok_->is_eog(r.token) && may_end) {
+    stop_ = StopCause::Eog;
+  } else if (may_end &&
+             std::find(cfg_.stop_token_ids.begin(), cfg_.stop_token_ids.end(), r.token) != cfg_.stop_token_ids.end()) {
+    stop_ = StopCause::StopToken;
+  } else {
+    tokens_.push_back(r.token);
+    if (cfg_.sampler.needs_counts()) counts_.add_output(r.token);
+    const std::string piece = tok_->piece(r.token);
+    raw_ += piece;
+    r.text = text_.push(piece, /*match_stops=*/sampled_ >= cfg_.min_tokens);
+    if (text_.stopped())
+      stop_ = StopCause::StopString;
+    else if (cfg_.stop_when && cfg_.stop_when(raw_))
+      stop_ = StopCause::Predicate;
+  }
+  if (stop_ == StopCause::None && sampled_ >= limit_) stop_ = StopCause::Length;
+  if (stop_ != StopCause::None) r.tail = text_.flush(cfg_.keep_incomplete_tail);
+  r.stop = stop_;
+  return r;
+}
+
+void generate_batch(Engine& engine, const CheckedPolicy& kv, std::span<const GenerationInput> inputs,
+                    const GenerationConfig& cfg, const GenerationCallbacks& callbacks) {
+  const Tokenizer& tok = engine.model().tokenizer();
+  validate_generation(cfg, tok.n_vocab());
+  struct Live {
+    std::unique_ptr<Sequence> seq;
+    GenerationState state;
+  };
+  std::vector<Live> live;
+  live.reserve(inputs.size());
+  std::vector<float> logits;
+  for (const GenerationInput& in : inputs) {
+    const auto prompt_len = static_cast<int64_t>(in.prompt.size());
+    if (prompt_len < 1) throw Error(fmt::format("sequence {}: empty prompt", in.id));
+    GenerationState state(tok, cfg, in.id, in.prompt);
+    if (state.limit() < 1)
+      throw FieldError(Field::MaxTotalTokens, fmt::format("a prompt of {} tokens leaves no room under ", prompt_len),
+                       fmt::format(" {}", cfg.max_total_tokens));
+    live.push_back(Live{engine.new_sequence(in.id, kv, prompt_len, state.limit()), std::move(state)});
+  }
+  // Ends sequence i: hands its sequence and result to the caller (or drops them).
+  const auto finish = [&](size_t i) {
+    Live& l = live[i];
+    GenerationResult res;
+    res.id = l.seq->id;
+    res.tokens = l.state.tokens();
+    res.text = l.state.text();
+    res.stop = l.state.stop_cause();
+    res.sampled = l.state.sampled();
+    res.logprobs = l.state.logprobs();
+    if (callbacks.on_finished)
+      callbacks.on_finished(i, std::move(l.seq), std::move(res));
+    else
+      l.seq.reset();
+  };
+  const auto step = [&](size_t i, std::span<const float> row) {
+    const StepResult r = live[i].state.step(row);
+    if (callbacks.on_token) callbacks.on_token(i, r);
+    if (r.stop != StopCause::None) finish(i);
+  };
+  // Prefill every sequence (one pass each, BLAS allowed), then its first token.
+  for (size_t i = 0; i < live.size(); ++i) {
+    engine.prefill(*live[i].seq, inputs[i].prompt, logits);
+    step(i, logits);
+  }
+  const auto V = static_cast<size_t>(tok.n_vocab());
+  std::vector<Sequence*> seqs;
+  std::vector<int32_t> tokens;
+  std::vector<size_t> index;
+  while (true) {
+    seqs.clear(), tokens.clear(), index.clear();
+    for (size_t i = 0; i < live.size(); ++i)
+      if (live[i].seq) {
+        seqs.push_back(live[i].seq.get());
+        tokens.push_back(live[i].state.tokens().back());
+        index.push_back(i);
+      }
+    if (seqs.empty()) break;
+    engine.decode_batch(seqs, tokens, logits);
+    if (callbacks.on_decode)
+      for (size_t b = 0; b < index.size(); ++b) callbacks.on_decode(index[b], *seqs[b]);
+    for (size_t b = 0; b < index.size(); ++b) step(index[b], std::span<const float>(logits).subspan(b * V, V));
+  }
+}
+
+GenerationOutput generate(Engine& engine, const CheckedPolicy& kv, const GenerationInput& input,
+                          const GenerationConfig& cfg, const GenerationCallbacks& callbacks) {
+  if (callbacks.on_finished) throw Error("generate: on_finished is not used (the result is returned)");
+  GenerationOutput out;
+  GenerationCallbacks cb = callbacks;
+  cb.on_finished = [&out](size_t, std::unique_ptr<Sequence> seq, GenerationResult result) {
+    out.seq = std::move(seq);
+    out.result = std::move(result);
+  };
+  generate_batch(engine, kv, std::span<const GenerationInput>(&input, 1), cfg, cb);
+  return out;
+}
+
+}  // namespace kvevict
