@@ -111,7 +111,7 @@ class Model:
                  sinks: Optional[int] = None, protect_prompt: Optional[bool] = None,
                  params: Sequence[str] = (), max_tokens: int = 256, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int = 0, ignore_eos: bool = False,
-                 special: bool = False, kv_type: str = "f32", threads: int = 0) -> Generation:
+                 stop: Sequence[str] = (), special: bool = False, kv_type: str = "f32", threads: int = 0) -> Generation:
         """Generates up to ``max_tokens`` tokens after ``prompt`` with ``policy`` evicting the KV cache.
 
         ``prompt``: text (tokenized as ``kvevict generate -p``: BOS as the model says) or a list of
@@ -131,7 +131,9 @@ class Model:
         ``top_k`` (0 = off). ``seed`` seeds every random choice (eviction draws and sampling):
         the same seed gives the same tokens, whatever ``threads`` (0 = all cores).
         ``kv_type``: ``"f32"`` or ``"f16"`` cache elements. Generation stops at an
-        end-of-generation token unless ``ignore_eos``.
+        end-of-generation token unless ``ignore_eos``, at ``max_tokens`` sampled tokens (an
+        ending end-of-generation token counted), or before the first of the ``stop`` strings.
+        The loop is the engine's one generation loop (engine/generation.h), the CLI's.
 
         Returns a :class:`Generation`: ``text`` (the generated text alone), ``tokens``,
         ``prompt_tokens``, ``finish_reason`` (``"stop"`` / ``"length"``), ``eviction_rounds``,
@@ -141,7 +143,8 @@ class Model:
         prompt or a token id out of range.
         """
         return self._m.generate(_prompt(prompt), policy, budget, buffer, sinks, protect_prompt, list(params),
-                                max_tokens, temperature, top_p, top_k, seed, ignore_eos, special, kv_type, threads)
+                                max_tokens, temperature, top_p, top_k, seed, ignore_eos, list(stop), special, kv_type,
+                                threads)
 
     def perplexity(self, text: Prompt, *, policy: str = "random", budget: int = 1024, buffer: int = 64,
                    sinks: Optional[int] = None, protect_prompt: Optional[bool] = None,

@@ -1,6 +1,6 @@
 // kvevict._kvevict: the Python binding (nanobind) of the engine. It adds no engine logic of its
 // own: policies and schedules come from the one settings builder (engine/policy_settings.h),
-// sampling from engine/sampler.h, perplexity from eval/perplexity.h. Errors keep the engine's
+// generation from the one generation loop (engine/generation.h), perplexity from eval/perplexity.h. Errors keep the engine's
 // messages, with the field a FieldError names spelled as this package's keyword (`buffer`,
 // `top_p`, ...). Compute runs with the GIL released.
 #include <nanobind/nanobind.h>
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/generation.h"
 #include "engine/policy_settings.h"
 #include "engine/sampler.h"
 #include "eval/perplexity.h"
@@ -30,7 +31,6 @@
 #include "util/error.h"
 #include "util/field_error.h"
 #include "util/limits.h"
-#include "util/rng.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -151,18 +151,11 @@ class PyModel {
     return ids;
   }
 
-  // The decode loop of `kvevict generate` (src/cli/generate.cpp) over the same engine calls, so
-  // the two front ends give the same tokens; it moves onto the engine's shared generation loop
-  // once that exists.
-  Generation generate(const Prompt& prompt, const PolicyKwargs& pk, int64_t max_tokens, float temperature,
-                      float top_p, int top_k, bool ignore_eos, bool special, const std::string& kv_type,
-                      int threads) const {
+  // The engine's one generation loop (engine/generation.h), as `kvevict generate` runs it.
+  Generation generate(const Prompt& prompt, const PolicyKwargs& pk, const GenerationConfig& gc, bool special,
+                      const std::string& kv_type, int threads) const {
     const CheckedPolicy kv = checked_policy(pk);
-    const SamplerConfig sc{temperature, top_p, top_k, pk.seed};
-    validate_sampler(sc);
-    if (max_tokens < 1 || max_tokens > limits::kTokens)
-      throw FieldError(Field::MaxNewTokens, "",
-                       fmt::format(" {}: must be in [1, {}]", max_tokens, limits::kTokens));
+    validate_generation(gc, tok().n_vocab());
     if (threads < 0) throw Error(fmt::format("threads {}: must be >= 0 (0 = all cores)", threads));
     const KvType kt = parse_kv_type(kv_type);
     const std::vector<int32_t> ids = prompt_ids(prompt, special);
@@ -170,28 +163,15 @@ class PyModel {
     g.prompt_tokens = ids;
     g.policy = kv.policy().name;
     nb::gil_scoped_release release;
-    const Tokenizer& t = tok();
     Engine engine(*model_, threads, kt);
+    check_kv_type(engine.kv_type(), kv);
     if (kv.policy().selector) (void)kv.policy().selector->make_state(engine.kv_shape());
-    auto seq = engine.new_sequence(0, kv, static_cast<int64_t>(ids.size()), max_tokens);
-    std::vector<float> logits;
-    engine.prefill(*seq, ids, logits);
-    TokenTextStream stream(t);
-    g.finish_reason = "length";
-    for (int64_t i = 0; i < max_tokens; ++i) {
-      Rng rng(stream_id({pk.seed, seq->id, static_cast<uint64_t>(i), 0x5A4D504CULL}));
-      const int32_t next = sample_token(logits, sc, rng);
-      if (t.is_eog(next) && !ignore_eos) {
-        g.finish_reason = "stop";
-        break;
-      }
-      g.tokens.push_back(next);
-      g.text += stream.push(next);
-      if (i + 1 < max_tokens) engine.decode(*seq, next, logits);
-    }
-    g.text += stream.finish();
-    g.stats = seq->stats;
-    g.kv_bytes = seq->kv.allocated_bytes();
+    GenerationOutput out = kvevict::generate(engine, kv, GenerationInput{0, ids}, gc);
+    g.text = std::move(out.result.text);
+    g.tokens = std::move(out.result.tokens);
+    g.finish_reason = finish_reason(out.result.stop);
+    g.stats = out.seq->stats;
+    g.kv_bytes = out.seq->kv.allocated_bytes();
     return g;
   }
 
@@ -332,13 +312,23 @@ NB_MODULE(_kvevict, m) {
           [](const PyModel& self, const Prompt& prompt, const std::string& policy, int64_t budget, int64_t buffer,
              std::optional<int> sinks, std::optional<bool> protect_prompt, std::vector<std::string> params,
              int64_t max_tokens, float temperature, float top_p, int top_k, uint64_t seed, bool ignore_eos,
-             bool special, const std::string& kv_type, int threads) {
+             std::vector<std::string> stop, bool special, const std::string& kv_type, int threads) {
+            GenerationConfig gc;
+            gc.sampler.temperature = temperature;
+            gc.sampler.top_p = top_p;
+            gc.sampler.top_k = top_k;
+            gc.sampler.seed = seed;
+            gc.max_new_tokens = max_tokens;
+            gc.ignore_eos = ignore_eos;
+            gc.stop = std::move(stop);
+            // As `kvevict generate`: an incomplete trailing character is handed out verbatim.
+            gc.keep_incomplete_tail = true;
             return self.generate(prompt, PolicyKwargs{policy, budget, buffer, sinks, protect_prompt, seed, params},
-                                 max_tokens, temperature, top_p, top_k, ignore_eos, special, kv_type, threads);
+                                 gc, special, kv_type, threads);
           },
           "prompt"_a, "policy"_a, "budget"_a, "buffer"_a, "sinks"_a.none(), "protect_prompt"_a.none(), "params"_a,
-          "max_tokens"_a, "temperature"_a, "top_p"_a, "top_k"_a, "seed"_a, "ignore_eos"_a, "special"_a, "kv_type"_a,
-          "threads"_a)
+          "max_tokens"_a, "temperature"_a, "top_p"_a, "top_k"_a, "seed"_a, "ignore_eos"_a, "stop"_a, "special"_a,
+          "kv_type"_a, "threads"_a)
       .def(
           "perplexity",
           [](const PyModel& self, const Prompt& text, const std::string& policy, int64_t budget, int64_t buffer,
