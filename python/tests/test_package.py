@@ -144,3 +144,12 @@ def test_chat_prompt_equals_cli_chat(kvevict, cli):
     assert text + out.text + "\n" == ref
     with pytest.raises(kvevict.Error, match="content"):
         m.chat_prompt([{"role": "user"}])
+
+
+def test_stop_string_cuts_the_text(stories):
+    # Reference: the same greedy run without a stop string, cut before the first match.
+    full = stories.generate(PROMPT, policy="full", max_tokens=40)
+    cut = full.text.index(" toys") if " toys" in full.text else None
+    assert cut is not None, full.text
+    out = stories.generate(PROMPT, policy="full", max_tokens=40, stop=[" toys"])
+    assert out.text == full.text[:cut] and out.finish_reason == "stop"
