@@ -3,12 +3,15 @@
 // Matrix-vector products per weight type (bytes/s = weight bytes streamed), GQA attention over
 // f32/f16 slots, and compaction of one (layer, KV head) block.
 #include <benchmark/benchmark.h>
+#include <cblas.h>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
+#include "kernels/x16.h"
 #include "kvcache/kv_cache.h"
 #include "util/rng.h"
 #include "util/thread_pool.h"
@@ -36,7 +39,10 @@ void BM_Matmul(benchmark::State& st) {
   std::vector<float> y(static_cast<size_t>(T * rows));
   ThreadPool pool(threads);
   MatmulScratch scratch;
-  const MatmulJob job{{type, w.data(), rows, cols, rb}, y.data()};
+  // Quantised weights get their interleaved copy, as the model loader gives them.
+  const std::vector<uint8_t> x16 =
+      x16_block_bytes(type) > 0 ? x16_pack(type, w.data(), rows, cols, rb) : std::vector<uint8_t>{};
+  const MatmulJob job{{type, w.data(), rows, cols, rb, x16.empty() ? nullptr : x16.data()}, y.data()};
   for (auto _ : st) {
     matmul_jobs(std::span<const MatmulJob>(&job, 1), x.data(), T, pool, scratch);
     benchmark::DoNotOptimize(y.data());
@@ -55,6 +61,64 @@ void matmul_args(benchmark::internal::Benchmark* b) {
   for (int T : {4, 16}) b->Args({8, 2048, 2048, T, 2});
 }
 BENCHMARK(BM_Matmul)->Apply(matmul_args)->ArgNames({"type", "rows", "cols", "T", "threads"})->UseRealTime();
+
+// Integer kernels by type, activation rows T and variant, cache-resident weights (128 rows x
+// 2048 columns, interleaved as at load), one thread; the activation quantisation is included.
+// Args: weight type id, T, variant (-1: the scalar reference dot_quantised per (row, token);
+// -2: dequantise + OpenBLAS sgemm, the prefill path before the integer kernels; else a
+// KernelIsa). items/s = multiply-adds.
+void BM_QuantMatmul(benchmark::State& st) {
+  const auto type = static_cast<GgmlType>(st.range(0));
+  const int64_t T = st.range(1), variant = st.range(2), rows = 128, cols = 2048;
+  const auto isas = compiled_kernel_isas();
+  if (variant >= 0 && std::find(isas.begin(), isas.end(), static_cast<KernelIsa>(variant)) == isas.end()) {
+    st.SkipWithError("variant not compiled");
+    return;
+  }
+  const auto wf = random_floats(rows * cols, 1);
+  const int64_t rb = ggml_row_bytes(type, cols);
+  std::vector<uint8_t> w(static_cast<size_t>(rb * rows));
+  for (int64_t r = 0; r < rows; ++r) quantize_row(type, wf.data() + r * cols, w.data() + r * rb, cols);
+  const std::vector<uint8_t> x16 = x16_pack(type, w.data(), rows, cols, rb);
+  const WeightView W{type, w.data(), rows, cols, rb, x16.data()};
+  const auto x = random_floats(T * cols, 2);
+  std::vector<float> y(static_cast<size_t>(T * rows)), tile(static_cast<size_t>(rows * cols));
+  const bool k = activation_quant(type) == ActivationQuant::Q8_K;
+  const int64_t xrb = k ? cols / 256 * 292 : cols / 32 * 34;
+  std::vector<uint8_t> xq(static_cast<size_t>(T * xrb));
+  PackedActivations act;
+  for (auto _ : st) {
+    if (variant == -1) {
+      if (k)
+        quantize_rows_q8_k(x.data(), T, cols, xq.data());
+      else
+        quantize_rows_q8_0(x.data(), T, cols, xq.data());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t t = 0; t < T; ++t)
+          y[static_cast<size_t>(t * rows + r)] = dot_quantised(type, w.data() + r * rb, xq.data() + t * xrb, cols);
+    } else if (variant == -2) {
+      for (int64_t r = 0; r < rows; ++r) dequantize_row(type, w.data() + r * rb, tile.data() + r * cols, cols);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(rows),
+                  static_cast<int>(cols), 1.0f, x.data(), static_cast<int>(cols), tile.data(), static_cast<int>(cols),
+                  0.0f, y.data(), static_cast<int>(rows));
+    } else {
+      if (k)
+        pack_activations_q8_k(x.data(), T, cols, act);
+      else
+        pack_activations_q8_0(x.data(), T, cols, act);
+      qgemm_groups(static_cast<KernelIsa>(variant), W, 0, rows / 16, act, y.data(), rows);
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetItemsProcessed(static_cast<int64_t>(st.iterations()) * rows * cols * T);
+}
+BENCHMARK(BM_QuantMatmul)
+    ->ArgsProduct({{8, 2, 6, 12, 13, 14, 3, 7, 10, 11}, {1, 4, 16, 64}, {-1, 0, 1, 2}})
+    ->ArgNames({"type", "T", "variant"});
+// Prefill-sized products against dequantise + sgemm (one thread; T = 128, 512).
+BENCHMARK(BM_QuantMatmul)
+    ->ArgsProduct({{8, 2, 6, 12, 14}, {128, 512}, {-2, 2}})
+    ->ArgNames({"type", "T", "variant"});
 
 // Args: slots, G (query heads per KV head), f16 (0/1). head_dim 64.
 void BM_Attention(benchmark::State& st) {

@@ -25,7 +25,7 @@ fi
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
   -DCMAKE_CXX_COMPILER=clang++ -DKVEVICT_FUZZ=ON \
   -DKVEVICT_BUILD_TESTS=OFF "${launcher[@]}" >/dev/null
-harnesses=(gguf safetensors tokenizer tasks grader request)
+harnesses=(gguf safetensors tokenizer tasks grader request http)
 cmake --build build-fuzz -j"$(nproc)" --target "${harnesses[@]/#/fuzz_}"
 mkdir -p fuzz/work/artifacts
 export ASAN_OPTIONS="${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1}"
@@ -41,9 +41,11 @@ for h in "${harnesses[@]}"; do
   max_len=65536
   [ "$h" = grader ] && max_len=1048576
   log="fuzz/work/$h.log"
+  dict=()
+  [ -f "fuzz/$h.dict" ] && dict=(-dict="fuzz/$h.dict")
   if ! ./build-fuzz/fuzz/fuzz_"$h" "$corpus" "fuzz/corpus/$h" -max_total_time="$secs" -timeout=10 \
        -rss_limit_mb=2048 -max_len="$max_len" -artifact_prefix="fuzz/work/artifacts/$h-" -print_final_stats=1 \
-       >"$log" 2>&1; then
+       "${dict[@]}" >"$log" 2>&1; then
     echo "fuzz_$h: FAILED (see $log and fuzz/work/artifacts/)" >&2
     tail -40 "$log" >&2
     status=1

@@ -2,7 +2,8 @@
 # Installs the Debian packages kvevict needs, and no more than the job at hand uses. Idempotent;
 # run as root (or with sudo).
 #   setup.sh           what the build and the main job need (compiler, CMake, OpenBLAS, the
-#                      header libraries, PCRE2, utf8proc, the HTTP library, matplotlib for the plots)
+#                      header libraries, PCRE2, utf8proc, the HTTP server and client libraries,
+#                      matplotlib for the plots)
 #   setup.sh --test    also what the test suite needs: GoogleTest, Google Benchmark, clang and its
 #                      fuzzing runtime (libFuzzer harnesses), and the Python references the tests
 #                      compare against (pip: gguf, numpy, jinja2, regex, openai, math-verify,
@@ -27,7 +28,8 @@ done
 PKGS=(
   build-essential cmake pkg-config ccache
   libopenblas0-pthread libopenblas-dev
-  nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev
+  nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libutf8proc-dev
+  libmicrohttpd-dev libcpp-httplib-dev  # HTTP server (kvevict serve) and client (bench serve)
   python3-matplotlib
 )
 if [ "$TEST" = "1" ]; then

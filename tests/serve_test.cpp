@@ -30,14 +30,14 @@
 #include "util/error.h"
 #include "util/rng.h"
 #include "util/utf8.h"
+#include "raw_http.h"
+#include "serve_fixture.h"
 
 namespace kvevict {
 namespace {
 
 using json = nlohmann::json;
 using kvevict::TextStream;
-
-std::string reasoner_path() { return std::string(KVEVICT_SOURCE_DIR) + "/models/reasoner/reasoner.gguf"; }
 
 TEST(ServeText, StopStringAcrossTokensIsCutAndNeverEmitted) {
   // Expected by hand: "##" arrives split over two pushes; the text before it is "ab", and the
@@ -161,61 +161,6 @@ TEST(ServeRequest, HugeNumbersAreOutOfRangeNotWrapped) {
   EXPECT_EQ(message_of(R"("max_tokens": 4.0)"), "accepted");
 }
 
-// An in-process server on an ephemeral loopback port.
-class TestServer {
- public:
-  TestServer(const std::string& model_path, serve::SchedulerOptions so, serve::ApiOptions ao) {
-    model_ = Model::load(model_path);
-    if (ao.model_name.empty()) ao.model_name = "test-model";
-    if (ao.max_tokens_limit == 0) ao.max_tokens_limit = model_->config().context_length;
-    if (ao.chat_unavailable.empty()) ao.chat_unavailable = "chat templates are not available in this build";
-    sched_ = std::make_unique<serve::Scheduler>(*model_, so);
-    api_ = std::make_unique<serve::ApiServer>(*sched_, ao);
-    port_ = api_->bind("127.0.0.1", 0);
-    thread_ = std::thread([this] { api_->run(); });
-    httplib::Client c("127.0.0.1", port_);
-    for (int i = 0; i < 500; ++i) {
-      if (auto r = c.Get("/health"); r && r->status == 200) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ADD_FAILURE() << "server did not come up";
-  }
-  ~TestServer() {
-    api_->begin_shutdown();
-    sched_->shutdown(std::chrono::milliseconds(0));
-    api_->stop();
-    thread_.join();
-  }
-  int port() const { return port_; }
-  const Model& model() const { return *model_; }
-  serve::Scheduler& sched() { return *sched_; }
-  std::unique_ptr<httplib::Client> client() const {
-    auto c = std::make_unique<httplib::Client>("127.0.0.1", port_);
-    c->set_read_timeout(120, 0);
-    return c;
-  }
-  double metric(const std::string& name) const {
-    auto r = client()->Get("/metrics");
-    return r ? serve::metric_value(r->body, name) : -1;
-  }
-
- private:
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<serve::Scheduler> sched_;
-  std::unique_ptr<serve::ApiServer> api_;
-  std::thread thread_;
-  int port_ = 0;
-};
-
-serve::SchedulerOptions small_opts(int64_t pool = 64 << 20, int max_seqs = 64, int max_queue = 256) {
-  serve::SchedulerOptions so;
-  so.threads = 1;
-  so.kv_memory_bytes = pool;
-  so.max_seqs = max_seqs;
-  so.max_queue = max_queue;
-  return so;
-}
-
 json post(const TestServer& s, const std::string& path, const json& body, int* status = nullptr) {
   auto r = s.client()->Post(path, body.dump(), "application/json");
   if (!r) return json{{"transport_error", httplib::to_string(r.error())}};
@@ -232,7 +177,7 @@ struct Streamed {
   int chunks = 0;
 };
 
-// keep_going(first): called after each event (first = it was the first one); false hangs up.
+// keep_going(first): called after each read (first = it brought the first event); false hangs up.
 Streamed post_stream(int port, const json& body, int stop_after_chunks = -1,
                      const std::function<bool(bool)>& keep_going = nullptr) {
   Streamed out;
@@ -248,6 +193,9 @@ Streamed post_stream(int port, const json& body, int stop_after_chunks = -1,
   req.body = b.dump();
   std::string buf;
   req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+    // One read may carry several events (the server writes every event ready since its last
+    // write at once): `first` means this read brought the first one.
+    const int before = out.chunks;
     buf.append(d, n);
     size_t pos;
     while ((pos = buf.find("\n\n")) != std::string::npos) {
@@ -267,7 +215,7 @@ Streamed post_stream(int port, const json& body, int stop_after_chunks = -1,
         if (ch["finish_reason"].is_string()) out.finish = ch["finish_reason"];
       }
     }
-    if (keep_going && !keep_going(out.chunks == 1)) return false;
+    if (keep_going && !keep_going(before == 0 && out.chunks > 0)) return false;
     return stop_after_chunks < 0 || out.chunks < stop_after_chunks;
   };
   auto r = c.send(req);
@@ -481,7 +429,7 @@ void expect_error(const httplib::Result& r, int status, const std::string& needl
 TEST(Serve, EveryBadRequestGetsItsStatusAndErrorObject) {
   serve::ApiOptions ao;
   ao.max_tokens_limit = 512;
-  ao.max_body_bytes = 4096;
+  ao.http.max_body_bytes = 4096;
   TestServer s(reasoner_path(), small_opts(), ao);
   auto c = s.client();
   const std::string J = "application/json";
@@ -532,27 +480,6 @@ TEST(Serve, EveryBadRequestGetsItsStatusAndErrorObject) {
   EXPECT_EQ(json::parse(ok->body)["usage"]["completion_tokens"].get<int>() <= 4, true);
 }
 
-// Sends `raw` (a whole HTTP request) on a fresh connection and returns the whole answer: for
-// requests httplib's client cannot write (a POST without Content-Length).
-std::string raw_http(int port, const std::string& raw) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string out;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::send(fd, raw.data(), raw.size(), 0) == static_cast<ssize_t>(raw.size())) {
-    timeval tv{10, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    char buf[4096];
-    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return out;
-}
-
 // Reproducers: an empty POST answered {"message": "HTTP 400"}; GET on a POST route answered 404;
 // a prompt longer than the model's context (reasoner: 2048, the GGUF's llama.context_length)
 // was run. Expected: RFC 9110's 405 with Allow, and OpenAI error objects naming the problem.
@@ -563,7 +490,7 @@ TEST(Serve, EmptyBodyWrongMethodAndPromptOverTheContext) {
   expect_error(c->Post("/v1/completions", "", J), 400, "the request body is empty");
   expect_error(c->Post("/v1/chat/completions", " \n", J), 400, "the request body is empty");
   const std::string no_length =
-      raw_http(s.port(), "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+      test::raw_http(s.port(), "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(no_length.rfind("HTTP/1.1 400", 0), 0u) << no_length;
   EXPECT_NE(no_length.find("\"message\":\"the request has no body"), std::string::npos) << no_length;
 

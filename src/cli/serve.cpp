@@ -34,6 +34,13 @@ struct ServeArgs {
   int64_t prefill_chunk = 64;  // SchedulerOptions::prefill_chunk says why
   double shutdown_grace_s = 5;
   PolicyArgs policy;
+  std::string max_body = "4MiB";
+  serve::HttpLimits http = [] {
+    serve::HttpLimits l;
+    l.max_connections_per_client = 0;  // 0: derived from --max-seqs and --max-queue
+    return l;
+  }();
+  std::vector<std::string> cors_origins;
 };
 
 int g_signal_pipe[2] = {-1, -1};
@@ -43,7 +50,7 @@ void on_signal(int sig) {
 }
 
 // "268435456", "256MiB", "256M", "1.5GiB", "512k" -> bytes (K/M/G and KiB/MiB/GiB are powers of 1024).
-int64_t parse_bytes(const std::string& s) {
+int64_t parse_bytes(const std::string& flag, const std::string& s) {
   size_t used = 0;
   double v = 0;
   try {
@@ -63,7 +70,7 @@ int64_t parse_bytes(const std::string& s) {
   else if (unit == "g" || unit == "gib" || unit == "gb")
     mult = 1024.0 * 1024 * 1024;
   if (used == 0 || mult == 0 || !(v > 0) || v * mult > 1e15)
-    throw Error(fmt::format("--kv-memory '{}': expected a positive size such as 268435456, 256MiB or 2GiB", s));
+    throw Error(fmt::format("{} '{}': expected a positive size such as 268435456, 256MiB or 2GiB", flag, s));
   return static_cast<int64_t>(v * mult);
 }
 
@@ -103,7 +110,7 @@ int run_serve(const ServeArgs& a) {
   // Default pool: half of the memory available after the model is loaded.
   int64_t pool_bytes = 0;
   if (!a.kv_memory.empty()) {
-    pool_bytes = parse_bytes(a.kv_memory);
+    pool_bytes = parse_bytes("--kv-memory", a.kv_memory);
   } else {
     pool_bytes = mem_available_bytes() / 2;
     if (pool_bytes <= 0) throw Error("cannot read MemAvailable from /proc/meminfo: give --kv-memory BYTES");
@@ -139,6 +146,10 @@ int run_serve(const ServeArgs& a) {
         fmt::format("{} has no usable chat template: {}; or use /v1/completions", ao.model_name, e.what());
   }
   ao.retry_after_s = 1;
+  ao.http = a.http;
+  if (a.http.max_connections_per_client == 0) ao.http.max_connections_per_client = a.max_seqs + a.max_queue + 64;
+  ao.http.max_body_bytes = parse_bytes("--max-body", a.max_body);
+  ao.cors_origins = a.cors_origins;
 
   // Sequences the pool admits at once for the server's default policy: B + r slots each for a
   // bounded policy (a prompt up to B), --max-tokens for `full` (prompt + max_tokens <= that).
@@ -153,6 +164,12 @@ int run_serve(const ServeArgs& a) {
   serve::Scheduler sched(*model, so);
   serve::ApiServer api(sched, ao);
   const int port = api.bind(a.host, a.port);
+  api.start();
+  if (api.max_connections() < a.http.max_connections)
+    fmt::print(stderr,
+               "kvevict serve: --max-connections {} lowered to {}: the open-file limit (ulimit -n) leaves room for no "
+               "more\n",
+               a.http.max_connections, api.max_connections());
   fmt::print(
       "kvevict serve: listening on http://{}:{} | model {} ({} layers, {} KV heads) | policy {}{} | KV pool {} bytes "
       "({:.1f} MiB{}) | admits up to {} concurrent sequences ({} slots x {} bytes/slot each; --max-seqs {}) | chat "
@@ -175,7 +192,7 @@ int run_serve(const ServeArgs& a) {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     api.stop();
   });
-  api.run();
+  api.run();  // already started: serves until the stopper's stop()
   stopper.join();
   const serve::MetricsGauges g = sched.gauges();
   fmt::print(stderr, "kvevict serve: stopped ({} requests finished, {} cancelled, {} rejected; peak {} sequences)\n",
@@ -223,6 +240,33 @@ void add_serve(CLI::App& root, std::vector<Command>& out) {
       ->capture_default_str();
   cmd->add_option("--chat-template", s->chat_template,
                   "Chat template for /v1/chat/completions instead of the GGUF's (" + ChatTemplate::names() + ")");
+  cmd->add_option("--max-body", s->max_body,
+                  "Largest request body (bytes, or with a K/M/G suffix), Content-Length or chunked; larger get 413")
+      ->capture_default_str();
+  cmd->add_option("--timeout", s->http.timeout_s,
+                  "Seconds a connection may send or read nothing (while its request is read, between requests, "
+                  "or while it does not read its answer) before it is closed")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
+  cmd->add_option("--read-timeout", s->http.read_timeout_s,
+                  "Seconds within which a whole request (line, headers, body) must arrive, counted from the "
+                  "connection opening or its previous answer; a slower client is disconnected")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
+  cmd->add_option("--max-connections", s->http.max_connections,
+                  "Connections open at once; more wait in the listen backlog")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--max-connections-per-client", s->http.max_connections_per_client,
+                  "Connections open at once from one client address; more are closed as they arrive (default: "
+                  "--max-seqs + --max-queue + 64, so that one client, or a proxy, can fill the queue)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--threads-http", s->http.workers,
+                  "Threads that parse and tokenize requests (sockets are served by 2 event threads)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  cmd->add_option("--cors-origin", s->cors_origins,
+                  "Origin browsers may call the API from (repeat for several; '*' = any); default none");
   add_policy_options(*cmd, s->policy);
   out.push_back({cmd, [s] { return run_serve(*s); }});
   add_bench_serve(root, out);

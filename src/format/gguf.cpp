@@ -5,6 +5,9 @@
 // a corrupt or hostile file yields a kvevict::Error, never an out-of-bounds read.
 #include "format/gguf.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -230,6 +233,16 @@ GgufFile GgufFile::open(const std::string& path) {
   f.size_ = f.file_.size();
   f.parse();  // on throw, f's destructor unmaps
   return f;
+}
+
+void GgufFile::release(const void* p, uint64_t n) const {
+  const auto* b = static_cast<const uint8_t*>(p);
+  if (!base_ || b < base_ || n > size_ || b - base_ > static_cast<std::ptrdiff_t>(size_ - n)) return;
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (reinterpret_cast<uintptr_t>(b) + page - 1) / page * page;
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(b) + n) / page * page;
+  // Advice only: a failure leaves the pages resident, which is what not asking would do.
+  if (first < last) (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
 void GgufFile::parse() {

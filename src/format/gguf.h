@@ -107,6 +107,12 @@ class GgufFile {
   /// Tensor by name; missing -> Error "<path>: missing tensor '<name>'".
   const GgufTensor& tensor(const std::string& name) const;
 
+  /// Hands the whole pages inside [p, p + n) of the mapping back to the kernel (madvise
+  /// MADV_DONTNEED): used for tensor data that was copied elsewhere, so it is not resident twice.
+  /// The bytes stay readable (a later read maps them from the file again). Ranges outside the
+  /// mapping are ignored.
+  void release(const void* p, uint64_t n) const;
+
  private:
   GgufFile() = default;
   void parse();

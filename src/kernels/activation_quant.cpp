@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "format/ggml_blocks.h"
 #include "util/error.h"
@@ -30,42 +31,31 @@ inline __m256 round_half_away(__m256 v) {
   return _mm256_add_ps(t, _mm256_and_ps(ge, _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f))));
 }
 
-// One row of n floats (n % 32 == 0) to Q8_0 blocks b[n / 32].
-void quantize_row_q8_0_avx2(const float* src, BlockQ8_0* b, int64_t n) {
-  for (int64_t ib = 0; ib < n / kQK; ++ib, src += kQK) {
-#ifdef KVEVICT_AVX2
-    // Same arithmetic as the scalar loop below (max, one multiply, std::round), 8 lanes at a
-    // time: the activations of every quantised matmul go through here once per call.
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 v[4];
-    __m256 m = _mm256_setzero_ps();
-    for (int k = 0; k < 4; ++k) {
-      v[k] = _mm256_loadu_ps(src + 8 * k);
-      m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
-    }
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-    const float amax = _mm_cvtss_f32(m4);
-#else
-    float amax = 0.0f;
-    for (int j = 0; j < kQK; ++j) amax = std::fmax(amax, std::fabs(src[j]));
-#endif
-    const float d = amax / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;  // all-zero block -> d = 0, q = 0
-    b[ib].d = fp32_to_fp16(d);
-#ifdef KVEVICT_AVX2
-    __m256i q[4];
-    for (int k = 0; k < 4; ++k) q[k] = _mm256_cvtps_epi32(round_half_away(_mm256_mul_ps(v[k], _mm256_set1_ps(id))));
-    // Pack 32 int32 to int8 (values already in [-127, 127]); packs interleave 128-bit lanes,
-    // the permute restores element order.
-    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(b[ib].qs),
-                        _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-#else
-    for (int j = 0; j < kQK; ++j) b[ib].qs[j] = static_cast<int8_t>(std::round(src[j] * id));
-#endif
+// One block of 32 floats to 32 values q and the fp16 scale, with the arithmetic of the scalar
+// definition (max, one multiply, std::round) 8 lanes at a time: the activations of every
+// quantised matmul go through here once per call.
+uint16_t quantize_block_q8_0(const float* src, int8_t* qs) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 v[4];
+  __m256 m = _mm256_setzero_ps();
+  for (int k = 0; k < 4; ++k) {
+    v[k] = _mm256_loadu_ps(src + 8 * k);
+    m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
   }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float amax = _mm_cvtss_f32(m4);
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;  // all-zero block -> d = 0, q = 0
+  __m256i q[4];
+  for (int k = 0; k < 4; ++k) q[k] = _mm256_cvtps_epi32(round_half_away(_mm256_mul_ps(v[k], _mm256_set1_ps(id))));
+  // Pack 32 int32 to int8 (values already in [-127, 127]); packs interleave 128-bit lanes,
+  // the permute restores element order.
+  const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs),
+                      _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  return fp32_to_fp16(d);
 }
 #endif
 
@@ -73,13 +63,29 @@ void quantize_row_q8_0_avx2(const float* src, BlockQ8_0* b, int64_t n) {
 
 void quantize_rows_q8_0(const float* x, int64_t T, int64_t n, uint8_t* dst) {
   ggml_check_row_length(GgmlType::Q8_0, n, "quantize_rows_q8_0");
-  const int64_t row_bytes = n / kQK * static_cast<int64_t>(sizeof(BlockQ8_0));
-  for (int64_t t = 0; t < T; ++t) {
 #ifdef KVEVICT_AVX2
-    quantize_row_q8_0_avx2(x + t * n, reinterpret_cast<BlockQ8_0*>(dst + t * row_bytes), n);
+  auto* b = reinterpret_cast<BlockQ8_0*>(dst);
+  for (int64_t i = 0; i < T * (n / kQK); ++i) b[i].d = quantize_block_q8_0(x + i * kQK, b[i].qs);
 #else
-    quantize_row_q8_0(x + t * n, dst + t * row_bytes, n);
+  quantize_row_q8_0(x, dst, T * n);  // rows are contiguous, blocks never straddle two
 #endif
+}
+
+void quantize_rows_q8_0_split(const float* x, int64_t T, int64_t n, int8_t* q, float* d, int32_t* sums) {
+  ggml_check_row_length(GgmlType::Q8_0, n, "quantize_rows_q8_0_split");
+  for (int64_t i = 0; i < T * (n / kQK); ++i) {
+    int8_t* qs = q + i * kQK;
+#ifdef KVEVICT_AVX2
+    d[i] = fp16_to_fp32(quantize_block_q8_0(x + i * kQK, qs));
+#else
+    BlockQ8_0 b;
+    quantize_row_q8_0(x + i * kQK, &b, kQK);
+    std::memcpy(qs, b.qs, kQK);
+    d[i] = fp16_to_fp32(b.d);
+#endif
+    int32_t s = 0;
+    for (int j = 0; j < kQK; ++j) s += qs[j];
+    sums[i] = s;
   }
 }
 

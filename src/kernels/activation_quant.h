@@ -22,6 +22,11 @@ ActivationQuant activation_quant(GgmlType t);
 /// fp16, q = round(x / d) with halves away from zero). Throws kvevict::Error when n % 32 != 0.
 void quantize_rows_q8_0(const float* x, int64_t T, int64_t n, uint8_t* dst);
 
+/// The same quantisation as quantize_rows_q8_0 in the layout of the integer kernels
+/// (kernels/qgemm.h): q[T * n] the values, d[T * n / 32] the block scales (the fp16 value as
+/// float), sums[T * n / 32] the blocks' sums Σ q.
+void quantize_rows_q8_0_split(const float* x, int64_t T, int64_t n, int8_t* q, float* d, int32_t* sums);
+
 /// Quantises n floats (n % 256 == 0) to Q8_K blocks (ggml::BlockQ8_K): d = max|x| / 127
 /// (float), q = round(x / d), bsums = sums of q over each 16 elements. Throws kvevict::Error
 /// when n % 256 != 0.

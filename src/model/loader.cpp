@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "kernels/x16.h"
 #include "model/load_common.h"
 #include "util/error.h"
 
@@ -433,6 +434,17 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   m->token_embd_ = w.token_embd;
   m->output_ = w.output;
   m->output_norm_ = std::move(w.output_norm);
+  // The matmul kernels read quantised weights row-interleaved: one copy per matrix, made once
+  // (float weights, e.g. those of checkpoint directories, have none).
+  std::vector<WeightMatrix*> matmuls = {&m->output_};
+  for (LayerWeights& L : m->layers_)
+    for (WeightMatrix* mat : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) matmuls.push_back(mat);
+  // Their rows in a GGUF mapping are read again only for token embeddings (and by tests): each
+  // matrix's pages go back to the kernel once it is copied, so the file is not resident twice.
+  const GgufFile* gguf = m->gguf_.get();
+  x16_attach(matmuls, m->x16_, 0, [gguf](const WeightMatrix& mat) {
+    if (gguf) gguf->release(mat.data, static_cast<uint64_t>(mat.rows * mat.row_bytes));
+  });
   int64_t bytes = 0;
   for (const TensorEntry& t : entries) bytes += t.n_bytes;
   m->weight_bytes_ = bytes;

@@ -1,7 +1,8 @@
 // A decoder-only model loaded from a GGUF file or a Hugging Face checkpoint directory — any family
 // of model/arch.h (llama, qwen2, qwen3, phi3): hyper-parameters, weights (in place in the file
-// mappings) and the tokenizer. Immutable after load, so one model serves any number of sequences.
-// The family is ModelConfig::arch.
+// mappings, plus a row-interleaved copy of each quantised matmul weight for the integer kernels:
+// kernels/x16.h) and the tokenizer. Immutable after load, so one model serves any number of
+// sequences. The family is ModelConfig::arch.
 //
 // Source: llama.cpp's GGUF naming (keys `<arch>.*`, tensors `token_embd`,
 // `blk.N.attn_{norm,q,k,v,qkv,q_norm,k_norm,output}`, `blk.N.ffn_{norm,gate,up,down}`,
@@ -168,6 +169,7 @@ class Model {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::vector<LayerWeights> layers_;
   WeightMatrix token_embd_, output_;
+  std::vector<std::vector<uint8_t>> x16_;  ///< interleaved copies of the matmul weights (kernels/x16.h)
   std::vector<float> output_norm_;
   int64_t weight_bytes_ = 0;
 };

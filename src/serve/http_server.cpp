@@ -1,17 +1,13 @@
 #include "serve/http_server.h"
 
 #include <fmt/format.h>
-#include <httplib.h>
 
-#include <sys/socket.h>
 #include <atomic>
-#include <cmath>
-#include <csignal>
+#include <chrono>
 #include <ctime>
-#include <limits>
-#include <map>
 #include <nlohmann/json.hpp>
 
+#include "serve/json_body.h"
 #include "util/error.h"
 #include "util/rng.h"
 #include "util/utf8.h"
@@ -34,6 +30,8 @@ const char* error_type(int status) {
     case 405:
       return "invalid_request_error";
     case 413:
+    case 414:
+    case 431:
       return "invalid_request_error";
     case 429:
       return "rate_limit_error";
@@ -52,24 +50,75 @@ json error_json(const ApiError& e) {
                 {"code", e.status}}}};
 }
 
-void send_error(httplib::Response& res, const ApiError& e, int retry_after_s = 0) {
-  res.status = e.status;
+// Longest error message sent, bytes: a backstop for messages that quote request text (the
+// field readers quote values through quote_value already).
+constexpr size_t kMaxErrorMessageBytes = 1024;
+
+HttpResponse error_response(const ApiError& e, int retry_after_s = 0) {
+  ApiError shown = e;
+  if (shown.message.size() > kMaxErrorMessageBytes) {
+    size_t cut = kMaxErrorMessageBytes;
+    while (cut > 0 && (static_cast<unsigned char>(shown.message[cut]) & 0xC0) == 0x80) --cut;
+    shown.message = shown.message.substr(0, cut) + "...";
+  }
+  HttpResponse r{e.status, dump(error_json(shown)), "application/json", {}};
   if ((e.status == 429 || e.status == 503) && retry_after_s > 0)
-    res.set_header("Retry-After", std::to_string(retry_after_s));
-  res.set_content(dump(error_json(e)), "application/json");
+    r.headers.emplace_back("Retry-After", std::to_string(retry_after_s));
+  return r;
 }
+
+HttpResponse json_response(const json& j) { return HttpResponse{200, dump(j), "application/json", {}}; }
 
 }  // namespace
 
 struct ApiServer::Impl {
   Scheduler& sched;
   ApiOptions opt;
-  httplib::Server http;
+  std::unique_ptr<HttpServer> http;
   std::atomic<bool> shutting_down{false};
   std::atomic<uint64_t> request_counter{0};
-  std::atomic<int> listen_fd{-1};
+  // Response ids: splitmix64 (a bijection) of this start's clock reading plus a counter, so ids
+  // never repeat within a run and differ between runs.
+  const uint64_t id_base = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+  std::atomic<uint64_t> id_counter{0};
 
   Impl(Scheduler& s, ApiOptions o) : sched(s), opt(std::move(o)) {}
+
+  // The route table: every endpoint of the API, once.
+  std::vector<Route> routes() {
+    auto fast = [](std::string method, std::string path, Handler h, bool open = false) {
+      return Route{std::move(method), std::move(path), std::move(h), open, /*fast=*/true};
+    };
+    return {
+        Route{"POST", "/v1/completions",
+              [this](const HttpRequest& q, const Waker& w) { return generate(q, w, Endpoint::Completions); }},
+        Route{"POST", "/v1/chat/completions",
+              [this](const HttpRequest& q, const Waker& w) { return generate(q, w, Endpoint::Chat); }},
+        fast("GET", "/v1/models", [this](const HttpRequest&, const Waker&) { return Reply::answer(models()); }),
+        fast("GET", "/health", [this](const HttpRequest&, const Waker&) { return Reply::answer(health()); },
+             /*open=*/true),
+        fast("GET", "/metrics",
+             [this](const HttpRequest&, const Waker&) {
+               MetricsGauges g = sched.gauges();
+               g.http_connections_open = http->open_connections();
+               return Reply::answer(HttpResponse{200, render_metrics(sched.metrics(), g), "text/plain; version=0.0.4", {}});
+             }),
+    };
+  }
+
+  HttpResponse models() const {
+    json m = {{"id", opt.model_name},
+              {"object", "model"},
+              {"created", static_cast<int64_t>(std::time(nullptr))},
+              {"owned_by", "kvevict"},
+              {"max_model_len", sched.model().config().context_length}};
+    return json_response(json{{"object", "list"}, {"data", json::array({m})}});
+  }
+
+  HttpResponse health() const {
+    if (shutting_down) return error_response({503, "the server is shutting down", ""}, opt.retry_after_s);
+    return HttpResponse{200, R"({"status":"ok"})", "application/json", {}};
+  }
 
   json usage_json(const ParsedRequest& p, const std::vector<ChoiceOutcome>& out) const {
     int64_t completion = 0, rounds = 0, peak = 0, bytes = 0;
@@ -92,62 +141,68 @@ struct ApiServer::Impl {
                 {"kv", kv}};
   }
 
-  void handle_generate(const httplib::Request& hreq, httplib::Response& res, Endpoint ep) {
-    if (shutting_down) return send_error(res, {503, "the server is shutting down", ""}, opt.retry_after_s);
+  // Runs on an HTTP worker: parse, admit, then answer when the scheduler has (Reply::later) or
+  // as it goes (Reply::stream); the request's events wake the connection.
+  Reply generate(const HttpRequest& hreq, const Waker& wake, Endpoint ep) {
+    auto fail = [this](const ApiError& e) { return Reply::answer(error_response(e, opt.retry_after_s)); };
+    if (shutting_down) return fail({503, "the server is shutting down", ""});
     ParsedRequest p;
     try {
       p = parse_generation_request(hreq.body, ep, sched.model().tokenizer(), sched.model().config().context_length,
                                    opt, request_counter);
     } catch (const ApiError& e) {
-      return send_error(res, e);
+      return fail(e);
     }
     auto req = std::make_shared<Request>(p.gen);
+    req->set_event_listener(wake);
     switch (sched.submit(req)) {
       case Admission::Queued:
         break;
       case Admission::TooLarge:
         if (p.gen.n > sched.options().max_seqs)
-          return send_error(res,
-                            {400,
-                             fmt::format("n: {} choices exceed the {} sequences the server runs at once (--max-seqs)",
-                                         p.gen.n, sched.options().max_seqs),
-                             "n"});
-        return send_error(
-            res,
-            {400,
-             fmt::format("the request needs {} bytes of KV memory ({} sequence(s) of {} bytes) but the "
-                         "KV pool holds {} bytes (--kv-memory); {}",
-                         sched.sequence_bytes(p.gen) * p.gen.n, p.gen.n, sched.sequence_bytes(p.gen),
-                         sched.pool().capacity(),
-                         p.gen.kv.policy().evicts ? "lower kv_budget, kv_buffer, n or the prompt"
-                                                  : "lower max_tokens, n or the prompt, or use a bounded kv_policy"),
-             p.gen.kv.policy().evicts ? "kv_budget" : "max_tokens"});
+          return fail({400,
+                       fmt::format("n: {} choices exceed the {} sequences the server runs at once (--max-seqs)",
+                                   p.gen.n, sched.options().max_seqs),
+                       "n"});
+        return fail({400,
+                     fmt::format("the request needs {} bytes of KV memory ({} sequence(s) of {} bytes) but the "
+                                 "KV pool holds {} bytes (--kv-memory); {}",
+                                 sched.sequence_bytes(p.gen) * p.gen.n, p.gen.n, sched.sequence_bytes(p.gen),
+                                 sched.pool().capacity(),
+                                 p.gen.kv.policy().evicts ? "lower kv_budget, kv_buffer, n or the prompt"
+                                                     : "lower max_tokens, n or the prompt, or use a bounded kv_policy"),
+                     p.gen.kv.policy().evicts ? "kv_budget" : "max_tokens"});
       case Admission::QueueFull:
         sched.metrics().requests_rejected += 1;
-        return send_error(
-            res,
-            {429,
-             fmt::format("the queue is full ({} requests wait; --max-queue); retry later", sched.options().max_queue),
-             ""},
-            opt.retry_after_s);
+        return fail({429,
+                     fmt::format("the queue is full ({} requests wait; --max-queue); retry later",
+                                 sched.options().max_queue),
+                     ""});
       case Admission::ShuttingDown:
         sched.metrics().requests_rejected += 1;
-        return send_error(res, {503, "the server is shutting down", ""}, opt.retry_after_s);
+        return fail({503, "the server is shutting down", ""});
     }
     const std::string id =
         fmt::format("{}-{:016x}", ep == Endpoint::Chat ? "chatcmpl" : "cmpl",
-                    stream_id({reinterpret_cast<uintptr_t>(req.get()), static_cast<uint64_t>(std::time(nullptr))}));
+                    splitmix64(id_base + id_counter.fetch_add(1)));
     const int64_t created = static_cast<int64_t>(std::time(nullptr));
-    if (p.stream) return stream_response(res, req, p, ep, id, created);
+    auto cancel = [req] { req->cancel(); };
+    if (p.stream) return stream_reply(req, std::move(p), ep, id, created);
+    return Reply::later(
+        [this, req, p = std::move(p), ep, id, created](bool stopping) -> std::optional<HttpResponse> {
+          while (auto e = req->next_event(std::chrono::milliseconds(0))) {
+            if (e->kind == RequestEvent::Kind::Failed) return error_response({e->status, e->text, ""}, opt.retry_after_s);
+            if (e->kind == RequestEvent::Kind::Done) return json_response(completion_json(p, req->outcomes(), ep, id, created));
+          }
+          if (!stopping) return std::nullopt;
+          req->cancel();
+          return error_response({503, "the server is shutting down", ""}, opt.retry_after_s);
+        },
+        cancel);
+  }
 
-    // Non-streaming: wait for the request to end.
-    while (true) {
-      auto e = req->next_event(std::chrono::milliseconds(1000));
-      if (!e) continue;
-      if (e->kind == RequestEvent::Kind::Failed) return send_error(res, {e->status, e->text, ""}, opt.retry_after_s);
-      if (e->kind == RequestEvent::Kind::Done) break;
-    }
-    const auto out = req->outcomes();
+  json completion_json(const ParsedRequest& p, const std::vector<ChoiceOutcome>& out, Endpoint ep,
+                       const std::string& id, int64_t created) const {
     json choices = json::array();
     for (size_t c = 0; c < out.size(); ++c) {
       if (ep == Endpoint::Chat)
@@ -161,10 +216,9 @@ struct ApiServer::Impl {
                            {"logprobs", nullptr},
                            {"finish_reason", finish_reason_name(out[c].finish)}});
     }
-    json r = {{"id", id},           {"object", ep == Endpoint::Chat ? "chat.completion" : "text_completion"},
-              {"created", created}, {"model", opt.model_name},
-              {"choices", choices}, {"usage", usage_json(p, out)}};
-    res.set_content(dump(r), "application/json");
+    return {{"id", id},           {"object", ep == Endpoint::Chat ? "chat.completion" : "text_completion"},
+            {"created", created}, {"model", opt.model_name},
+            {"choices", choices}, {"usage", usage_json(p, out)}};
   }
 
   json chunk(const std::string& id, int64_t created, Endpoint ep, json choices) const {
@@ -175,199 +229,113 @@ struct ApiServer::Impl {
                 {"choices", std::move(choices)}};
   }
 
-  void stream_response(httplib::Response& res, const std::shared_ptr<Request>& req, const ParsedRequest& p, Endpoint ep,
-                       const std::string& id, int64_t created) {
-    struct State {
-      bool started = false;
-      bool finished = false;
-    };
-    auto st = std::make_shared<State>();
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, req, p, ep, id, created, st](size_t, httplib::DataSink& sink) -> bool {
-          auto send = [&](const json& j) {
-            const std::string s = "data: " + dump(j) + "\n\n";
-            return sink.write(s.data(), s.size());
-          };
-          if (!st->started) {
-            st->started = true;
-            if (ep == Endpoint::Chat) {
-              json ch = json::array();
-              for (int c = 0; c < p.gen.n; ++c)
-                ch.push_back({{"index", c},
-                              {"delta", {{"role", "assistant"}, {"content", ""}}},
-                              {"logprobs", nullptr},
-                              {"finish_reason", nullptr}});
-              if (!send(chunk(id, created, ep, ch))) return false;
-            }
-          }
-          auto e = req->next_event(std::chrono::milliseconds(200));
-          if (!e) return true;  // nothing yet; httplib calls again
-          json ch;
-          switch (e->kind) {
-            case RequestEvent::Kind::Text:
-              if (ep == Endpoint::Chat)
-                ch = {{"index", e->choice},
-                      {"delta", {{"content", e->text}}},
-                      {"logprobs", nullptr},
-                      {"finish_reason", nullptr}};
-              else
-                ch = {{"index", e->choice}, {"text", e->text}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
-              return send(chunk(id, created, ep, json::array({ch})));
-            case RequestEvent::Kind::ChoiceDone:
-              if (e->finish == FinishReason::Cancelled || e->finish == FinishReason::Error) return true;
-              if (ep == Endpoint::Chat)
-                ch = {{"index", e->choice},
-                      {"delta", json::object()},
-                      {"logprobs", nullptr},
-                      {"finish_reason", finish_reason_name(e->finish)}};
-              else
-                ch = {{"index", e->choice},
-                      {"text", ""},
-                      {"logprobs", nullptr},
-                      {"finish_reason", finish_reason_name(e->finish)}};
-              return send(chunk(id, created, ep, json::array({ch})));
-            case RequestEvent::Kind::Done: {
-              if (p.include_usage) {
-                json u = chunk(id, created, ep, json::array());
-                u["usage"] = usage_json(p, req->outcomes());
-                if (!send(u)) return false;
-              }
-              static const std::string done = "data: [DONE]\n\n";
-              if (!sink.write(done.data(), done.size())) return false;
-              st->finished = true;
-              sink.done();
-              return true;
-            }
-            case RequestEvent::Kind::Failed: {
-              // The stream already started (status 200): the error travels as an event.
-              if (!send(error_json({e->status, e->text, ""}))) return false;
-              static const std::string done = "data: [DONE]\n\n";
-              sink.write(done.data(), done.size());
-              st->finished = true;
-              sink.done();
-              return true;
-            }
-          }
-          return true;
-        },
-        [req, st](bool success) {
-          // The client went away (or the server stopped) before the end: free its KV memory.
-          if (!success || !st->finished) req->cancel();
-        });
-  }
-
-  void setup_routes() {
-    http.set_payload_max_length(static_cast<size_t>(opt.max_body_bytes));
-    // Remember the listening socket: bind() widens its accept backlog after httplib listened.
-    http.set_socket_options([this](socket_t sock) {
-      httplib::default_socket_options(sock);
-      listen_fd = sock;
-    });
-    // One worker per connection: streaming responses hold theirs for the whole generation, so
-    // the pool must cover every sequence that can run plus the queue.
-    const size_t workers = static_cast<size_t>(sched.options().max_seqs + sched.options().max_queue + 16);
-    http.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
-    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (opt.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-      if (req.get_header_value("Authorization") == "Bearer " + opt.api_key)
-        return httplib::Server::HandlerResponse::Unhandled;
-      res.set_header("WWW-Authenticate", "Bearer");
-      send_error(res, {401, "missing or wrong API key (send Authorization: Bearer KEY)", ""});
-      return httplib::Server::HandlerResponse::Handled;
-    });
-    // Errors httplib raises itself (no route, body too large) get OpenAI error objects too.
-    http.set_error_handler(
-        httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
-          if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-          std::string msg;
-          // A known route asked with another method: 405 with Allow (RFC 9110 §15.5.6), not 404.
-          static const std::map<std::string, std::string> allowed = {{"/v1/completions", "POST"},
-                                                                     {"/v1/chat/completions", "POST"},
-                                                                     {"/v1/models", "GET"},
-                                                                     {"/health", "GET"},
-                                                                     {"/metrics", "GET"}};
-          if (const auto it = allowed.find(req.path); res.status == 404 && it != allowed.end()) {
-            res.status = 405;
-            res.set_header("Allow", it->second);
-            msg = fmt::format("{} {}: method not allowed (use {})", req.method, req.path, it->second);
-          } else if (res.status == 404)
-            msg = fmt::format("no route {} {}", req.method, req.path);
-          else if (res.status == 400 && (req.method == "POST" || req.method == "PUT") &&
-                   !req.has_header("Content-Length") && !req.has_header("Transfer-Encoding"))
-            // httplib refuses a POST without Content-Length before any route sees it.
-            msg = fmt::format("the request has no body: {} {} takes a JSON object with a Content-Length header",
-                              req.method, req.path);
-          else if (res.status == 413)
-            msg = fmt::format("the request body exceeds {} bytes", opt.max_body_bytes);
-          else
-            msg = fmt::format("HTTP {}", res.status);
-          res.set_content(dump(error_json({res.status, msg, ""})), "application/json");
-          return httplib::Server::HandlerResponse::Handled;
-        }));
-    http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-      std::string msg = "internal error";
-      try {
-        if (ep) std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        msg = e.what();
-      } catch (...) {
+  // Server-Sent Events: each pull sends every event that arrived since the last one.
+  Reply stream_reply(const std::shared_ptr<Request>& req, ParsedRequest p, Endpoint ep, const std::string& id,
+                     int64_t created) {
+    auto started = std::make_shared<bool>(false);
+    HttpResponse head{200, "", "text/event-stream", {{"Cache-Control", "no-cache"}}};
+    auto pull = [this, req, p = std::move(p), ep, id, created, started](bool stopping) -> StreamPiece {
+      StreamPiece out;
+      auto send = [&](const json& j) { out.data += "data: " + dump(j) + "\n\n"; };
+      auto finish = [&] {
+        out.data += "data: [DONE]\n\n";
+        out.end = true;
+        return out;
+      };
+      if (!*started) {
+        *started = true;
+        if (ep == Endpoint::Chat) {
+          json ch = json::array();
+          for (int c = 0; c < p.gen.n; ++c)
+            ch.push_back({{"index", c},
+                          {"delta", {{"role", "assistant"}, {"content", ""}}},
+                          {"logprobs", nullptr},
+                          {"finish_reason", nullptr}});
+          send(chunk(id, created, ep, ch));
+        }
       }
-      send_error(res, {500, msg, ""});
-    });
-    http.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) {
-      handle_generate(q, r, Endpoint::Completions);
-    });
-    http.Post("/v1/chat/completions",
-              [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, Endpoint::Chat); });
-    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-      json m = {{"id", opt.model_name},
-                {"object", "model"},
-                {"created", static_cast<int64_t>(std::time(nullptr))},
-                {"owned_by", "kvevict"},
-                {"max_model_len", sched.model().config().context_length}};
-      res.set_content(dump(json{{"object", "list"}, {"data", json::array({m})}}), "application/json");
-    });
-    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-      if (shutting_down) return send_error(res, {503, "the server is shutting down", ""}, opt.retry_after_s);
-      res.set_content(R"({"status":"ok"})", "application/json");
-    });
-    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(render_metrics(sched.metrics(), sched.gauges()), "text/plain; version=0.0.4");
-    });
+      while (auto e = req->next_event(std::chrono::milliseconds(0))) {
+        json ch;
+        switch (e->kind) {
+          case RequestEvent::Kind::Text:
+            if (ep == Endpoint::Chat)
+              ch = {{"index", e->choice},
+                    {"delta", {{"content", e->text}}},
+                    {"logprobs", nullptr},
+                    {"finish_reason", nullptr}};
+            else
+              ch = {{"index", e->choice}, {"text", e->text}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+            send(chunk(id, created, ep, json::array({ch})));
+            break;
+          case RequestEvent::Kind::ChoiceDone:
+            if (e->finish == FinishReason::Cancelled || e->finish == FinishReason::Error) break;
+            if (ep == Endpoint::Chat)
+              ch = {{"index", e->choice},
+                    {"delta", json::object()},
+                    {"logprobs", nullptr},
+                    {"finish_reason", finish_reason_name(e->finish)}};
+            else
+              ch = {{"index", e->choice},
+                    {"text", ""},
+                    {"logprobs", nullptr},
+                    {"finish_reason", finish_reason_name(e->finish)}};
+            send(chunk(id, created, ep, json::array({ch})));
+            break;
+          case RequestEvent::Kind::Done:
+            if (p.include_usage) {
+              json u = chunk(id, created, ep, json::array());
+              u["usage"] = usage_json(p, req->outcomes());
+              send(u);
+            }
+            return finish();
+          case RequestEvent::Kind::Failed:
+            // The stream already started (status 200): the error travels as an event.
+            send(error_json({e->status, e->text, ""}));
+            return finish();
+        }
+      }
+      if (!stopping) return out;
+      req->cancel();
+      send(error_json({503, "the server is shutting down", ""}));
+      return finish();
+    };
+    return Reply::stream(std::move(head), std::move(pull), [req] { req->cancel(); });
   }
 };
 
 ApiServer::ApiServer(Scheduler& scheduler, ApiOptions opt) {
   if (opt.max_tokens_limit < 1) throw Error(fmt::format("--max-tokens {}: must be >= 1", opt.max_tokens_limit));
-  if (opt.max_body_bytes < 1) throw Error(fmt::format("max body bytes {}: must be >= 1", opt.max_body_bytes));
   if (opt.max_n < 1) throw Error(fmt::format("max n {}: must be >= 1", opt.max_n));
-  // A client that disconnects mid-stream must not kill the server with SIGPIPE.
-  std::signal(SIGPIPE, SIG_IGN);
   impl_ = std::make_unique<Impl>(scheduler, std::move(opt));
-  impl_->setup_routes();
+  HttpOptions ho;
+  ho.limits = impl_->opt.http;
+  ho.api_key = impl_->opt.api_key;
+  ho.cors_origins = impl_->opt.cors_origins;
+  ho.error_page = [retry = impl_->opt.retry_after_s](int status, const std::string& message) {
+    return error_response({status, message, ""}, retry);
+  };
+  impl_->http = std::make_unique<HttpServer>(impl_->routes(), std::move(ho));
 }
 
 ApiServer::~ApiServer() = default;
 
-int ApiServer::bind(const std::string& host, int port) {
-  int bound = -1;
-  if (port == 0)
-    bound = impl_->http.bind_to_any_port(host);
-  else if (impl_->http.bind_to_port(host, port))
-    bound = port;
-  if (bound <= 0) throw Error(fmt::format("cannot listen on {}:{} (address in use or not local)", host, port));
-  // httplib listens with a backlog of 5 connections; many clients connecting at once would
-  // overflow it and wait for SYN retransmits (about 1 s each), so raise it to the system's limit.
-  if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, SOMAXCONN);
-  return bound;
-}
+int ApiServer::bind(const std::string& host, int port) { return impl_->http->bind(host, port); }
 
-void ApiServer::run() { impl_->http.listen_after_bind(); }
+void ApiServer::start() { impl_->http->start(); }
+
+void ApiServer::run() {
+  impl_->http->start();
+  impl_->http->wait();
+}
 
 void ApiServer::begin_shutdown() { impl_->shutting_down = true; }
 
-void ApiServer::stop() { impl_->http.stop(); }
+void ApiServer::stop() { impl_->http->stop(); }
+
+void ApiServer::add_connection(int fd) { impl_->http->add_connection(fd); }
+
+int64_t ApiServer::open_connections() const { return impl_->http->open_connections(); }
+
+int ApiServer::max_connections() const { return impl_->http->effective_max_connections(); }
 
 }  // namespace kvevict::serve

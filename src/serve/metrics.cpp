@@ -65,6 +65,8 @@ std::string render_metrics(const ServerMetrics& m, const MetricsGauges& g) {
   gauge(out, "kvevict:kv_pool_used_bytes", "KV memory pool bytes reserved by running sequences.", g.kv_pool_used_bytes);
   gauge(out, "kvevict:kv_pool_free_bytes", "KV memory pool bytes free.", g.kv_pool_free_bytes);
   gauge(out, "kvevict:kv_pool_capacity_bytes", "KV memory pool size in bytes (--kv-memory).", g.kv_pool_capacity_bytes);
+  gauge(out, "kvevict:http_connections_open", "HTTP connections open (idle, reading, waiting or streaming).",
+        g.http_connections_open);
   counter(out, "kvevict:prompt_tokens_total", "Prompt tokens prefilled.", m.prompt_tokens.load());
   counter(out, "kvevict:prefill_chunks_total", "Prefill calls (chunks of at most --prefill-chunk tokens).",
           m.prefill_chunks.load());

@@ -61,6 +61,7 @@ struct MetricsGauges {
   int64_t kv_pool_free_bytes = 0;
   int64_t kv_pool_capacity_bytes = 0;
   int64_t peak_sequences_running = 0;
+  int64_t http_connections_open = 0;  ///< filled in by the HTTP layer
 };
 
 /// The whole /metrics page.

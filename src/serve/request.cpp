@@ -6,17 +6,15 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "serve/json_body.h"
 #include "util/error.h"
 #include "util/limits.h"
 #include "util/rng.h"
-#include "util/utf8.h"
 
 namespace kvevict::serve {
 namespace {
 
 using json = nlohmann::json;
-
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 // Typed field readers: a field of the wrong type or out of range is a 400 naming it.
 ApiError bad(const std::string& param, const std::string& msg) {
@@ -36,17 +34,17 @@ std::optional<int64_t> get_int(const json& body, const std::string& key, int64_t
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (!it->is_number_integer() && !(it->is_number_float() && std::floor(it->get<double>()) == it->get<double>()))
-    throw bad_value(key, dump(*it), "an integer");
+    throw bad_value(key, quote_value(*it), "an integer");
   const std::string range = fmt::format("in [{}, {}]{}", lo, hi, note);
   if (it->is_number_float()) {
     const double d = it->get<double>();
     if (!(d >= static_cast<double>(lo) && d <= static_cast<double>(hi) && std::abs(d) < 9.0e18))
-      throw bad_value(key, dump(*it), range);
+      throw bad_value(key, quote_value(*it), range);
     return static_cast<int64_t>(d);
   }
   // Unsigned values above INT64_MAX read as out of range.
   if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-    throw bad_value(key, dump(*it), range);
+    throw bad_value(key, quote_value(*it), range);
   const int64_t v = it->get<int64_t>();
   if (v < lo || v > hi) throw bad_value(key, std::to_string(v), range);
   return v;
@@ -55,21 +53,21 @@ std::optional<int64_t> get_int(const json& body, const std::string& key, int64_t
 std::optional<double> get_number(const json& body, const std::string& key) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number()) throw bad_value(key, dump(*it), "a number");
+  if (!it->is_number()) throw bad_value(key, quote_value(*it), "a number");
   return it->get<double>();
 }
 
 std::optional<bool> get_bool(const json& body, const std::string& key) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_boolean()) throw bad_value(key, dump(*it), "true or false");
+  if (!it->is_boolean()) throw bad_value(key, quote_value(*it), "true or false");
   return it->get<bool>();
 }
 
 std::optional<std::string> get_string(const json& body, const std::string& key) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return std::nullopt;
-  if (!it->is_string()) throw bad_value(key, dump(*it), "a string");
+  if (!it->is_string()) throw bad_value(key, quote_value(*it), "a string");
   return it->get<std::string>();
 }
 
@@ -92,7 +90,7 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
     } else if (pr->is_array() && !pr->empty() && (*pr)[0].is_number_integer()) {
       for (const json& t : *pr) {
         if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
-          throw bad("prompt", fmt::format("token id {}: must be an integer in [0, {})", dump(t), n_vocab));
+          throw bad("prompt", fmt::format("token id {}: must be an integer in [0, {})", quote_value(t), n_vocab));
         g.prompt.push_back(t.get<int32_t>());
       }
     } else if (pr->is_array() && pr->size() > 1) {
@@ -185,7 +183,7 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
       if (it->get<int64_t>() < 0) throw bad_value("seed", std::to_string(it->get<int64_t>()), ">= 0");
       seed = static_cast<uint64_t>(it->get<int64_t>());
     } else
-      throw bad_value("seed", dump(*it), "an integer >= 0");
+      throw bad_value("seed", quote_value(*it), "an integer >= 0");
   } else {
     seed = stream_id({opt.policy_settings.seed, request_counter.fetch_add(1)});
   }
@@ -363,13 +361,7 @@ ParsedRequest parse_generation_request(const std::string& body, Endpoint ep, con
                    fmt::format("the request body is empty: POST {} takes a JSON object ({})", endpoint_path(ep),
                                ep == Endpoint::Chat ? R"({"messages": [...], ...})" : R"({"prompt": "...", ...})"),
                    ""};
-  if (!utf8_valid(body)) throw ApiError{400, "the request body is not valid UTF-8", ""};
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::exception& e) {  // syntax errors, and numbers that overflow a double (1e999)
-    throw ApiError{400, fmt::format("the request body is not valid JSON: {}", e.what()), ""};
-  }
+  const json j = parse_json_body(body);
   try {
     return parse_body(j, ep, tok, context_length, opt, request_counter);
   } catch (const json::exception& e) {  // a field of an unexpected JSON type the checks did not name

@@ -19,6 +19,8 @@
 #include "eviction/registry.h"
 #include "eviction/schedule.h"
 #include "model/tokenizer.h"
+#include "serve/api_error.h"
+#include "serve/http_transport.h"
 #include "serve/scheduler.h"
 #include "util/field_error.h"
 
@@ -41,7 +43,6 @@ struct ApiOptions {
   std::string model_name;            ///< reported by /v1/models and in responses
   std::string api_key;               ///< empty: no authentication
   int64_t max_tokens_limit = 0;      ///< largest max_tokens accepted (tokens, >= 1)
-  int64_t max_body_bytes = 4 << 20;  ///< larger bodies get 413
   int max_n = 16;                    ///< largest `n` (choices per request)
   /// The server's policy settings (--policy, --budget, --buffer, --sinks, --param, ...), which
   /// per-request kv_* fields override; its seed is the base of the seeds of requests that give
@@ -55,13 +56,9 @@ struct ApiOptions {
   /// Why chat is unavailable (the message of the 400 /v1/chat/completions answers with).
   std::string chat_unavailable;
   int retry_after_s = 1;  ///< Retry-After of 429/503 answers, seconds
-};
-
-/// An API error: HTTP status and OpenAI error object fields.
-struct ApiError {
-  int status = 400;
-  std::string message;
-  std::string param;  ///< empty -> null
+  HttpLimits http;        ///< what one client may make the server hold (body size, connections, timeout)
+  /// Origins browsers may call the API from ("*" = any; empty = no CORS headers).
+  std::vector<std::string> cors_origins;
 };
 
 /// How the API spells a field a FieldError names: the request field ("kv_budget",

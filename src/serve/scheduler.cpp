@@ -41,6 +41,7 @@ void Request::push(RequestEvent e) {
     events_.push_back(std::move(e));
   }
   cv_.notify_all();
+  if (listener_) listener_();
 }
 
 // One running sequence (one choice of one request).

@@ -90,6 +90,11 @@ class Request {
   bool cancelled() const { return cancelled_; }
   /// Outcomes per choice (read after Done).
   std::vector<ChoiceOutcome> outcomes() const;
+  /// Called after each event is queued, on the thread that queued it (the scheduler's): an
+  /// event-driven HTTP layer wakes the connection that waits for it instead of blocking a
+  /// thread in next_event(). Must be cheap and must not call back into this Request. Set it
+  /// before submit().
+  void set_event_listener(std::function<void()> f) { listener_ = std::move(f); }
 
  private:
   friend class Scheduler;
@@ -99,6 +104,7 @@ class Request {
   std::deque<RequestEvent> events_;
   std::vector<ChoiceOutcome> outcomes_;
   std::atomic<bool> cancelled_{false};
+  std::function<void()> listener_;
   int remaining_ = 0;  ///< choices not yet finished (scheduler thread only)
   bool failed_ = false;
 };
