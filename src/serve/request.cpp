@@ -227,8 +227,8 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
         used = 0;
       }
       if (used == 0 || used != key.size() || id < 0 || id >= n_vocab)
-        throw bad("logit_bias", fmt::format("key {}: must be a token id in [0, {})", dump(json(key)), n_vocab));
-      if (!v.is_number()) throw bad("logit_bias", fmt::format("token {}: the bias {} must be a number", id, dump(v)));
+        throw bad("logit_bias", fmt::format("key {}: must be a token id in [0, {})", quote_value(json(key)), n_vocab));
+      if (!v.is_number()) throw bad("logit_bias", fmt::format("token {}: the bias {} must be a number", id, quote_value(v)));
       gc.sampler.logit_bias[static_cast<int32_t>(id)] = static_cast<float>(v.get<double>());
     }
   }
@@ -240,7 +240,7 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
       throw bad("stop_token_ids", fmt::format("has {} entries, more than the vocabulary of {}", it->size(), n_vocab));
     for (const json& t : *it) {
       if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
-        throw bad("stop_token_ids", fmt::format("token id {}: must be an integer in [0, {})", dump(t), n_vocab));
+        throw bad("stop_token_ids", fmt::format("token id {}: must be an integer in [0, {})", quote_value(t), n_vocab));
       gc.stop_token_ids.push_back(t.get<int32_t>());
     }
   }
