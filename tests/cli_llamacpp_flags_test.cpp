@@ -73,6 +73,19 @@ TEST_F(CliLlamaCppFlags, SeedShortFlagAndRandomSeed) {
   expect_one_line_error(both(args + "--seed -2"), "--seed -2");
 }
 
+// llama.cpp's --min-p: tokens below min_p x the top probability are dropped. At 1 only the most
+// likely token remains, so sampling at temperature 1 must give the greedy text (the reference:
+// the same run at --temp 0); at 0 the cut is off and the sampled text differs; out of [0, 1] is an
+// error naming the flag.
+TEST_F(CliLlamaCppFlags, MinP) {
+  const std::string args = gen + "-p 'Once upon a time' -n 32 -s 3 ";
+  const test::CliResult greedy = stdout_of(args + "--temp 0");
+  ASSERT_EQ(greedy.code, 0) << greedy.out;
+  EXPECT_EQ(stdout_of(args + "--temp 1 --min-p 1").out, greedy.out);
+  EXPECT_NE(stdout_of(args + "--temp 1 --min-p 0").out, greedy.out);
+  expect_one_line_error(both(args + "--temp 1 --min-p 1.5"), "min-p");
+}
+
 TEST_F(CliLlamaCppFlags, PromptFromFile) {
   const std::string file = test::tmp_path("prompt.txt"), empty = test::tmp_path("empty.txt");
   std::ofstream(file) << "Once upon a time\n";  // llama.cpp drops this one trailing newline

@@ -472,6 +472,20 @@ TEST(Serve, EveryBadRequestGetsItsStatusAndErrorObject) {
                "chat template");
   expect_error(c->Post("/v1/chat/completions", R"({"messages": []})", J), 400, "messages");
   expect_error(c->Get("/v1/nothing"), 404, "/v1/nothing");
+  // No field is silently ignored: a misspelt one is unknown, an OpenAI one kvevict does not
+  // implement is named as unsupported (an explicit null asks for nothing and passes), and a chat
+  // field on the completions endpoint is unknown there.
+  expect_error(c->Post("/v1/completions", R"({"prompt": "A", "max_tokns": 4})", J), 400,
+               "max_tokns: unknown field for /v1/completions");
+  expect_error(c->Post("/v1/completions", R"({"prompt": "A", "response_format": {"type": "json_object"}})", J), 400,
+               "response_format: is not supported");
+  expect_error(c->Post("/v1/completions", R"({"prompt": "A", "tools": []})", J), 400, "tools: is not supported");
+  expect_error(c->Post("/v1/completions", R"({"prompt": "A", "messages": []})", J), 400, "messages: unknown field");
+  {
+    auto null_tools = c->Post("/v1/completions", R"({"prompt": "A", "max_tokens": 2, "tools": null, "user": "u1"})", J);
+    ASSERT_TRUE(null_tools);
+    EXPECT_EQ(null_tools->status, 200) << null_tools->body;
+  }
   expect_error(c->Post("/v1/completions", std::string(5000, ' '), J), 413, "4096");
   // The server keeps serving.
   auto ok = c->Post("/v1/completions", R"({"prompt": "AB", "max_tokens": 4})", J);

@@ -44,6 +44,7 @@ struct GenerateArgs {
   bool ctx_given = false;     ///< -c was on the command line
   bool random_seed = false;   ///< --seed -1: the seed was drawn (and is printed)
   float temp = 0.6f, top_p = 0.95f;
+  float min_p = 0.0f;  ///< --min-p: drop tokens below min_p x the top probability (llama.cpp's --min-p)
   int top_k = 0;
   int threads = 0;
   std::string kv_type = "f32";  ///< --kv-type: element type of the KV cache
@@ -84,6 +85,7 @@ int run_generate(const GenerateArgs& a) {
   const EvictionConfig& cfg = kv.eviction();
   if (const std::string w = unused_schedule_warning(a.policy, {policy}); !w.empty()) warn(w);
   SamplerConfig sc{a.temp, a.top_p, a.top_k, a.policy.seed};
+  sc.min_p = a.min_p;
   validate_sampler(sc);
   if (a.n < 1 && a.n != -1) throw Error(fmt::format("-n {}: must be -1 or >= 1", a.n));
   if (!a.prompt_given && a.file.empty()) throw Error("no prompt: give -p TEXT or -f FILE");
@@ -198,6 +200,8 @@ void add_generate(CLI::App& root, std::vector<Command>& out) {
   gen->add_option("--temp", g->temp, "Temperature (0 = greedy)")->capture_default_str();
   gen->add_option("--top-p", g->top_p, "Nucleus sampling threshold (1 = off)")->capture_default_str();
   gen->add_option("--top-k", g->top_k, "Top-k (0 = off)")->check(int_range(0, limits::kTokens))->capture_default_str();
+  gen->add_option("--min-p", g->min_p, "Min-p: drop tokens below this fraction of the top probability (0 = off)")
+      ->capture_default_str();
   add_threads_option(*gen, g->threads);
   gen->add_option("--kv-type", g->kv_type, "KV cache element type: f32 or f16 (half the memory)")
       ->check(CLI::IsMember({"f32", "f16"}))

@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <string_view>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -71,9 +74,39 @@ std::optional<std::string> get_string(const json& body, const std::string& key) 
   return it->get<std::string>();
 }
 
+// Every field a request may carry. A field outside these is refused (400 naming it), never
+// ignored: a misspelt "max_tokns" or an unimplemented "tools" would otherwise change nothing
+// and return 200. "user" (OpenAI's end-user id) is accepted: it changes no computation.
+constexpr std::string_view kCommonFields[] = {
+    "model",          "max_tokens",         "max_completion_tokens", "n",          "temperature",
+    "top_p",          "top_k",              "min_p",                 "seed",       "stop",
+    "stop_token_ids", "stream",             "stream_options",        "ignore_eos", "repetition_penalty",
+    "presence_penalty", "frequency_penalty", "logit_bias",           "min_tokens", "echo",
+    "logprobs",       "best_of",            "kv_policy",             "kv_budget",  "kv_buffer",
+    "kv_sinks",       "user"};
+// OpenAI fields kvevict does not implement: named as unsupported rather than unknown.
+constexpr std::string_view kUnsupportedFields[] = {
+    "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "response_format",
+    "suffix", "top_logprobs", "reasoning_effort", "audio", "modalities", "prediction", "web_search_options"};
+
+void check_fields(const json& body, Endpoint ep) {
+  for (const auto& [key, value] : body.items()) {
+    if (std::find(std::begin(kCommonFields), std::end(kCommonFields), key) != std::end(kCommonFields)) continue;
+    if (ep == Endpoint::Completions && key == "prompt") continue;
+    if (ep == Endpoint::Chat && (key == "messages" || key == "chat_template_kwargs")) continue;
+    const std::string shown = key.size() > 64 ? key.substr(0, 64) + "..." : key;
+    if (std::find(std::begin(kUnsupportedFields), std::end(kUnsupportedFields), key) != std::end(kUnsupportedFields)) {
+      if (value.is_null()) continue;  // an explicit null asks for nothing
+      throw bad(shown, "is not supported by this server");
+    }
+    throw bad(shown, fmt::format("unknown field for {} (docs/serving.md lists the fields)", endpoint_path(ep)));
+  }
+}
+
 ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, int64_t context_length,
                          const ApiOptions& opt, std::atomic<uint64_t>& request_counter) {
   if (!body.is_object()) throw ApiError{400, "the request body must be a JSON object", ""};
+  check_fields(body, ep);
   ParsedRequest p;
   GenerationParams& g = p.gen;
   const int n_vocab = tok.n_vocab();
