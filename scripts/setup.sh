@@ -7,7 +7,8 @@
 #   setup.sh --test    also what the test suite needs: GoogleTest, Google Benchmark, clang and its
 #                      fuzzing runtime (libFuzzer harnesses), and the Python references the tests
 #                      compare against (pip: gguf, numpy, jinja2, regex, openai, math-verify,
-#                      safetensors, tokenizers)
+#                      safetensors, tokenizers), and the Python package's build tools and
+#                      test runner (pip: nanobind, scikit-build-core, pytest)
 #   setup.sh --train   also Debian's PyTorch for tools/train_reasoner.py
 #   setup.sh --list    print the packages the given profile needs and install nothing (for a
 #                      machine where you are not root: install them by other means)
@@ -40,6 +41,8 @@ PIP=()
 if [ "$TEST" = "1" ]; then
   PIP=(gguf:gguf numpy:numpy jinja2:jinja2 regex:regex openai:openai math_verify:math-verify)
   PIP+=(safetensors:safetensors tokenizers:tokenizers)
+  # The Python package's build (nanobind, scikit-build-core: docs/python.md) and its tests.
+  PIP+=(nanobind:nanobind scikit_build_core:scikit-build-core pytest:pytest)
 fi
 
 if [ "$LIST" = "1" ]; then

@@ -8,6 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
 bash scripts/build.sh -DKVEVICT_BUILD_TESTS=ON
+# The Python package (pyproject.toml, docs/python.md) into the python3 on PATH, for ctest's
+# PythonPackage test; its build tools came with setup.sh --test, so no build isolation.
+python3 -m pip install --quiet --disable-pip-version-check --no-build-isolation . 2>/dev/null ||
+  python3 -m pip install --quiet --disable-pip-version-check --no-build-isolation --break-system-packages .
 (cd build && ctest --output-on-failure -j"$(nproc)")
 
 start=$(date +%s)
@@ -22,10 +26,11 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_REL
 cmake --build build-asan -j"$(nproc)"
 (
   cd build-asan
-  # ReadmeExamples and InstallTree check the docs and the installed tree, not memory safety:
+  # ReadmeExamples, InstallTree and PythonPackage check the docs, the installed tree and the
+  # Python package, not memory safety:
   # the plain build above runs them.
   ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    ctest --output-on-failure -j"$(nproc)" -E '^(ReadmeExamples|InstallTree)$'
+    ctest --output-on-failure -j"$(nproc)" -E '^(ReadmeExamples|InstallTree|PythonPackage)$'
 
 )
 echo "test.sh: sanitizer build and suite took $(( $(date +%s) - start )) s"
