@@ -10,8 +10,14 @@ bash scripts/setup.sh --test
 bash scripts/build.sh -DKVEVICT_BUILD_TESTS=ON
 # The Python package (pyproject.toml, docs/python.md) into the python3 on PATH, for ctest's
 # PythonPackage test; its build tools came with setup.sh --test, so no build isolation.
-python3 -m pip install --quiet --disable-pip-version-check --no-build-isolation . 2>/dev/null ||
-  python3 -m pip install --quiet --disable-pip-version-check --no-build-isolation --break-system-packages .
+# With ccache the package's objects (position-independent, so not the build above) hit on reruns.
+pip_args=(--quiet --disable-pip-version-check --no-build-isolation)
+if command -v ccache >/dev/null 2>&1; then
+  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(cd .. && pwd)}"
+  pip_args+=(-C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+python3 -m pip install "${pip_args[@]}" . 2>/dev/null ||
+  python3 -m pip install "${pip_args[@]}" --break-system-packages .
 (cd build && ctest --output-on-failure -j"$(nproc)")
 
 start=$(date +%s)
