@@ -109,6 +109,30 @@ struct RequestParser {
   }
 };
 
+// chat_template_kwargs: enable_thinking reaches the renderer; any other key is a 400 naming it
+// (a misspelt "enable_thinkin" changed nothing before). The renderer here records its argument.
+TEST(ServeRequest, ChatTemplateKwargsAreCheckedNotIgnored) {
+  RequestParser parse;
+  bool seen_thinking = true;
+  parse.opt.chat = [&](const std::vector<std::pair<std::string, std::string>>&, bool thinking) {
+    seen_thinking = thinking;
+    return serve::ChatPrompt{"AB", true};
+  };
+  auto chat = [&](const std::string& body) {
+    return serve::parse_generation_request(body, serve::Endpoint::Chat, parse.tok, 2048, parse.opt, parse.counter);
+  };
+  const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}], "max_tokens": 4)";
+  (void)chat("{" + msgs + R"(, "chat_template_kwargs": {"enable_thinking": false}})");
+  EXPECT_FALSE(seen_thinking);
+  try {
+    (void)chat("{" + msgs + R"(, "chat_template_kwargs": {"enable_thinkin": false}})");
+    ADD_FAILURE() << "an unknown chat_template_kwargs key was accepted";
+  } catch (const serve::ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(e.message.find("enable_thinkin"), std::string::npos) << e.message;
+  }
+}
+
 TEST(ServeRequest, ParsesABodyWithoutASocket) {
   RequestParser parse;
   const Tokenizer& tok = parse.tok;
@@ -475,6 +499,9 @@ TEST(Serve, EveryBadRequestGetsItsStatusAndErrorObject) {
   // No field is silently ignored: a misspelt one is unknown, an OpenAI one kvevict does not
   // implement is named as unsupported (an explicit null asks for nothing and passes), and a chat
   // field on the completions endpoint is unknown there.
+  // kv_* fields under a policy that keeps every token would change nothing: refused.
+  expect_error(c->Post("/v1/completions", R"({"prompt": "A", "kv_policy": "full", "kv_budget": 64})", J), 400,
+               "kv_budget: is unused: policy 'full'");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "max_tokns": 4})", J), 400,
                "max_tokns: unknown field for /v1/completions");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "response_format": {"type": "json_object"}})", J), 400,

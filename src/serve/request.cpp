@@ -164,6 +164,10 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
     if (auto k = body.find("chat_template_kwargs"); k != body.end() && !k->is_null()) {
       if (!k->is_object()) throw bad("chat_template_kwargs", "must be an object");
       thinking = get_bool(*k, "enable_thinking").value_or(true);
+      for (const auto& [key, value] : k->items())
+        if (key != "enable_thinking")
+          throw bad("chat_template_kwargs", fmt::format("unknown key {} (supported: enable_thinking)",
+                                                        quote_value(json(key))));
     }
     ChatPrompt cp;
     try {
@@ -313,6 +317,13 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
     }
     s.budget = get_int(body, "kv_budget", 1, limits::kTokens).value_or(s.budget);
     s.recent = get_int(body, "kv_buffer", 1, limits::kTokens).value_or(s.recent);
+    // Under a policy that keeps every token the schedule fields would change nothing: refused,
+    // as no field is ignored (the CLI warns that --budget is unused there).
+    if (!policy.evicts)
+      for (const char* f : {"kv_budget", "kv_buffer", "kv_sinks"})
+        if (auto it = body.find(f); it != body.end() && !it->is_null())
+          throw bad(f, fmt::format("is unused: policy '{}' keeps every token (set kv_policy to an evicting policy)",
+                                   policy.name));
     g.kv = build_schedule(s, policy);
   } catch (const FieldError& e) {
     throw api_error(e);
