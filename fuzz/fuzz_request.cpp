@@ -56,7 +56,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           kvevict::serve::parse_generation_request(body, ep, *s.tok, kContext, s.opt, counter);
       const auto& g = p.gen;
       if (g.prompt.empty() || static_cast<int64_t>(g.prompt.size()) > kContext) __builtin_trap();
-      if (g.max_tokens < 1 || g.max_tokens > s.opt.max_tokens_limit) __builtin_trap();
+      const int64_t max_new = g.generation.max_new_tokens;
+      if (max_new < 1 || max_new > s.opt.max_tokens_limit) __builtin_trap();
+      // Prompt + generated tokens fit the context (the last generated token is never decoded).
+      if (static_cast<int64_t>(g.prompt.size()) + max_new - 1 > kContext) __builtin_trap();
       if (g.n < 1 || g.n > s.opt.max_n) __builtin_trap();
       for (const int32_t id : g.prompt)
         if (id < 0 || id >= s.tok->n_vocab()) __builtin_trap();
