@@ -179,60 +179,6 @@ PolicySettings policy_settings(const PolicyArgs& a) {
   return s;
 }
 
-std::string_view flag_name(Field field) {
-  switch (field) {
-    case Field::Policy:
-      return "--policy";
-    case Field::Budget:
-      return "--budget";
-    case Field::Recent:
-      return "--buffer";
-    case Field::Sinks:
-      return "--sinks";
-    case Field::ProtectPrompt:
-      return "--protect-prompt";
-    case Field::LongPrompt:
-      return "--long-prompt";
-    case Field::PositionMode:
-      return "--position-mode";
-    case Field::Param:
-      return "--param";
-    case Field::KvType:
-      return "--kv-type";
-    case Field::Seed:
-      return "--seed";
-    case Field::MaxNewTokens:
-      return "-n";
-    case Field::MaxTotalTokens:
-      return "--max-length";
-    case Field::MinTokens:
-      return "--min-tokens";
-    case Field::Stop:
-      return "--stop";
-    case Field::StopTokenIds:
-      return "--stop-token-ids";
-    case Field::Temperature:
-      return "--temp";
-    case Field::TopP:
-      return "--top-p";
-    case Field::TopK:
-      return "--top-k";
-    case Field::MinP:
-      return "--min-p";
-    case Field::RepetitionPenalty:
-      return "--repeat-penalty";
-    case Field::PresencePenalty:
-      return "--presence-penalty";
-    case Field::FrequencyPenalty:
-      return "--frequency-penalty";
-    case Field::LogitBias:
-      return "--logit-bias";
-    case Field::Logprobs:
-      return "--logprobs";
-  }
-  return field_name(field);
-}
-
 std::string unused_schedule_warning(const PolicyArgs& a, const std::vector<Policy>& policies) {
   std::string names;
   for (const Policy& p : policies) {

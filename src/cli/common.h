@@ -52,10 +52,6 @@ void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy = true);
 /// them). Throws kvevict::Error for --protect-prompt with --no-protect-prompt.
 PolicySettings policy_settings(const PolicyArgs& a);
 
-/// The flag that sets `field` on the command line (`--budget`, `--buffer`, `--temp`, ...): how
-/// the CLI spells the field a FieldError names (main.cpp prints e.message(flag_name(field))).
-std::string_view flag_name(Field field);
-
 // Upper bounds of the count and size options (checked while the command line is parsed, before
 // any file is read): kvevict::limits in util/limits.h, shared with the server.
 

@@ -166,7 +166,7 @@ int main(int argc, char** argv) {
       if (c.app->parsed()) return c.run();
   } catch (const kvevict::FieldError& e) {
     // Lower layers name the field; the CLI spells it as the flag that sets it.
-    fmt::print(stderr, "kvevict: error: {}\n", e.message(kvevict::cli::flag_name(e.field())));
+    fmt::print(stderr, "kvevict: error: {}\n", e.message(kvevict::flag_name(e.field())));
     return 2;
   } catch (const kvevict::Error& e) {
     fmt::print(stderr, "kvevict: error: {}\n", e.what());

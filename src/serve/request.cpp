@@ -380,17 +380,13 @@ std::string_view api_field_name(Field field) {
       return "logit_bias";
     case Field::Logprobs:
       return "logprobs";
-    // Settings only the server's command line gives.
+    // Settings only the server's command line gives: spelled as its flags.
     case Field::ProtectPrompt:
-      return "--protect-prompt";
     case Field::LongPrompt:
-      return "--long-prompt";
     case Field::PositionMode:
-      return "--position-mode";
     case Field::Param:
-      return "--param";
     case Field::KvType:
-      return "--kv-type";
+      return flag_name(field);
   }
   return field_name(field);
 }

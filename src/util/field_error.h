@@ -108,4 +108,62 @@ inline std::string_view field_name(Field f) {
   return "setting";
 }
 
+/// The flag that sets `field` on kvevict's command line (`--budget`, `--buffer`, `--temp`, ...):
+/// how the CLI spells the field a FieldError names (cli/main.cpp prints
+/// e.message(flag_name(field))), and how the server names the settings only its own command line
+/// gives (serve/request.cpp). One table for both, so the spellings cannot drift apart.
+inline std::string_view flag_name(Field field) {
+  switch (field) {
+    case Field::Policy:
+      return "--policy";
+    case Field::Budget:
+      return "--budget";
+    case Field::Recent:
+      return "--buffer";
+    case Field::Sinks:
+      return "--sinks";
+    case Field::ProtectPrompt:
+      return "--protect-prompt";
+    case Field::LongPrompt:
+      return "--long-prompt";
+    case Field::PositionMode:
+      return "--position-mode";
+    case Field::Param:
+      return "--param";
+    case Field::KvType:
+      return "--kv-type";
+    case Field::Seed:
+      return "--seed";
+    case Field::MaxNewTokens:
+      return "-n";
+    case Field::MaxTotalTokens:
+      return "--max-length";
+    case Field::MinTokens:
+      return "--min-tokens";
+    case Field::Stop:
+      return "--stop";
+    case Field::StopTokenIds:
+      return "--stop-token-ids";
+    case Field::Temperature:
+      return "--temp";
+    case Field::TopP:
+      return "--top-p";
+    case Field::TopK:
+      return "--top-k";
+    case Field::MinP:
+      return "--min-p";
+    case Field::RepetitionPenalty:
+      return "--repeat-penalty";
+    case Field::PresencePenalty:
+      return "--presence-penalty";
+    case Field::FrequencyPenalty:
+      return "--frequency-penalty";
+    case Field::LogitBias:
+      return "--logit-bias";
+    case Field::Logprobs:
+      return "--logprobs";
+  }
+  return field_name(field);
+}
+
 }  // namespace kvevict
