@@ -134,11 +134,7 @@ int run_serve(const ServeArgs& a) {
   try {
     const ChatTemplate chat =
         ChatTemplate::from_text(model->chat_template(), model->path(), model->chat_template_key(), a.chat_template);
-    ao.chat = [chat](const std::vector<std::pair<std::string, std::string>>& msgs, bool thinking) {
-      std::vector<ChatMessage> m;
-      for (const auto& [role, content] : msgs) m.push_back({role, content});
-      return serve::ChatPrompt{chat.render(m, ChatOptions{true, thinking}), !chat.renders_bos()};
-    };
+    serve::use_chat_template(ao, chat);
     chat_name = chat.name();
   } catch (const Error& e) {
     // The reason names the file and the --chat-template option (model/chat_template.h).
