@@ -57,8 +57,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         __builtin_trap();
       for (const auto& prompt : p.prompts) {
         if (prompt.empty() || static_cast<int64_t>(prompt.size()) > kContext) __builtin_trap();
-        // Prompt + generated tokens fit the context (the last generated token is never decoded).
-        if (static_cast<int64_t>(prompt.size()) + max_new - 1 > kContext) __builtin_trap();
+        // Prompt + generated tokens fit the context (as vLLM's max_model_len).
+        if (static_cast<int64_t>(prompt.size()) + max_new > kContext) __builtin_trap();
         for (const int32_t id : prompt)
           if (id < 0 || id >= s.tok->n_vocab()) __builtin_trap();
       }

@@ -257,18 +257,19 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
   // Positions past the model's context were never trained (RoPE); /v1/models reports the same
   // number as max_model_len. Eviction bounds the cache, not the prompt's positions.
   const int64_t context = context_length;
+  // As vLLM's max_model_len: prompt + generated tokens <= context (the CLI's -c rule too), so a
+  // prompt of the whole context leaves no room.
   size_t longest = 0;  // index of the longest prompt: it bounds max_tokens
   for (size_t i = 0; i < p.prompts.size(); ++i) {
     const std::string which = p.prompts.size() > 1 ? fmt::format("{}[{}]", prompt_param, i) : prompt_param;
     if (p.prompts[i].empty()) throw bad(which, "produced no tokens");
-    if (static_cast<int64_t>(p.prompts[i].size()) > context)
-      throw bad(which, fmt::format("the prompt is {} tokens, more than the model's context of {} tokens "
-                                   "(max_model_len); shorten it",
+    if (static_cast<int64_t>(p.prompts[i].size()) >= context)
+      throw bad(which, fmt::format("the prompt is {} tokens; the model's context of {} tokens (max_model_len) "
+                                   "leaves no room to generate; shorten it",
                                    p.prompts[i].size(), context));
     if (p.prompts[i].size() > p.prompts[longest].size()) longest = i;
   }
-  // Tokens that fit: every generated token but the last is decoded at a position of its own.
-  const int64_t room = context - static_cast<int64_t>(p.prompts[longest].size()) + 1;
+  const int64_t room = context - static_cast<int64_t>(p.prompts[longest].size());
   const std::string longest_name =
       p.prompts.size() > 1 ? fmt::format("the prompt {}[{}]'s", prompt_param, longest) : std::string("the prompt's");
 
