@@ -111,7 +111,7 @@ TEST_F(LogprobsServer, CompletionsLogprobsEqualTheModelsLogSoftmax) {
     EXPECT_EQ(lp["tokens"][s], piece) << "step " << s;
     EXPECT_NEAR(lp["token_logprobs"][s].get<double>(), f.logp[static_cast<size_t>(f.token)], kTol) << "step " << s;
     EXPECT_EQ(lp["text_offset"][s].get<size_t>(), offset);
-    offset += piece.size();
+    offset += tok().piece(f.token).size();  // bytes of the output text (a special token adds none)
     // top_logprobs: the 3 most likely tokens, and the sampled one (here the most likely).
     const json& t = lp["top_logprobs"][s];
     EXPECT_EQ(t.size(), static_cast<size_t>(top)) << t.dump();

@@ -51,8 +51,14 @@ def main() -> int:
                                    logprobs=2, extra_body={"ignore_eos": True})
     l = lp.choices[0].logprobs
     assert len(l.tokens) == len(l.token_logprobs) == len(l.top_logprobs) == len(l.text_offset) == 6, l
-    # (an end-of-generation token sampled under ignore_eos is listed as its text, e.g. "</s>")
-    assert "".join(l.tokens).startswith(lp.choices[0].text) and all(v <= 0 for v in l.token_logprobs), l
+    # text_offset indexes the text: each token is the text from its offset on (an end-of-generation
+    # token sampled under ignore_eos is listed as its text, e.g. "</s>", and adds none).
+    text = lp.choices[0].text
+    assert all(v <= 0 for v in l.token_logprobs) and l.text_offset[0] == 0, l
+    assert all(a <= b <= len(text) for a, b in zip(l.text_offset, l.text_offset[1:] + [len(text)])), l
+    special = [len(t) > 2 and t.startswith("<") and t.endswith(">") for t in l.tokens]
+    assert "".join(t for t, sp in zip(l.tokens, special) if not sp) == text, l
+    assert all(text[o:].startswith(t) for t, o, sp in zip(l.tokens, l.text_offset, special) if not sp), l
     assert all(2 <= len(t) <= 3 for t in l.top_logprobs), l.top_logprobs
     print(f"logprobs: {list(zip(l.tokens, [round(v, 4) for v in l.token_logprobs]))}")
 

@@ -109,7 +109,7 @@ json completion_logprobs_json(const Tokenizer& tok, std::span<const TokenLogprob
     top[piece] = t.logprob;
     tops.push_back(std::move(top));
     offsets.push_back(offset);
-    offset += piece.size();
+    offset += tok.piece(t.token).size();  // the bytes it adds to the text (none for a special token)
   }
   return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
