@@ -9,6 +9,10 @@ with the same message, the field spelled as this package's keyword (``buffer``, 
 Units: token ids are ``int`` in ``[0, n_vocab)``; budgets and buffers count slots per
 (layer, KV head); times are milliseconds; KV bytes count K and V of every layer.
 
+Selectors can be written in Python (:class:`Selector`, :func:`selector`): they run under the
+engine's schedule like the built-in ones. ``Model.generate`` also returns per-step KV statistics
+and, on request, the keep log as NumPy arrays; :func:`evaluate` runs ``kvevict eval`` in memory.
+
 Errors: every bad input raises :class:`kvevict.Error` (a :class:`ValueError`) carrying the engine's
 one-line message (file, key, field, value, limit). Compute runs with the GIL released, so other
 Python threads keep running during ``generate`` and ``perplexity``.
