@@ -44,7 +44,7 @@ std::string policy_name(const PolicySettings& s);
 /// prompt protection and its share of `params` (params_for_policy). With check_params, a
 /// parameter this policy does not take is an error; a grid passes false and calls
 /// check_param_items once for all its policies. Throws FieldError (Policy, Sinks,
-/// ProtectPrompt, Param).
+/// ProtectPrompt, Param); Policy also for `+prompt` on a policy that evicts nothing ("full+prompt").
 Policy build_policy(const PolicySettings& s, const std::string& name, bool check_params = true);
 
 /// The schedule of `policy` under the settings, validated once (validate_eviction): budget,
