@@ -7,6 +7,7 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "engine/reasoning.h"
 #include "serve/json_body.h"
 #include "util/error.h"
 #include "util/rng.h"
@@ -68,6 +69,36 @@ HttpResponse error_response(const ApiError& e, int retry_after_s = 0) {
 }
 
 HttpResponse json_response(const json& j) { return HttpResponse{200, dump(j), "application/json", {}}; }
+
+// The chat message of a finished reply: the thinking trace in reasoning_content when the
+// request splits it (engine/reasoning.h), else all text in content.
+json reasoning_message(const ParsedRequest& p, const std::string& text) {
+  json m = {{"role", "assistant"}};
+  if (!p.split_reasoning) {
+    m["content"] = text;
+    return m;
+  }
+  bool had_trace = false;
+  ReasoningText rt = split_reasoning(text, p.gen.generation.thinking.starts_open, &had_trace);
+  m["content"] = std::move(rt.content);
+  if (had_trace) m["reasoning_content"] = std::move(rt.reasoning);
+  return m;
+}
+
+// One streamed chat delta of reasoning and/or content text; null when both are empty.
+json reasoning_delta(const ReasoningText& t) {
+  json d = json::object();
+  if (!t.reasoning.empty()) d["reasoning_content"] = t.reasoning;
+  if (!t.content.empty()) d["content"] = t.content;
+  return d.empty() ? json(nullptr) : d;
+}
+
+// usage.completion_tokens_details of a chat reply (OpenAI's shape): the trace's tokens.
+json reasoning_usage(const std::vector<ChoiceOutcome>& out) {
+  int64_t reasoning = 0;
+  for (const auto& o : out) reasoning += o.reasoning_tokens;
+  return json{{"reasoning_tokens", reasoning}};
+}
 
 }  // namespace
 
@@ -135,10 +166,10 @@ struct ApiServer::Impl {
                {"eviction_rounds", rounds},
                {"peak_slots_per_kv_head", peak},
                {"kv_bytes_reserved", bytes}};
-    return json{{"prompt_tokens", prompt},
-                {"completion_tokens", completion},
-                {"total_tokens", prompt + completion},
-                {"kv", kv}};
+    json u = {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+    if (p.chat) u["completion_tokens_details"] = reasoning_usage(out);
+    u["kv"] = kv;
+    return u;
   }
 
   // Runs on an HTTP worker: parse, admit, then answer when the scheduler has (Reply::later) or
@@ -207,7 +238,7 @@ struct ApiServer::Impl {
     for (size_t c = 0; c < out.size(); ++c) {
       if (ep == Endpoint::Chat)
         choices.push_back({{"index", c},
-                           {"message", {{"role", "assistant"}, {"content", out[c].text}}},
+                           {"message", reasoning_message(p, out[c].text)},
                            {"logprobs", nullptr},
                            {"finish_reason", finish_reason_name(out[c].finish)}});
       else
@@ -233,8 +264,13 @@ struct ApiServer::Impl {
   Reply stream_reply(const std::shared_ptr<Request>& req, ParsedRequest p, Endpoint ep, const std::string& id,
                      int64_t created) {
     auto started = std::make_shared<bool>(false);
-    HttpResponse head{200, "", "text/event-stream", {{"Cache-Control", "no-cache"}}};
-    auto pull = [this, req, p = std::move(p), ep, id, created, started](bool stopping) -> StreamPiece {
+    // Per choice: the thinking trace split off as the text arrives (when the request splits it).
+    auto splitters = std::make_shared<std::vector<ReasoningSplitter>>();
+    if (p.split_reasoning)
+      splitters->assign(static_cast<size_t>(p.gen.n), ReasoningSplitter(p.gen.generation.thinking.starts_open));
+    // X-Accel-Buffering: a proxy (nginx) passes the events on as they come instead of buffering them.
+    HttpResponse head{200, "", "text/event-stream", {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}}};
+    auto pull = [this, req, p = std::move(p), ep, id, created, started, splitters](bool stopping) -> StreamPiece {
       StreamPiece out;
       auto send = [&](const json& j) { out.data += "data: " + dump(j) + "\n\n"; };
       auto finish = [&] {
@@ -258,7 +294,11 @@ struct ApiServer::Impl {
         json ch;
         switch (e->kind) {
           case RequestEvent::Kind::Text:
-            if (ep == Endpoint::Chat)
+            if (ep == Endpoint::Chat && !splitters->empty()) {
+              const json d = reasoning_delta((*splitters)[static_cast<size_t>(e->choice)].push(e->text));
+              if (d.is_null()) break;
+              ch = {{"index", e->choice}, {"delta", d}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+            } else if (ep == Endpoint::Chat)
               ch = {{"index", e->choice},
                     {"delta", {{"content", e->text}}},
                     {"logprobs", nullptr},
@@ -269,6 +309,16 @@ struct ApiServer::Impl {
             break;
           case RequestEvent::Kind::ChoiceDone:
             if (e->finish == FinishReason::Cancelled || e->finish == FinishReason::Error) break;
+            if (ep == Endpoint::Chat && !splitters->empty()) {
+              // What the splitter held back (part of a tag that never completed).
+              const json d = reasoning_delta((*splitters)[static_cast<size_t>(e->choice)].flush());
+              if (!d.is_null())
+                send(chunk(id, created, ep,
+                           json::array({{{"index", e->choice},
+                                         {"delta", d},
+                                         {"logprobs", nullptr},
+                                         {"finish_reason", nullptr}}})));
+            }
             if (ep == Endpoint::Chat)
               ch = {{"index", e->choice},
                     {"delta", json::object()},
