@@ -31,12 +31,8 @@ const Setup& setup() {
     out->tok = std::make_unique<kvevict::Tokenizer>(kvevict::Tokenizer::from_gguf(f));
     out->opt.model_name = "fuzz";
     out->opt.max_tokens_limit = 512;
-    const kvevict::ChatTemplate chat = kvevict::ChatTemplate::by_name("chatml");
-    out->opt.chat = [chat](const std::vector<std::pair<std::string, std::string>>& msgs, bool thinking) {
-      std::vector<kvevict::ChatMessage> m;
-      for (const auto& [role, content] : msgs) m.push_back({role, content});
-      return kvevict::serve::ChatPrompt{chat.render(m, kvevict::ChatOptions{true, thinking}), !chat.renders_bos()};
-    };
+    // qwen3: its replies hold a thinking trace, so reasoning_format and thinking_token_budget are parsed.
+    kvevict::serve::use_chat_template(out->opt, kvevict::ChatTemplate::by_name("qwen3"), *out->tok);
     return out;
   }();
   return *s;
