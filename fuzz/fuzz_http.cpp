@@ -51,12 +51,7 @@ Server& server() {
     ao.model_name = "fuzz";
     ao.max_tokens_limit = 4;
     ao.max_n = 2;
-    const kvevict::ChatTemplate chat = kvevict::ChatTemplate::by_name("chatml");
-    ao.chat = [chat](const std::vector<std::pair<std::string, std::string>>& msgs, bool thinking) {
-      std::vector<kvevict::ChatMessage> m;
-      for (const auto& [role, content] : msgs) m.push_back({role, content});
-      return kvevict::serve::ChatPrompt{chat.render(m, kvevict::ChatOptions{true, thinking}), !chat.renders_bos()};
-    };
+    kvevict::serve::use_chat_template(ao, kvevict::ChatTemplate::by_name("chatml"), out->model->tokenizer());
     ao.cors_origins = {"http://a"};
     // Small limits, so that short inputs reach every refusal; one thread each, so that a run is
     // as repeatable as threads allow. No disconnect checks: the harness half-closes its end

@@ -31,7 +31,8 @@ const Setup& setup() {
     out->tok = std::make_unique<kvevict::Tokenizer>(kvevict::Tokenizer::from_gguf(f));
     out->opt.model_name = "fuzz";
     out->opt.max_tokens_limit = 512;
-    kvevict::serve::use_chat_template(out->opt, kvevict::ChatTemplate::by_name("chatml"));
+    // qwen3: its replies hold a thinking trace, so reasoning_format and thinking_token_budget are parsed.
+    kvevict::serve::use_chat_template(out->opt, kvevict::ChatTemplate::by_name("qwen3"), *out->tok);
     return out;
   }();
   return *s;

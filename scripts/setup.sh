@@ -4,7 +4,8 @@
 #   setup.sh           what the build and the main job need (compiler, CMake, OpenBLAS, the
 #                      header libraries, PCRE2, utf8proc, the HTTP server and client libraries,
 #                      matplotlib for the plots)
-#   setup.sh --test    also what the test suite needs: GoogleTest, Google Benchmark, clang and its
+#   setup.sh --test    also what the test suite needs: GoogleTest, Google Benchmark, nginx-light
+#                      (the replicas test), clang and its
 #                      fuzzing runtime (libFuzzer harnesses), and the Python references the tests
 #                      compare against (pip: gguf, numpy, jinja2, regex, openai, math-verify,
 #                      safetensors, tokenizers), and the Python package's build tools and
@@ -35,6 +36,7 @@ PKGS=(
 if [ "$TEST" = "1" ]; then
   PKGS+=(git libgtest-dev libgmock-dev googletest libbenchmark-dev python3-jinja2 python3-regex)
   PKGS+=(clang libclang-rt-14-dev)  # libFuzzer harnesses (fuzz/run.sh)
+  PKGS+=(nginx-light)  # tests/nginx_replicas.sh: nginx in front of two replicas (docs/serving.md)
 fi
 if [ "$TRAIN" = "1" ]; then PKGS+=(python3-torch); fi
 PIP=()

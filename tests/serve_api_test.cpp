@@ -30,9 +30,16 @@ json post(const TestServer& s, const std::string& path, const std::string& body,
   return json::parse(r->body);
 }
 
+// The reasoner's tokenizer (every server here runs the reasoner) tokenises a thinking template's
+// end-of-thinking text.
+const Tokenizer& reasoner_tokenizer() {
+  static const std::unique_ptr<Model> m = Model::load(reasoner_path());
+  return m->tokenizer();
+}
+
 serve::ApiOptions with_template(const std::string& name) {
   serve::ApiOptions ao;
-  serve::use_chat_template(ao, ChatTemplate::by_name(name));
+  serve::use_chat_template(ao, ChatTemplate::by_name(name), reasoner_tokenizer());
   return ao;
 }
 

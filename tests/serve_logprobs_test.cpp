@@ -66,7 +66,8 @@ std::vector<RefStep> reference(const Model& m, const std::vector<int32_t>& promp
 struct LogprobsServer : ::testing::Test {
   static serve::ApiOptions chat_opts() {
     serve::ApiOptions ao;
-    serve::use_chat_template(ao, ChatTemplate::by_name("chatml"));
+    static const std::unique_ptr<Model> m = Model::load(reasoner_path());  // its tokenizer
+    serve::use_chat_template(ao, ChatTemplate::by_name("chatml"), m->tokenizer());
     return ao;
   }
   TestServer srv{reasoner_path(), small_opts(), chat_opts()};

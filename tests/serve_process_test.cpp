@@ -197,5 +197,18 @@ TEST(ServeProcess, PoolThatHoldsNoSequenceIsRefusedAtStart) {
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
 }
 
+TEST(ServeProcess, ReasoningBudgetWithoutAThinkingTemplateIsRefusedAtStart) {
+  // The default model has no chat template (and chatml has no thinking trace): a budget would
+  // bound nothing, so the server refuses to start rather than ignore it.
+  for (const std::string extra : {"", " --chat-template chatml"}) {
+    const std::string cmd = test::kvevict_binary() + " serve -m '" + reasoner_path() + "' --port 0" + extra +
+        " --reasoning-budget 3 2>&1";
+    const test::CliResult r = test::run_shell(cmd);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_EQ(r.out.rfind("kvevict: error: --reasoning-budget 3: the chat template (", 0), 0u) << r.out;
+    EXPECT_NE(r.out.find("has no thinking trace to bound"), std::string::npos) << r.out;
+  }
+}
+
 }  // namespace
 }  // namespace kvevict

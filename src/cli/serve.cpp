@@ -42,6 +42,8 @@ struct ServeArgs {
     return l;
   }();
   std::vector<std::string> cors_origins;
+  std::string reasoning_format = "deepseek";
+  int64_t reasoning_budget = -1;
 };
 
 int g_signal_pipe[2] = {-1, -1};
@@ -143,13 +145,18 @@ int run_serve(const ServeArgs& a) {
   try {
     const ChatTemplate chat =
         ChatTemplate::from_text(model->chat_template(), model->path(), model->chat_template_key(), a.chat_template);
-    serve::use_chat_template(ao, chat);
+    serve::use_chat_template(ao, chat, model->tokenizer());
     chat_name = chat.name();
   } catch (const Error& e) {
     // The reason names the file and the --chat-template option (model/chat_template.h).
     ao.chat_unavailable =
         fmt::format("{} has no usable chat template: {}; or use /v1/completions", ao.model_name, e.what());
   }
+  ao.reasoning.split = a.reasoning_format == "deepseek";
+  ao.reasoning.budget = a.reasoning_budget;
+  if (a.reasoning_budget >= 0 && !ao.reasoning.template_has_thinking)
+    throw Error(fmt::format("--reasoning-budget {}: the chat template ({}) has no thinking trace to bound",
+                            a.reasoning_budget, chat_name));
   ao.retry_after_s = 1;
   ao.http = a.http;
   if (a.http.max_connections_per_client == 0) ao.http.max_connections_per_client = a.max_seqs + a.max_queue + 64;
@@ -258,6 +265,16 @@ void add_serve(CLI::App& root, std::vector<Command>& out) {
       ->capture_default_str();
   cmd->add_option("--chat-template", s->chat_template,
                   "Chat template for /v1/chat/completions instead of the GGUF's (" + ChatTemplate::names() + ")");
+  cmd->add_option("--reasoning-format", s->reasoning_format,
+                  "Thinking traces of chat replies: deepseek (in message.reasoning_content, as llama-server) or none "
+                  "(left in content); a request's reasoning_format overrides it")
+      ->check(CLI::IsMember({"none", "deepseek"}))
+      ->capture_default_str();
+  cmd->add_option("--reasoning-budget", s->reasoning_budget,
+                  "Tokens a chat reply's thinking trace may hold before it is closed with the template's "
+                  "end-of-thinking text (-1 = no limit); a request's thinking_token_budget overrides it")
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 20))
+      ->capture_default_str();
   cmd->add_option("--max-body", s->max_body,
                   "Largest request body (bytes, or with a K/M/G suffix), Content-Length or chunked; larger get 413")
       ->capture_default_str();

@@ -42,6 +42,16 @@ void validate_generation(const GenerationConfig& cfg, int32_t n_vocab) {
       throw FieldError(Field::StopTokenIds, "", fmt::format(" {}: must be a token id in [0, {})", t, n_vocab));
   if (cfg.logprobs < -1 || cfg.logprobs > kMaxLogprobs)
     throw FieldError(Field::Logprobs, "", fmt::format(" {}: must be in [-1, {}]", cfg.logprobs, kMaxLogprobs));
+  const ThinkingConfig& th = cfg.thinking;
+  if (th.budget < -1 || th.budget > limits::kTokens)
+    throw FieldError(Field::ReasoningBudget, "", fmt::format(" {}: must be in [-1, {}]", th.budget, limits::kTokens));
+  if (th.budget >= 0 && (!th.track || th.close_tokens.empty()))
+    throw FieldError(Field::ReasoningBudget, "",
+                     fmt::format(" {}: needs a chat template whose replies hold a thinking trace", th.budget));
+  for (const int32_t t : th.close_tokens)
+    if (t < 0 || t >= n_vocab)
+      throw FieldError(Field::ReasoningBudget, "",
+                       fmt::format(": end-of-thinking token {} must be a token id in [0, {})", t, n_vocab));
 }
 
 int64_t generation_limit(const GenerationConfig& cfg, int64_t prompt_len) {
@@ -56,7 +66,8 @@ GenerationState::GenerationState(const Tokenizer& tok, GenerationConfig cfg, uin
       cfg_(std::move(cfg)),
       sequence_id_(sequence_id),
       limit_(generation_limit(cfg_, static_cast<int64_t>(prompt.size()))),
-      text_(cfg_.stop) {
+      text_(cfg_.stop),
+      trace_(cfg_.thinking.starts_open) {
   if (cfg_.sampler.needs_counts()) counts_ = TokenCounts(tok.n_vocab(), prompt);
   if (cfg_.min_tokens > 0) {
     // What would end the sequence before min_tokens is masked (vLLM's MinTokensLogitsProcessor).
@@ -80,18 +91,30 @@ StepResult GenerationState::step(std::span<const float> logits) {
       for (const int32_t t : ending_) work_[static_cast<size_t>(t)] = -std::numeric_limits<float>::infinity();
     use = work_;
   }
-  Rng rng(stream_id({cfg_.sampler.seed, sequence_id_, static_cast<uint64_t>(sampled_), kSampleStreamTag}));
+  const ThinkingConfig& th = cfg_.thinking;
+  // The budget: once `budget` tokens were output inside the trace, the end-of-thinking tokens
+  // are output, one a step, instead of sampled ones.
+  if (th.budget >= 0 && forced_.empty() && trace_.phase() == ReasoningSplitter::Phase::Trace &&
+      trace_tokens_ >= th.budget)
+    forced_ = th.close_tokens;
+  const bool forced = forced_next_ < forced_.size();
   StepResult r;
-  r.token = sample_token(use, cfg_.sampler, rng);
+  if (forced) {
+    r.token = forced_[forced_next_++];
+  } else {
+    Rng rng(stream_id({cfg_.sampler.seed, sequence_id_, static_cast<uint64_t>(sampled_), kSampleStreamTag}));
+    r.token = sample_token(use, cfg_.sampler, rng);
+  }
   sampled_ += 1;
   if (cfg_.logprobs >= 0) {
     logprobs_.push_back(token_logprobs(logits, r.token, cfg_.logprobs));
     r.logprobs = &logprobs_.back();
   }
   const bool may_end = sampled_ > cfg_.min_tokens;  // this token is past the first min_tokens
-  if (!cfg_.ignore_eos && tok_->is_eog(r.token) && may_end) {
+  // A forced token is no end: the model did not choose it.
+  if (!forced && !cfg_.ignore_eos && tok_->is_eog(r.token) && may_end) {
     stop_ = StopCause::Eog;
-  } else if (may_end &&
+  } else if (!forced && may_end &&
              std::find(cfg_.stop_token_ids.begin(), cfg_.stop_token_ids.end(), r.token) != cfg_.stop_token_ids.end()) {
     stop_ = StopCause::StopToken;
   } else {
@@ -99,6 +122,7 @@ StepResult GenerationState::step(std::span<const float> logits) {
     if (cfg_.sampler.needs_counts()) counts_.add_output(r.token);
     const std::string piece = tok_->piece(r.token);
     raw_ += piece;
+    if (th.track) count_trace(piece, forced);
     r.text = text_.push(piece, /*match_stops=*/sampled_ >= cfg_.min_tokens);
     if (text_.stopped())
       stop_ = StopCause::StopString;
@@ -109,6 +133,20 @@ StepResult GenerationState::step(std::span<const float> logits) {
   if (stop_ != StopCause::None) r.tail = text_.flush(cfg_.keep_incomplete_tail);
   r.stop = stop_;
   return r;
+}
+
+void GenerationState::count_trace(const std::string& piece, bool forced) {
+  using Phase = ReasoningSplitter::Phase;
+  const Phase before = trace_.phase();
+  if (before == Phase::Answer) return;
+  trace_.push(piece);
+  const Phase after = trace_.phase();
+  if (after == Phase::Start) return;  // undecided: counted once the trace opens
+  if (after == Phase::Answer && !trace_.had_trace()) return;  // no trace: nothing counts
+  // Every token from the first one to the one that closes the trace is a reasoning token.
+  reasoning_tokens_ = static_cast<int64_t>(tokens_.size());
+  // Trace tokens: inside the trace, not the opening tag's token, not the forced close.
+  if (before == Phase::Trace && after == Phase::Trace && !forced) trace_tokens_ += 1;
 }
 
 void generate_batch(Engine& engine, const CheckedPolicy& kv, std::span<const GenerationInput> inputs,
@@ -141,6 +179,7 @@ void generate_batch(Engine& engine, const CheckedPolicy& kv, std::span<const Gen
     res.stop = l.state.stop_cause();
     res.sampled = l.state.sampled();
     res.logprobs = l.state.logprobs();
+    res.reasoning_tokens = l.state.reasoning_tokens();
     if (callbacks.on_finished)
       callbacks.on_finished(i, std::move(l.seq), std::move(res));
     else

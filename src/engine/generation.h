@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/reasoning.h"
 #include "engine/sampler.h"
 #include "engine/text_stream.h"
 #include "eviction/schedule.h"
@@ -47,6 +48,23 @@ enum class StopCause {
 
 /// OpenAI's finish_reason: "stop" (Eog, StopToken, StopString, Predicate), "length", "" (None).
 const char* finish_reason(StopCause cause);
+
+/// The thinking trace of a reasoning model's reply (engine/reasoning.h): its tokens counted, and
+/// its length bounded. Source of the budget: llama-server's `--reasoning-budget` and vLLM's
+/// `thinking_token_budget` (after N tokens inside the trace the model is made to close it, and the
+/// answer follows).
+struct ThinkingConfig {
+  bool track = false;        ///< the reply may hold a trace (the chat template has one): count its tokens
+  bool starts_open = false;  ///< the prompt opened the trace (ChatTemplate::opens_thinking, thinking on)
+  /// Tokens allowed inside the trace (-1 = no limit; 0 closes it at once). Tokens inside the trace
+  /// are those after its opening tag ("<think>", written by the model or by the prompt) and before
+  /// the end-of-thinking text. Once `budget` of them were output, the next steps output
+  /// close_tokens instead of sampling (their logits still give logprobs); then sampling resumes.
+  int64_t budget = -1;
+  /// The template's end-of-thinking text, tokenised (ChatTemplate::thinking_end_text); must hold
+  /// "</think>" when budget >= 0.
+  std::vector<int32_t> close_tokens;
+};
 
 /// Everything that decides, per step, the next token and whether the sequence ends. Every field
 /// past max_new_tokens is off by default.
@@ -71,6 +89,7 @@ struct GenerationConfig {
   /// Called after each output token with every output byte so far (held-back text included);
   /// true ends the sequence with Predicate, the text kept (e.g. "the answer's \boxed{} closed").
   std::function<bool(const std::string& text)> stop_when;
+  ThinkingConfig thinking;  ///< off by default
 };
 
 /// Largest GenerationConfig::logprobs (OpenAI's top_logprobs limit).
@@ -78,7 +97,9 @@ inline constexpr int kMaxLogprobs = 20;
 
 /// Checks a configuration for a vocabulary of n_vocab tokens: validate_sampler, max_new_tokens
 /// in [1, limits::kTokens], max_total_tokens and min_tokens in [0, limits::kTokens], stop token
-/// ids in [0, n_vocab), logprobs in [-1, kMaxLogprobs]. Throws FieldError naming the field.
+/// ids in [0, n_vocab), logprobs in [-1, kMaxLogprobs], thinking.budget in [-1, limits::kTokens]
+/// with thinking.track on and close_tokens given (ids in [0, n_vocab)) when budget >= 0. Throws
+/// FieldError naming the field.
 void validate_generation(const GenerationConfig& cfg, int32_t n_vocab);
 
 /// Tokens a sequence with a prompt of `prompt_len` may sample: max_new_tokens, capped by
@@ -121,11 +142,21 @@ class GenerationState {
   const std::string& text() const { return text_.text(); }
   /// Log-probabilities of every step so far (empty unless cfg.logprobs >= 0).
   const std::vector<TokenLogprobs>& logprobs() const { return logprobs_; }
+  /// Tokens of the thinking trace so far (cfg.thinking.track): from the first output token up to
+  /// and including the one that completed "</think>" (the opening tag and forced end-of-thinking
+  /// tokens included), or every token while the trace is still open; 0 without a trace.
+  /// OpenAI's usage.completion_tokens_details.reasoning_tokens.
+  int64_t reasoning_tokens() const { return reasoning_tokens_; }
+  /// Tokens output inside the trace, between its opening tag and its end (what the budget counts).
+  int64_t trace_tokens() const { return trace_tokens_; }
   /// Tokens this sequence may sample (generation_limit).
   int64_t limit() const { return limit_; }
   const GenerationConfig& config() const { return cfg_; }
 
  private:
+  /// Follows the trace through one output token's text (forced: a token of the budget's close).
+  void count_trace(const std::string& piece, bool forced);
+
   const Tokenizer* tok_;
   GenerationConfig cfg_;
   uint64_t sequence_id_;
@@ -139,6 +170,11 @@ class GenerationState {
   std::vector<int32_t> ending_;  ///< tokens that would end the sequence (masked before min_tokens)
   std::vector<float> work_;      ///< adjusted logits
   std::vector<TokenLogprobs> logprobs_;
+  ReasoningSplitter trace_;            ///< where the output is (start, trace, answer)
+  int64_t trace_tokens_ = 0;           ///< see trace_tokens()
+  int64_t reasoning_tokens_ = 0;       ///< see reasoning_tokens()
+  std::vector<int32_t> forced_;        ///< tokens to output instead of sampling (the budget's close)
+  size_t forced_next_ = 0;             ///< next of forced_ to output
 };
 
 /// One sequence for generate_batch: the id of its sampling and eviction streams, and its prompt
@@ -156,6 +192,7 @@ struct GenerationResult {
   StopCause stop = StopCause::None;
   int64_t sampled = 0;  ///< tokens sampled, an ending EOG / stop token included
   std::vector<TokenLogprobs> logprobs;
+  int64_t reasoning_tokens = 0;  ///< GenerationState::reasoning_tokens
 };
 
 /// Hooks of generate_batch; `index` is the sequence's position in the inputs. All optional.

@@ -141,6 +141,10 @@ bool ChatTemplate::can_disable_thinking() const {
 
 bool ChatTemplate::opens_thinking() const { return family_ == Family::DeepSeekR1 && r1_think_prompt_; }
 
+bool ChatTemplate::has_thinking() const { return family_ == Family::Qwen3 || family_ == Family::DeepSeekR1; }
+
+std::string ChatTemplate::thinking_end_text() const { return has_thinking() ? "\n</think>\n\n" : ""; }
+
 bool ChatTemplate::renders_system() const { return family_ != Family::Phi3; }
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& m, const ChatOptions& opt) const {

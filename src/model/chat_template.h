@@ -83,6 +83,13 @@ class ChatTemplate {
   /// "<think>\n" (DeepSeek-R1 templates that write it): the model's first token is then inside
   /// the trace and the opening tag is not part of its output.
   bool opens_thinking() const;
+  /// Whether replies may hold a thinking trace "<think>...</think>" (Qwen3, DeepSeek-R1): the
+  /// server splits it off as reasoning_content, counts its tokens and can bound it.
+  bool has_thinking() const;
+  /// The text that ends a thinking trace in this family's assistant turns, "\n</think>\n\n"
+  /// (Qwen3's template writes "<think>\n" + reasoning + "\n</think>\n\n" + answer; DeepSeek-R1
+  /// models close their trace the same way); "" when !has_thinking(). A reasoning budget forces it.
+  std::string thinking_end_text() const;
   /// Whether a system message appears in the rendered text (Phi-3-mini's template drops it).
   bool renders_system() const;
 

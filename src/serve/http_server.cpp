@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvcache/kv_cache.h"
+#include "engine/reasoning.h"
 #include "serve/json_body.h"
 #include "util/error.h"
 #include "util/rng.h"
@@ -149,6 +150,36 @@ struct Job {
   }
 };
 
+// The chat message of a finished reply: the thinking trace in reasoning_content when the
+// request splits it (engine/reasoning.h), else all text in content.
+json reasoning_message(const ParsedRequest& p, const std::string& text) {
+  json m = {{"role", "assistant"}};
+  if (!p.split_reasoning) {
+    m["content"] = text;
+    return m;
+  }
+  bool had_trace = false;
+  ReasoningText rt = split_reasoning(text, p.gen.generation.thinking.starts_open, &had_trace);
+  m["content"] = std::move(rt.content);
+  if (had_trace) m["reasoning_content"] = std::move(rt.reasoning);
+  return m;
+}
+
+// One streamed chat delta of reasoning and/or content text; null when both are empty.
+json reasoning_delta(const ReasoningText& t) {
+  json d = json::object();
+  if (!t.reasoning.empty()) d["reasoning_content"] = t.reasoning;
+  if (!t.content.empty()) d["content"] = t.content;
+  return d.empty() ? json(nullptr) : d;
+}
+
+// usage.completion_tokens_details of a chat reply (OpenAI's shape): the trace's tokens.
+json reasoning_usage(const std::vector<ChoiceOutcome>& out) {
+  int64_t reasoning = 0;
+  for (const auto& o : out) reasoning += o.reasoning_tokens;
+  return json{{"reasoning_tokens", reasoning}};
+}
+
 }  // namespace
 
 struct ApiServer::Impl {
@@ -230,10 +261,10 @@ struct ApiServer::Impl {
                {"eviction_rounds", rounds},
                {"peak_slots_per_kv_head", peak},
                {"kv_bytes_reserved", bytes}};
-    return json{{"prompt_tokens", prompt},
-                {"completion_tokens", completion},
-                {"total_tokens", prompt + completion},
-                {"kv", kv}};
+    json u = {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+    if (p.chat) u["completion_tokens_details"] = reasoning_usage(out);
+    u["kv"] = kv;
+    return u;
   }
 
   // The 400 for a request the scheduler can never run (Admission::TooLarge).
@@ -335,7 +366,7 @@ struct ApiServer::Impl {
         }
         json c = {{"index", all.size()}, {"logprobs", lp}, {"finish_reason", finish_reason_name(o.finish)}};
         if (chat)
-          c["message"] = {{"role", "assistant"}, {"content", o.text}};
+          c["message"] = reasoning_message(job.p, o.text);
         else
           c["text"] = o.text;
         choices.push_back(std::move(c));
@@ -362,11 +393,17 @@ struct ApiServer::Impl {
     struct StreamState {
       bool started = false;
       std::vector<size_t> text_offset;  // completions' logprobs: output bytes per choice so far
+      // Per choice: the thinking trace split off as the text arrives (when the request splits it).
+      std::vector<ReasoningSplitter> splitters;
     };
     auto st = std::make_shared<StreamState>();
     const int n = job->p.gen.n;
-    st->text_offset.assign(job->reqs.size() * static_cast<size_t>(n), 0);
-    HttpResponse head{200, "", "text/event-stream", {{"Cache-Control", "no-cache"}}};
+    const size_t choices = job->reqs.size() * static_cast<size_t>(n);
+    st->text_offset.assign(choices, 0);
+    if (job->ep == Endpoint::Chat && job->p.split_reasoning)
+      st->splitters.assign(choices, ReasoningSplitter(job->p.gen.generation.thinking.starts_open));
+    // X-Accel-Buffering: a proxy (nginx) passes the events on as they come instead of buffering them.
+    HttpResponse head{200, "", "text/event-stream", {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}}};
     auto pull = [this, job, st, n](bool stopping) -> StreamPiece {
       StreamPiece out;
       const bool chat = job->ep == Endpoint::Chat;
@@ -407,7 +444,11 @@ struct ApiServer::Impl {
               if (!e->logprobs.empty())
                 lp = chat ? chat_logprobs_json(tok, e->logprobs)
                           : completion_logprobs_json(tok, e->logprobs, st->text_offset[index]);
-              if (chat)
+              if (chat && !st->splitters.empty()) {
+                const json d = reasoning_delta(st->splitters[index].push(e->text));
+                if (d.is_null() && lp.is_null()) break;
+                ch = {{"index", index}, {"delta", d.is_null() ? json::object() : d}, {"logprobs", lp}, {"finish_reason", nullptr}};
+              } else if (chat)
                 ch = {{"index", index}, {"delta", {{"content", e->text}}}, {"logprobs", lp}, {"finish_reason", nullptr}};
               else
                 ch = {{"index", index}, {"text", e->text}, {"logprobs", lp}, {"finish_reason", nullptr}};
@@ -416,6 +457,15 @@ struct ApiServer::Impl {
             }
             case RequestEvent::Kind::ChoiceDone:
               if (e->finish == FinishReason::Cancelled || e->finish == FinishReason::Error) break;
+              if (chat && !st->splitters.empty()) {
+                // What the splitter held back (part of a tag that never completed).
+                const json d = reasoning_delta(st->splitters[index].flush());
+                if (!d.is_null())
+                  send(chunk(*job, json::array({{{"index", index},
+                                                 {"delta", d},
+                                                 {"logprobs", nullptr},
+                                                 {"finish_reason", nullptr}}})));
+              }
               if (chat)
                 ch = {{"index", index},
                       {"delta", json::object()},
@@ -486,6 +536,10 @@ struct ApiServer::Impl {
                                {"can_disable_thinking", opt.chat_can_disable_thinking}}
                         : json(nullptr)},
               {"default_generation_settings", {{"n_ctx", ctx}, {"params", params}}},
+              {"reasoning",
+               {{"format", opt.reasoning.split ? "deepseek" : "none"},
+                {"budget", opt.reasoning.budget},
+                {"template_has_thinking", opt.reasoning.template_has_thinking}}},
               {"kv", kv}};
     return json_response(j);
   }

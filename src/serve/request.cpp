@@ -89,9 +89,16 @@ constexpr std::string_view kUnsupportedFields[] = {
     "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "response_format",
     "suffix", "reasoning_effort", "audio", "modalities", "prediction", "web_search_options"};
 
+// Chat-only fields of the thinking trace (llama-server's reasoning_format, vLLM's
+// thinking_token_budget).
+constexpr std::string_view kReasoningFields[] = {"reasoning_format", "thinking_token_budget"};
+
 void check_fields(const json& body, Endpoint ep) {
   for (const auto& [key, value] : body.items()) {
     if (std::find(std::begin(kCommonFields), std::end(kCommonFields), key) != std::end(kCommonFields)) continue;
+    if (ep == Endpoint::Chat &&
+        std::find(std::begin(kReasoningFields), std::end(kReasoningFields), key) != std::end(kReasoningFields))
+      continue;
     if (ep == Endpoint::Completions && key == "prompt") continue;
     if (ep == Endpoint::Chat && (key == "messages" || key == "chat_template_kwargs")) continue;
     const std::string shown = key.size() > 64 ? key.substr(0, 64) + "..." : key;
@@ -151,7 +158,7 @@ std::vector<std::vector<int32_t>> completion_prompts(const json& body, const Tok
 // what the template renders no trace of: a system message (Phi-3-mini's template drops it) or
 // chat_template_kwargs.enable_thinking on a template without that switch.
 std::vector<int32_t> chat_prompt(const json& body, const Tokenizer& tok, const ApiOptions& opt,
-                                 std::vector<std::string>& warnings) {
+                                 std::vector<std::string>& warnings, bool& opens_thinking) {
   auto it = body.find("messages");
   if (it == body.end() || !it->is_array() || it->empty())
     throw bad("messages", "must be a non-empty array of {role, content} objects");
@@ -213,6 +220,7 @@ std::vector<int32_t> chat_prompt(const json& body, const Tokenizer& tok, const A
   } catch (const Error& e) {
     throw bad("messages", e.what());
   }
+  opens_thinking = cp.opens_thinking;
   // The template spells its special tokens (<|im_start|>, ...) as text: parse them.
   return tok.encode(cp.text, cp.add_special, /*parse_special=*/true);
 }
@@ -239,6 +247,26 @@ int parse_logprobs(const json& body, Endpoint ep) {
   return on ? static_cast<int>(top.value_or(0)) : -1;
 }
 
+// reasoning_format and thinking_token_budget of a chat request, over the server's defaults.
+void read_reasoning_fields(const json& body, const ReasoningOptions& ro, bool opens_thinking, ParsedRequest& p) {
+  p.chat = true;
+  bool split = ro.split;
+  if (const auto f = get_string(body, "reasoning_format")) {
+    if (*f != "none" && *f != "deepseek")
+      throw bad_value("reasoning_format", quote_value(json(*f)), "\"none\" or \"deepseek\"");
+    split = *f == "deepseek";
+  }
+  ThinkingConfig& th = p.gen.generation.thinking;
+  th.track = ro.template_has_thinking;
+  th.starts_open = ro.template_has_thinking && opens_thinking;
+  p.split_reasoning = split && th.track;
+  const auto budget = get_int(body, "thinking_token_budget", -1, limits::kTokens);
+  if (budget && *budget >= 0 && !ro.template_has_thinking)
+    throw bad("thinking_token_budget", "the chat template's replies have no thinking trace to bound");
+  th.budget = budget.value_or(ro.template_has_thinking ? ro.budget : -1);
+  if (th.budget >= 0) th.close_tokens = ro.close_tokens;
+}
+
 ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, int64_t context_length,
                          const ApiOptions& opt, std::atomic<uint64_t>& request_counter) {
   if (!body.is_object()) throw ApiError{400, "the request body must be a JSON object", ""};
@@ -250,7 +278,9 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
   if (ep == Endpoint::Completions) {
     p.prompts = completion_prompts(body, tok);
   } else {
-    p.prompts.push_back(chat_prompt(body, tok, opt, p.warnings));
+    bool opens_thinking = false;
+    p.prompts.push_back(chat_prompt(body, tok, opt, p.warnings, opens_thinking));
+    read_reasoning_fields(body, opt.reasoning, opens_thinking, p);
   }
   g.prompt = p.prompts.front();
   const std::string prompt_param = ep == Endpoint::Chat ? "messages" : "prompt";
@@ -421,15 +451,20 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
 
 }  // namespace
 
-void use_chat_template(ApiOptions& opt, const ChatTemplate& chat) {
+void use_chat_template(ApiOptions& opt, const ChatTemplate& chat, const Tokenizer& tok) {
   opt.chat = [chat](const std::vector<std::pair<std::string, std::string>>& msgs, bool thinking) {
     std::vector<ChatMessage> m;
     for (const auto& [role, content] : msgs) m.push_back({role, content});
-    return ChatPrompt{chat.render(m, ChatOptions{true, thinking}), !chat.renders_bos()};
+    // Thinking off pre-closes the trace where the template can (can_disable_thinking).
+    const bool open = chat.opens_thinking() && (thinking || !chat.can_disable_thinking());
+    return ChatPrompt{chat.render(m, ChatOptions{true, thinking}), !chat.renders_bos(), open};
   };
   opt.chat_template_name = chat.name();
   opt.chat_renders_system = chat.renders_system();
   opt.chat_can_disable_thinking = chat.can_disable_thinking();
+  opt.reasoning.template_has_thinking = chat.has_thinking();
+  opt.reasoning.close_tokens.clear();
+  if (chat.has_thinking()) opt.reasoning.close_tokens = tok.encode(chat.thinking_end_text(), false, /*parse_special=*/true);
 }
 
 std::string_view api_field_name(Field field) {
@@ -472,6 +507,8 @@ std::string_view api_field_name(Field field) {
       return "logit_bias";
     case Field::Logprobs:
       return "logprobs";
+    case Field::ReasoningBudget:
+      return "thinking_token_budget";
     // Settings only the server's command line gives: spelled as its flags.
     case Field::ProtectPrompt:
     case Field::LongPrompt:

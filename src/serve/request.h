@@ -32,6 +32,21 @@ namespace kvevict::serve {
 struct ChatPrompt {
   std::string text;
   bool add_special = true;
+  bool opens_thinking = false;  ///< the text ends inside an opened thinking trace (DeepSeek-R1's "<think>\n")
+};
+
+/// How chat replies' thinking traces are handled (engine/reasoning.h). Request fields
+/// `reasoning_format` and `thinking_token_budget` override the server's defaults.
+struct ReasoningOptions {
+  /// The chat template's replies may hold a trace (ChatTemplate::has_thinking); without it a
+  /// thinking_token_budget is refused and no reply has reasoning_content.
+  bool template_has_thinking = false;
+  /// ChatTemplate::thinking_end_text tokenised: forced when the budget is spent.
+  std::vector<int32_t> close_tokens;
+  /// --reasoning-format: true = "deepseek" (the trace in message.reasoning_content, as
+  /// llama-server), false = "none" (the trace stays in content, tags included).
+  bool split = true;
+  int64_t budget = -1;  ///< --reasoning-budget: trace tokens allowed (-1 = no limit)
 };
 /// Renders chat messages (role, content) with the model's chat template; enable_thinking is the
 /// request's chat_template_kwargs.enable_thinking (Qwen3 / DeepSeek-R1 templates). May throw
@@ -77,13 +92,17 @@ struct ApiOptions {
   SamplingDefaults sampling;  ///< defaults of the sampling fields
   int retry_after_s = 1;  ///< Retry-After of 429/503 answers, seconds
   HttpLimits http;        ///< what one client may make the server hold (body size, connections, timeout)
+  ReasoningOptions reasoning;  ///< chat replies' thinking traces
   /// Origins browsers may call the API from ("*" = any; empty = no CORS headers).
   std::vector<std::string> cors_origins;
 };
 
-/// Sets opt's chat renderer, template name and capabilities from `chat` (what `kvevict serve`
-/// does with the model's template or --chat-template).
-void use_chat_template(ApiOptions& opt, const ChatTemplate& chat);
+/// Serves chat with `chat` (what `kvevict serve` does with the model's template or --chat-template):
+/// sets opt.chat (renders messages; opens_thinking from the template), the template name and
+/// capabilities (for /props and warnings), and opt.reasoning's template_has_thinking and
+/// close_tokens (thinking_end_text tokenised with `tok`); opt.reasoning.split and .budget (the
+/// server's flags) are left as they are.
+void use_chat_template(ApiOptions& opt, const ChatTemplate& chat, const Tokenizer& tok);
 
 /// How the API spells a field a FieldError names: the request field ("kv_budget",
 /// "temperature", ...), or for a setting no request can give, the server flag ("--param").
@@ -112,6 +131,10 @@ struct ParsedRequest {
   bool stream = false;         ///< answer with Server-Sent Events
   bool include_usage = false;  ///< stream_options.include_usage
   int64_t budget = 0, recent = 0;  ///< the schedule's B and r (tokens), for usage.kv
+  bool chat = false;               ///< a chat request (usage gets completion_tokens_details)
+  /// Chat replies: the trace goes to reasoning_content (reasoning_format "deepseek" on a template
+  /// with thinking); gen.generation.thinking.starts_open says where it starts.
+  bool split_reasoning = false;
 };
 
 /// Parses one request body (bytes as received) for endpoint `ep`: UTF-8, JSON, every field's

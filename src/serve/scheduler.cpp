@@ -203,6 +203,7 @@ void Scheduler::finish(Active& a, FinishReason why, const std::string& error) {
     o.text = a.gen.text();
     o.finish = why;
     o.completion_tokens = a.gen.sampled();
+    o.reasoning_tokens = a.gen.reasoning_tokens();
     o.logprobs = a.gen.logprobs();
     o.eviction_rounds = st.rounds;
     o.peak_slots = st.peak_slots;

@@ -72,6 +72,7 @@ struct ChoiceOutcome {
   std::string text;
   FinishReason finish = FinishReason::Stop;
   int64_t completion_tokens = 0;
+  int64_t reasoning_tokens = 0;  ///< GenerationState::reasoning_tokens (thinking trace, chat)
   std::vector<TokenLogprobs> logprobs;  ///< per sampled token when generation.logprobs >= 0
   int64_t eviction_rounds = 0;
   int64_t peak_slots = 0;  ///< max live slots per (layer, KV head)

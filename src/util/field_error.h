@@ -38,6 +38,7 @@ enum class Field {
   FrequencyPenalty,   ///< additive penalty per occurrence in the generated tokens
   LogitBias,          ///< additive bias per token id
   Logprobs,           ///< alternatives reported per step
+  ReasoningBudget,    ///< tokens allowed inside the thinking trace
 };
 
 /// Neutral spelling of a field ("budget", "recent buffer", "top-p", ...).
@@ -104,6 +105,7 @@ inline std::string_view field_name(Field f) {
     case Field::FrequencyPenalty: return "frequency penalty";
     case Field::LogitBias: return "logit bias";
     case Field::Logprobs: return "logprobs";
+    case Field::ReasoningBudget: return "reasoning budget";
   }
   return "setting";
 }
@@ -162,6 +164,8 @@ inline std::string_view flag_name(Field field) {
       return "--logit-bias";
     case Field::Logprobs:
       return "--logprobs";
+    case Field::ReasoningBudget:
+      return "--reasoning-budget";
   }
   return field_name(field);
 }
