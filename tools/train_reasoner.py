@@ -288,7 +288,8 @@ def main():
                     help="initial value of embedding dim 0 for all tokens (see reasoner_model.Reasoner)")
     ap.add_argument("--skill-weight", type=float, default=1.0,
                     help="loss weight of the few tokens that recall or re-read a far value (once's code, recall's and "
-                    "revisit's answers and copies, the restate decisions); 1 = plain mean")
+                    "revisit's answers and copies, the memo value V of recall/revisit's phase-A line, the restate "
+                    "decisions); 1 = plain mean")
     ap.add_argument("--lookup-weight", type=float, default=1.0,
                     help="loss weight of the lookup tokens (Y of X=Y), about 1 in 7 trace tokens; > 1 speeds up the "
                     "forming of the lookup (induction) circuit")
@@ -369,7 +370,7 @@ def main():
     win = {"loss": 0.0, "n": 0, "right": torch.zeros(len(KIND_NAMES)), "count": torch.zeros(len(KIND_NAMES)), "steps": 0}
     recent = []  # (skill acc, all acc) of the last log windows, for the stage gate
     weights = torch.ones(len(KIND_NAMES))
-    for k in (KIND_PASS, KIND_COPY, KIND_RECALL, KIND_REVISIT, KIND_RESTATE):
+    for k in (KIND_PASS, KIND_MEMO, KIND_COPY, KIND_RECALL, KIND_REVISIT, KIND_RESTATE):
         weights[k] = args.skill_weight
     weights[KIND_LOOKUP] = args.lookup_weight
 
