@@ -114,10 +114,11 @@ def stage_spec(stage, family):
 
 
 (KIND_OTHER, KIND_LOOKUP, KIND_DIGIT, KIND_SUM, KIND_PASS, KIND_ANSWER, KIND_MEMO, KIND_COPY, KIND_RECALL,
- KIND_REVISIT, KIND_RESTATE) = range(11)
-KIND_NAMES = ["other", "lookup", "digit", "sum", "pass", "answer", "memo", "copy", "recall", "revisit", "restate"]
+ KIND_REVISIT, KIND_RESTATE, KIND_JUMP) = range(12)
+KIND_NAMES = ["other", "lookup", "digit", "sum", "pass", "answer", "memo", "copy", "recall", "revisit", "restate",
+              "jump"]
 # Kinds whose accuracy gates a stage (a kind absent from a window counts as passed).
-GATE_KINDS = [KIND_LOOKUP, KIND_DIGIT, KIND_PASS, KIND_MEMO, KIND_COPY, KIND_RECALL, KIND_REVISIT, KIND_RESTATE]
+GATE_KINDS = [KIND_LOOKUP, KIND_DIGIT, KIND_PASS, KIND_MEMO, KIND_COPY, KIND_RECALL, KIND_REVISIT, KIND_RESTATE, KIND_JUMP]
 
 
 def token_kinds(trace, family=None):
@@ -128,11 +129,17 @@ def token_kinds(trace, family=None):
     restate = the '&' or '!' that opens a restatement or checkpoint line (the decision to write
     one); revisit = W of a checkpoint "!W" or of revisit's answer (V re-read and added to the
     letter value); recall = V inside recall's final \\boxed{} (after '&'); pass = once's code P
-    inside the final \\boxed{}; answer = the other characters inside the final \\boxed{}."""
+    inside the final \\boxed{}; answer = the other characters inside the final \\boxed{}; jump = X of
+    recall/revisit's first phase-B line (the start letter b, read after '+' in the question: one token
+    a task, which teacher-forced accuracy hides but a greedy run needs)."""
     kinds = [KIND_OTHER] * len(trace)
     b = trace.rfind("\\boxed{")
     pos = 0
+    after_memo = False
     for line in trace[:b].split("\n"):
+        if after_memo and len(line) >= 6 and line[:3].isdigit():
+            kinds[pos + 3] = KIND_JUMP
+        after_memo = len(line) == 9 and line[:3].isdigit() and line[7] == "&"
         if len(line) == 5 and line[:3].isdigit() and line[3:].isalpha():  # warm-up "cccXY"
             kinds[pos + 4] = KIND_LOOKUP
         elif len(line) >= 2 and line.isalpha() and line.isupper():  # warm-up chain-dense "XYZ..."
@@ -288,7 +295,7 @@ def main():
                     help="initial value of embedding dim 0 for all tokens (see reasoner_model.Reasoner)")
     ap.add_argument("--skill-weight", type=float, default=1.0,
                     help="loss weight of the few tokens that recall or re-read a far value (once's code, recall's and "
-                    "revisit's answers and copies, the memo value V of recall/revisit's phase-A line, the restate "
+                    "revisit's answers and copies, the memo value V of recall/revisit's phase-A line and phase B's start letter, the restate "
                     "decisions); 1 = plain mean")
     ap.add_argument("--lookup-weight", type=float, default=1.0,
                     help="loss weight of the lookup tokens (Y of X=Y), about 1 in 7 trace tokens; > 1 speeds up the "
@@ -356,6 +363,12 @@ def main():
         if args.force_stage >= 0:
             state["stage"], state["stage_step"], state["queue"] = args.force_stage, 0, []
         print(f"resumed at step {state['step']} stage {state['stage']} cpu {state['cpu_s']:.0f}s", flush=True)
+        header = ["step", "stage", "tokens", "cpu_s", "wall_s", "lr", "loss", "acc"] + [f"acc_{k}" for k in KIND_NAMES[1:]]
+        with open(curve_path, newline="") as f:
+            rows = list(csv.reader(f))
+        if rows and rows[0] != header:  # a run from before a token kind was added: pad its rows
+            with open(curve_path, "w", newline="") as f:
+                csv.writer(f).writerows([header] + [r + [""] * (len(header) - len(r)) for r in rows[1:]])
     else:
         with open(curve_path, "w", newline="") as f:
             csv.writer(f).writerow(["step", "stage", "tokens", "cpu_s", "wall_s", "lr", "loss", "acc"]
@@ -370,7 +383,7 @@ def main():
     win = {"loss": 0.0, "n": 0, "right": torch.zeros(len(KIND_NAMES)), "count": torch.zeros(len(KIND_NAMES)), "steps": 0}
     recent = []  # (skill acc, all acc) of the last log windows, for the stage gate
     weights = torch.ones(len(KIND_NAMES))
-    for k in (KIND_PASS, KIND_MEMO, KIND_COPY, KIND_RECALL, KIND_REVISIT, KIND_RESTATE):
+    for k in (KIND_PASS, KIND_MEMO, KIND_COPY, KIND_RECALL, KIND_REVISIT, KIND_RESTATE, KIND_JUMP):
         weights[k] = args.skill_weight
     weights[KIND_LOOKUP] = args.lookup_weight
 
