@@ -31,12 +31,7 @@ const Setup& setup() {
     out->tok = std::make_unique<kvevict::Tokenizer>(kvevict::Tokenizer::from_gguf(f));
     out->opt.model_name = "fuzz";
     out->opt.max_tokens_limit = 512;
-    const kvevict::ChatTemplate chat = kvevict::ChatTemplate::by_name("chatml");
-    out->opt.chat = [chat](const std::vector<std::pair<std::string, std::string>>& msgs, bool thinking) {
-      std::vector<kvevict::ChatMessage> m;
-      for (const auto& [role, content] : msgs) m.push_back({role, content});
-      return kvevict::serve::ChatPrompt{chat.render(m, kvevict::ChatOptions{true, thinking}), !chat.renders_bos()};
-    };
+    kvevict::serve::use_chat_template(out->opt, kvevict::ChatTemplate::by_name("chatml"));
     return out;
   }();
   return *s;
@@ -55,14 +50,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const kvevict::serve::ParsedRequest p =
           kvevict::serve::parse_generation_request(body, ep, *s.tok, kContext, s.opt, counter);
       const auto& g = p.gen;
-      if (g.prompt.empty() || static_cast<int64_t>(g.prompt.size()) > kContext) __builtin_trap();
       const int64_t max_new = g.generation.max_new_tokens;
       if (max_new < 1 || max_new > s.opt.max_tokens_limit) __builtin_trap();
-      // Prompt + generated tokens fit the context (the last generated token is never decoded).
-      if (static_cast<int64_t>(g.prompt.size()) + max_new - 1 > kContext) __builtin_trap();
+      if (p.prompts.empty() || p.prompts.size() > static_cast<size_t>(kvevict::serve::kMaxPrompts) ||
+          p.prompts.front() != g.prompt)
+        __builtin_trap();
+      for (const auto& prompt : p.prompts) {
+        if (prompt.empty() || static_cast<int64_t>(prompt.size()) > kContext) __builtin_trap();
+        // Prompt + generated tokens fit the context (as vLLM's max_model_len).
+        if (static_cast<int64_t>(prompt.size()) + max_new > kContext) __builtin_trap();
+        for (const int32_t id : prompt)
+          if (id < 0 || id >= s.tok->n_vocab()) __builtin_trap();
+      }
       if (g.n < 1 || g.n > s.opt.max_n) __builtin_trap();
-      for (const int32_t id : g.prompt)
-        if (id < 0 || id >= s.tok->n_vocab()) __builtin_trap();
+      if (g.generation.logprobs < -1 || g.generation.logprobs > kvevict::kMaxLogprobs) __builtin_trap();
     } catch (const kvevict::serve::ApiError& e) {
       if (e.status != 400 || e.message.empty()) __builtin_trap();
     }

@@ -208,10 +208,16 @@ TEST_F(CliVocab, FullWarnsThatScheduleOptionsAreUnused) {
   EXPECT_TRUE(warnings(r.err).empty()) << r.err;
   // A grid: warned only when no policy of it evicts.
   const std::vector<std::string> ppl = {"perplexity", "-m", test::stories260k(), "-f", tasks_, "--tokens", "8"};
-  r = with(ppl, {"--policies", "full,full+prompt", "--budget", "64"});
+  r = with(ppl, {"--policies", "full", "--budget", "64"});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(warnings(r.err), std::vector<std::string>{"kvevict: warning: policies 'full', 'full+prompt' keep every "
-                                                      "token: --budget 64 is unused"})
+  EXPECT_EQ(warnings(r.err),
+            std::vector<std::string>{"kvevict: warning: policy 'full' keeps every token: --budget 64 is unused"})
+      << r.err;
+  // A prompt pin on a policy that keeps every token would change nothing: refused (the builder).
+  r = with(ppl, {"--policies", "full,full+prompt", "--budget", "64"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("policy 'full+prompt': +prompt pins the prompt against eviction, but 'full' keeps every token"),
+            std::string::npos)
       << r.err;
   r = with(ppl, {"--policies", "full,random", "--budget", "64", "--buffer", "16"});
   ASSERT_EQ(r.code, 0) << r.err;

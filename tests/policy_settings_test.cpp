@@ -97,6 +97,13 @@ TEST(PolicySettings, ErrorsNameTheField) {
   s.policy = "random+prompt";
   s.protect_prompt = false;
   EXPECT_EQ(field_of([&] { build_policy_config(s); }), Field::ProtectPrompt);
+  // +prompt on a policy that keeps every token: a pin that changes nothing is refused.
+  s.protect_prompt.reset();
+  s.policy = "full+prompt";
+  EXPECT_EQ(field_of([&] { build_policy_config(s); }, &msg), Field::Policy);
+  EXPECT_NE(msg.find("'full' keeps every token"), std::string::npos) << msg;
+  s.policy = "full";
+  EXPECT_NO_THROW(build_policy_config(s));
   EXPECT_EQ(field_of([] { parse_long_prompt("pinhead"); }), Field::LongPrompt);
   EXPECT_EQ(field_of([] { parse_position_mode("slot"); }), Field::PositionMode);
 }

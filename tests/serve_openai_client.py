@@ -46,6 +46,26 @@ def main() -> int:
     assert kv["policy"] == "random" and kv["eviction_rounds"] > 0 and kv["peak_slots_per_kv_head"] <= 20, kv
     print(f"kv extras: {kv}")
 
+    # logprobs (OpenAI's legacy completions shape) as the SDK parses it; the tokens spell the text.
+    lp = client.completions.create(model=model, prompt="Once upon a time", max_tokens=6, temperature=0,
+                                   logprobs=2, extra_body={"ignore_eos": True})
+    l = lp.choices[0].logprobs
+    assert len(l.tokens) == len(l.token_logprobs) == len(l.top_logprobs) == len(l.text_offset) == 6, l
+    # text_offset indexes the text: each token is the text from its offset on (an end-of-generation
+    # token sampled under ignore_eos is listed as its text, e.g. "</s>", and adds none).
+    text = lp.choices[0].text
+    assert all(v <= 0 for v in l.token_logprobs) and l.text_offset[0] == 0, l
+    assert all(a <= b <= len(text) for a, b in zip(l.text_offset, l.text_offset[1:] + [len(text)])), l
+    special = [len(t) > 2 and t.startswith("<") and t.endswith(">") for t in l.tokens]
+    assert "".join(t for t, sp in zip(l.tokens, special) if not sp) == text, l
+    assert all(text[o:].startswith(t) for t, o, sp in zip(l.tokens, l.text_offset, special) if not sp), l
+    assert all(2 <= len(t) <= 3 for t in l.top_logprobs), l.top_logprobs
+    print(f"logprobs: {list(zip(l.tokens, [round(v, 4) for v in l.token_logprobs]))}")
+
+    # An array of prompts: one choice per prompt, in order.
+    many = client.completions.create(model=model, prompt=["Once", "Lily"], max_tokens=3, temperature=0)
+    assert [c.index for c in many.choices] == [0, 1], many
+
     try:
         client.completions.create(model=model, prompt="", max_tokens=4)
         raise AssertionError("empty prompt accepted")
@@ -66,6 +86,13 @@ def main() -> int:
     sparts = [ch.choices[0].delta.content or "" for ch in client.chat.completions.create(**chat, stream=True) if ch.choices]
     assert "".join(sparts) == ctext, ("".join(sparts), ctext)
     print(f"chat: {ctext!r}; streamed text equal")
+    cl = client.chat.completions.create(**chat, logprobs=True, top_logprobs=2)
+    content = cl.choices[0].logprobs.content
+    assert len(content) == cl.usage.completion_tokens and all(len(t.top_logprobs) == 2 for t in content), content
+    # Every sampled token, an ending end-of-generation token included (listed as its text).
+    assert "".join(t.token for t in content).startswith(cl.choices[0].message.content), content
+    assert all(bytes(t.bytes) == t.token.encode() for t in content if "\ufffd" not in t.token), content
+    print(f"chat logprobs: {[(t.token, round(t.logprob, 4)) for t in content[:4]]}")
     return 0
 
 

@@ -170,6 +170,19 @@ TEST(ServeProcess, BadOptionsExitWithOneLineError) {
   const test::CliResult r = test::run_shell(cmd);
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "kvevict: error: --kv-memory 'lots': expected a positive size such as 268435456, 256MiB or 2GiB\n");
+  // An origin with a path could never match a browser's Origin header: refused before the model loads.
+  const test::CliResult c = test::run_shell(test::kvevict_binary() + " serve -m '" + reasoner_path() +
+                                            "' --port 0 --cors-origin http://localhost:3000/ 2>&1");
+  EXPECT_EQ(c.code, 2);
+  EXPECT_EQ(c.out, "kvevict: error: --cors-origin 'http://localhost:3000/': an origin is scheme://host[:port] (no "
+                   "path, no trailing '/'; e.g. http://localhost:3000) or *\n");
+  // f16 cannot hold keys re-rotated in float32: refused with the way out.
+  const test::CliResult f = test::run_shell(test::kvevict_binary() + " serve -m '" + reasoner_path() +
+                                            "' --port 0 --kv-type f16 --position-mode cache 2>&1");
+  EXPECT_EQ(f.code, 2) << f.out;
+  EXPECT_NE(f.out.find("--position-mode cache"), std::string::npos) << f.out;
+  EXPECT_EQ(test::run_shell(test::kvevict_binary() + " serve -m '" + reasoner_path() + "' --port 0 --temp -1 2>&1").code,
+            2);
 }
 
 TEST(ServeProcess, PoolThatHoldsNoSequenceIsRefusedAtStart) {

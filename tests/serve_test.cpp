@@ -473,7 +473,7 @@ TEST(Serve, EveryBadRequestGetsItsStatusAndErrorObject) {
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "top_p": 0})", J), 400, "top_p");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "n": 0})", J), 400, "n");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "stop": 5})", J), 400, "stop");
-  expect_error(c->Post("/v1/completions", R"({"prompt": [1, 99999]})", J), 400, "token id 99999: must be");
+  expect_error(c->Post("/v1/completions", R"({"prompt": [1, 99999]})", J), 400, "prompt: token 1 = 99999: must be a token id in [0, ");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "kv_policy": "bogus"})", J), 400, "bogus");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "kv_policy": "random"})", J), 400, "kv_budget");
   expect_error(

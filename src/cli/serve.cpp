@@ -27,7 +27,8 @@ void add_bench_serve(CLI::App& root, std::vector<Command>& out);  // cli/bench_s
 namespace {
 
 struct ServeArgs {
-  std::string model, host = "127.0.0.1", alias, api_key, kv_memory, kv_type = "f32", chat_template;
+  std::string model, host = "127.0.0.1", alias, api_key, kv_memory, kv_type, chat_template;
+  serve::SamplingDefaults sampling;
   int port = 8080;
   int max_seqs = 64, max_queue = 256, threads = 0;
   int64_t max_tokens = 0;      ///< 0 = the model's context length
@@ -97,13 +98,20 @@ int run_serve(const ServeArgs& a) {
   sigaction(SIGTERM, &sa, nullptr);
 
   if (!a.chat_template.empty()) (void)ChatTemplate::by_name(a.chat_template);  // bad name: fail before loading
+  serve::check_cors_origins(a.cors_origins);
   const auto model = Model::load(a.model);
   const PolicySettings settings = policy_settings(a.policy);
   const CheckedPolicy kv = build_policy_config(settings);
   const Policy& policy = kv.policy();
   const EvictionConfig& cfg = kv.eviction();
-  const KvType kv_type = parse_kv_type(a.kv_type);
+  // f16 by default, as llama.cpp (half the memory; accuracy: docs/serving.md); f32 where keys are
+  // re-rotated (position mode cache), which f16 cannot store, also for a request's kv_policy.
+  const bool rerotates = cfg.positions == PositionMode::Cache;
+  const KvType kv_type = !a.kv_type.empty() ? parse_kv_type(a.kv_type) : rerotates ? KvType::F32 : KvType::F16;
   check_kv_type(kv_type, kv);  // refused now, not by every request
+  if (kv_type == KvType::F16 && rerotates)
+    throw Error("--kv-type f16 cannot be combined with --position-mode cache (keys are re-rotated in float32); "
+                "use --kv-type f32");
   const ModelConfig& mc = model->config();
   const KvShape shape{mc.n_layers, mc.n_kv_heads, mc.head_dim, kv_type};
 
@@ -129,16 +137,13 @@ int run_serve(const ServeArgs& a) {
   ao.max_tokens_limit = a.max_tokens > 0 ? a.max_tokens : mc.context_length;
   ao.policy_settings = settings;
   ao.policy = policy;
+  ao.sampling = a.sampling;
   // Chat: the GGUF's template, or --chat-template NAME; without one /v1/chat/completions
   // answers 400 with the reason.
   try {
     const ChatTemplate chat =
         ChatTemplate::from_text(model->chat_template(), model->path(), model->chat_template_key(), a.chat_template);
-    ao.chat = [chat](const std::vector<std::pair<std::string, std::string>>& msgs, bool thinking) {
-      std::vector<ChatMessage> m;
-      for (const auto& [role, content] : msgs) m.push_back({role, content});
-      return serve::ChatPrompt{chat.render(m, ChatOptions{true, thinking}), !chat.renders_bos()};
-    };
+    serve::use_chat_template(ao, chat);
     chat_name = chat.name();
   } catch (const Error& e) {
     // The reason names the file and the --chat-template option (model/chat_template.h).
@@ -173,11 +178,13 @@ int run_serve(const ServeArgs& a) {
   fmt::print(
       "kvevict serve: listening on http://{}:{} | model {} ({} layers, {} KV heads) | policy {}{} | KV pool {} bytes "
       "({:.1f} MiB{}) | admits up to {} concurrent sequences ({} slots x {} bytes/slot each; --max-seqs {}) | chat "
-      "template {}\n",
+      "template {} | KV {} | defaults temperature {} top_p {} top_k {} min_p {} seed {} max_tokens {} (chat: {})\n",
       a.host, port, ao.model_name, mc.n_layers, mc.n_kv_heads, policy.name,
       policy.evicts ? fmt::format(" B={} r={}", cfg.budget, cfg.recent) : std::string(), pool_bytes,
       static_cast<double>(pool_bytes) / (1024.0 * 1024.0), a.kv_memory.empty() ? ", half of MemAvailable" : "", fit,
-      slots, shape.bytes_per_token(), a.max_seqs, chat_name);
+      slots, shape.bytes_per_token(), a.max_seqs, chat_name, kv_type_name(kv_type), a.sampling.temperature,
+      a.sampling.top_p, a.sampling.top_k, a.sampling.min_p, settings.seed, std::min<int64_t>(16, ao.max_tokens_limit),
+      ao.max_tokens_limit);
   std::fflush(stdout);
 
   std::thread stopper([&] {
@@ -231,8 +238,19 @@ void add_serve(CLI::App& root, std::vector<Command>& out) {
   cmd->add_option("-t,--threads", s->threads, "Engine threads (0 = all cores)")
       ->check(at_least(0))
       ->capture_default_str();
-  cmd->add_option("--kv-type", s->kv_type, "KV cache element type: f32 or f16")
-      ->check(CLI::IsMember({"f32", "f16"}))
+  cmd->add_option("--kv-type", s->kv_type,
+                  "KV cache element type: f16 (default, as llama.cpp; f32 with --position-mode cache) or f32")
+      ->check(CLI::IsMember({"f32", "f16"}));
+  cmd->add_option("--temp", s->sampling.temperature,
+                  "Default temperature of requests that give none (0 = greedy; request fields override)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  cmd->add_option("--top-p", s->sampling.top_p, "Default top_p, in (0, 1] (1 = off)")
+      ->check(CLI::Range(1e-9, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--top-k", s->sampling.top_k, "Default top_k (0 = off)")->check(at_least(0))->capture_default_str();
+  cmd->add_option("--min-p", s->sampling.min_p, "Default min_p, in [0, 1] (0 = off)")
+      ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   cmd->add_option("--shutdown-grace", s->shutdown_grace_s,
                   "Seconds running requests may finish after SIGINT/SIGTERM before they are cancelled")

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <atomic>
 #include <condition_variable>
 #include <csignal>
@@ -584,6 +585,52 @@ struct HttpServer::Impl {
   }
 };
 
+bool valid_cors_origin(std::string_view o) {
+  if (o == "*") return true;
+  // RFC 6454 §6.2 serialisation: scheme "://" host [":" port], as browsers send it in Origin.
+  const size_t sep = o.find("://");
+  if (sep == std::string_view::npos || sep == 0) return false;
+  const std::string_view scheme = o.substr(0, sep);
+  if (!std::isalpha(static_cast<unsigned char>(scheme[0]))) return false;
+  for (const char c : scheme)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '-' && c != '.') return false;
+  std::string_view rest = o.substr(sep + 3);
+  std::string_view host = rest, port;
+  if (!rest.empty() && rest[0] == '[') {  // IPv6 literal
+    const size_t close = rest.find(']');
+    if (close == std::string_view::npos || close < 2) return false;
+    for (const char c : rest.substr(1, close - 1))
+      if (!std::isxdigit(static_cast<unsigned char>(c)) && c != ':' && c != '.') return false;
+    host = rest.substr(0, close + 1);
+    rest = rest.substr(close + 1);
+    if (!rest.empty() && rest[0] != ':') return false;
+    port = rest.empty() ? rest : rest.substr(1);
+    if (!rest.empty() && port.empty()) return false;
+  } else {
+    const size_t colon = rest.find(':');
+    host = rest.substr(0, colon);
+    if (colon != std::string_view::npos) {
+      port = rest.substr(colon + 1);
+      if (port.empty()) return false;
+    }
+    if (host.empty()) return false;
+    for (const char c : host)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') return false;
+  }
+  if (port.size() > 5) return false;
+  for (const char c : port)
+    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+  return port.empty() || (std::stoi(std::string(port)) >= 1 && std::stoi(std::string(port)) <= 65535);
+}
+
+void check_cors_origins(const std::vector<std::string>& origins) {
+  for (const std::string& o : origins)
+    if (!valid_cors_origin(o))
+      throw Error(fmt::format("--cors-origin '{}': an origin is scheme://host[:port] (no path, no trailing '/'; "
+                              "e.g. http://localhost:3000) or *",
+                              o.size() > 64 ? o.substr(0, 64) + "..." : o));
+}
+
 HttpServer::HttpServer(std::vector<Route> routes, HttpOptions opt) : impl_(std::make_unique<Impl>()) {
   const HttpLimits& l = opt.limits;
   auto at_least = [](const char* what, int64_t v, int64_t lo) {
@@ -599,6 +646,7 @@ HttpServer::HttpServer(std::vector<Route> routes, HttpOptions opt) : impl_(std::
   at_least("event threads", l.event_threads, 1);
   at_least("HTTP worker threads", l.workers, 1);
   at_least("disconnect check interval", l.disconnect_check_ms, 1);
+  check_cors_origins(opt.cors_origins);
   impl_->routes = std::move(routes);
   for (const Route& r : impl_->routes) {
     if (r.path.empty() || r.path[0] != '/') throw Error(fmt::format("route '{}': a path starts with '/'", r.path));

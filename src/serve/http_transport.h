@@ -127,6 +127,13 @@ struct Route {
   bool fast = false;  ///< cheap and never blocks: runs on the event thread instead of a worker
 };
 
+/// Whether `origin` is "*" or a serialised origin scheme://host[:port] (RFC 6454 §6.2: no path,
+/// no trailing '/', port in [1, 65535]), the only forms a browser's Origin header can match.
+bool valid_cors_origin(std::string_view origin);
+
+/// Throws kvevict::Error naming the first origin valid_cors_origin refuses (as `--cors-origin`).
+void check_cors_origins(const std::vector<std::string>& origins);
+
 /// Settings of the transport.
 struct HttpOptions {
   HttpLimits limits;
@@ -142,8 +149,8 @@ struct HttpOptions {
 /// The server. Thread-safe: stop() may be called from any thread (a signal-watching one).
 class HttpServer {
  public:
-  /// Checks the table (no duplicate method + path, paths start with '/') and the limits (each
-  /// >= 1); throws kvevict::Error naming the bad one.
+  /// Checks the table (no duplicate method + path, paths start with '/'), the limits (each
+  /// >= 1) and the CORS origins (valid_cors_origin); throws kvevict::Error naming the bad one.
   HttpServer(std::vector<Route> routes, HttpOptions opt);
   ~HttpServer();  ///< stop()
   /// Binds and listens on host:port (port 0 picks a free port; backlog SOMAXCONN). Returns the

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <set>
+#include <vector>
+
 #include "serve/api_error.h"
 #include "util/utf8.h"
 
@@ -47,8 +50,24 @@ json parse_json_body(const std::string& body) {
                    fmt::format("the request body nests arrays/objects more than {} levels deep (the limit)",
                                kMaxJsonDepth),
                    ""};
+  // Keys seen in each open object, innermost last: a repeated key is refused, not resolved (RFC 8259
+  // §4 leaves duplicates undefined; nlohmann-json keeps the last, another client's parser the first).
+  std::vector<std::set<std::string>> keys;
+  const json::parser_callback_t check_keys = [&keys](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      keys.emplace_back();
+    } else if (event == json::parse_event_t::object_end) {
+      if (!keys.empty()) keys.pop_back();
+    } else if (event == json::parse_event_t::key && !keys.empty()) {
+      const std::string& key = parsed.get_ref<const std::string&>();
+      if (!keys.back().insert(key).second)
+        throw ApiError{400, fmt::format("the request body repeats the key {} in one object", quote_value(json(key))),
+                       key.size() <= kMaxQuotedBytes ? key : ""};
+    }
+    return true;
+  };
   try {
-    return json::parse(body);
+    return json::parse(body, check_keys);
   } catch (const json::exception& e) {  // syntax errors, and numbers that overflow a double (1e999)
     // The parser's message quotes the token it stopped in, which can be most of the body.
     // nlohmann-json words it "...; last read: 'TOKEN'" or "...; last read: 'TOKEN'; expected ...".

@@ -24,8 +24,8 @@ inline constexpr size_t kMaxQuotedBytes = 64;
 int json_depth(std::string_view text, int limit = kMaxJsonDepth);
 
 /// Parses a request body: the body must be valid UTF-8, at most kMaxJsonDepth levels deep and
-/// valid JSON. Throws ApiError 400 naming the problem (the depth and the limit; the parser's
-/// position of a syntax error).
+/// valid JSON, with no key repeated within one object. Throws ApiError 400 naming the problem (the
+/// depth and the limit; the parser's position of a syntax error; the repeated key, quoted).
 nlohmann::json parse_json_body(const std::string& body);
 
 /// The compact JSON text of `v` for an error message: at most kMaxQuotedBytes bytes, cut on a

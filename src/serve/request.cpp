@@ -83,11 +83,11 @@ constexpr std::string_view kCommonFields[] = {
     "stop_token_ids", "stream",             "stream_options",        "ignore_eos", "repetition_penalty",
     "presence_penalty", "frequency_penalty", "logit_bias",           "min_tokens", "echo",
     "logprobs",       "best_of",            "kv_policy",             "kv_budget",  "kv_buffer",
-    "kv_sinks",       "user"};
+    "kv_sinks",       "user",               "top_logprobs"};
 // OpenAI fields kvevict does not implement: named as unsupported rather than unknown.
 constexpr std::string_view kUnsupportedFields[] = {
     "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "response_format",
-    "suffix", "top_logprobs", "reasoning_effort", "audio", "modalities", "prediction", "web_search_options"};
+    "suffix", "reasoning_effort", "audio", "modalities", "prediction", "web_search_options"};
 
 void check_fields(const json& body, Endpoint ep) {
   for (const auto& [key, value] : body.items()) {
@@ -103,6 +103,142 @@ void check_fields(const json& body, Endpoint ep) {
   }
 }
 
+// Completions' `prompt`: a string, an array of token ids, or an array of strings or of token-id
+// arrays (one prompt each, as OpenAI's API and vLLM take it). Token ids are checked against the
+// vocabulary; an error names the prompt's index and the token's.
+std::vector<std::vector<int32_t>> completion_prompts(const json& body, const Tokenizer& tok) {
+  const int n_vocab = tok.n_vocab();
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) throw bad("prompt", "is required");
+  const std::string shape =
+      "must be a non-empty string, an array of token ids, or an array of strings or of token-id arrays";
+  auto ids = [&](const json& arr, const std::string& where) {
+    std::vector<int32_t> out;
+    if (arr.empty()) throw bad(where, "must not be empty");
+    for (size_t k = 0; k < arr.size(); ++k) {
+      const json& t = arr[k];
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
+        throw bad(where, fmt::format("token {} = {}: must be a token id in [0, {})", k, quote_value(t), n_vocab));
+      out.push_back(t.get<int32_t>());
+    }
+    return out;
+  };
+  auto text = [&](const json& s, const std::string& where) {
+    const std::string t = s.get<std::string>();
+    if (t.empty()) throw bad(where, "must not be empty");
+    return tok.encode(t, true);
+  };
+  const json& pr = *it;
+  if (pr.is_string()) return {text(pr, "prompt")};
+  if (!pr.is_array() || pr.empty()) throw bad("prompt", shape);
+  if (pr[0].is_number()) return {ids(pr, "prompt")};  // one prompt of token ids
+  if (pr.size() > static_cast<size_t>(kMaxPrompts))
+    throw bad("prompt", fmt::format("has {} prompts, more than the {} one request may carry", pr.size(), kMaxPrompts));
+  std::vector<std::vector<int32_t>> out;
+  for (size_t i = 0; i < pr.size(); ++i) {
+    const std::string where = fmt::format("prompt[{}]", i);
+    if (pr[i].is_string())
+      out.push_back(text(pr[i], where));
+    else if (pr[i].is_array())
+      out.push_back(ids(pr[i], where));
+    else
+      throw bad(where, fmt::format("{}: must be a string or an array of token ids", quote_value(pr[i])));
+  }
+  return out;
+}
+
+// Chat's `messages`, rendered with the model's chat template and tokenized. Adds a warning for
+// what the template renders no trace of: a system message (Phi-3-mini's template drops it) or
+// chat_template_kwargs.enable_thinking on a template without that switch.
+std::vector<int32_t> chat_prompt(const json& body, const Tokenizer& tok, const ApiOptions& opt,
+                                 std::vector<std::string>& warnings) {
+  auto it = body.find("messages");
+  if (it == body.end() || !it->is_array() || it->empty())
+    throw bad("messages", "must be a non-empty array of {role, content} objects");
+  std::vector<std::pair<std::string, std::string>> msgs;
+  bool has_system = false;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    const std::string where = fmt::format("messages[{}]", i);
+    if (!m.is_object()) throw bad("messages", fmt::format("{}: must be an object with role and content", where));
+    auto r = m.find("role");
+    if (r == m.end() || !r->is_string())
+      throw bad("messages", fmt::format("{}: needs a role (a string: system, user, assistant, developer or tool){}",
+                                        where, r == m.end() ? "" : ", not " + quote_value(*r)));
+    const std::string role = r->get<std::string>();
+    if (role != "system" && role != "user" && role != "assistant" && role != "developer" && role != "tool")
+      throw bad("messages", fmt::format("{}: role {} is not one of system, user, assistant, developer, tool", where,
+                                        quote_value(*r)));
+    has_system = has_system || role == "system";
+    std::string content;
+    auto c = m.find("content");
+    if (c != m.end() && c->is_string()) {
+      content = c->get<std::string>();
+    } else if (c != m.end() && c->is_array()) {
+      // Content parts: only text parts are supported.
+      for (const json& part : *c) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string())
+          throw bad("messages", fmt::format("{}: only text content parts are supported", where));
+        content += part["text"].get<std::string>();
+      }
+    } else if (!(c != m.end() && c->is_null() && role == "assistant")) {
+      throw bad("messages", fmt::format("{}: needs content (a string)", where));
+    }
+    msgs.emplace_back(role, content);
+  }
+  if (!opt.chat) throw ApiError{400, opt.chat_unavailable, "messages"};
+  bool thinking = true;
+  if (auto k = body.find("chat_template_kwargs"); k != body.end() && !k->is_null()) {
+    if (!k->is_object()) throw bad("chat_template_kwargs", "must be an object");
+    const auto given = get_bool(*k, "enable_thinking");
+    thinking = given.value_or(true);
+    for (const auto& [key, value] : k->items())
+      if (key != "enable_thinking")
+        throw bad("chat_template_kwargs",
+                  fmt::format("unknown key {} (supported: enable_thinking)", quote_value(json(key))));
+    if (given && !opt.chat_can_disable_thinking)
+      warnings.push_back(fmt::format(
+          "chat_template_kwargs.enable_thinking has no effect: the chat template '{}' has no thinking switch",
+          opt.chat_template_name));
+  }
+  if (has_system && !opt.chat_renders_system)
+    warnings.push_back(fmt::format(
+        "the system message was dropped: the chat template '{}' renders no system message (put its text in the "
+        "first user message)",
+        opt.chat_template_name));
+  ChatPrompt cp;
+  try {
+    cp = opt.chat(msgs, thinking);
+  } catch (const Error& e) {
+    throw bad("messages", e.what());
+  }
+  // The template spells its special tokens (<|im_start|>, ...) as text: parse them.
+  return tok.encode(cp.text, cp.add_special, /*parse_special=*/true);
+}
+
+// `logprobs` / `top_logprobs` -> GenerationConfig::logprobs (-1 = none, else the number of
+// alternatives per token). Completions: `logprobs: N` (OpenAI's legacy shape). Chat:
+// `logprobs: true` with `top_logprobs: N` (0 when absent); top_logprobs without logprobs is a 400
+// (as OpenAI). N is at most kMaxLogprobs (OpenAI's 20).
+int parse_logprobs(const json& body, Endpoint ep) {
+  const std::string note = fmt::format(" (alternatives per token; at most {})", kMaxLogprobs);
+  if (ep == Endpoint::Completions) {
+    if (auto it = body.find("top_logprobs"); it != body.end() && !it->is_null())
+      throw bad("top_logprobs", "is a chat field: /v1/completions takes logprobs: N (alternatives per token)");
+    auto it = body.find("logprobs");
+    if (it != body.end() && it->is_boolean()) {
+      if (!it->get<bool>()) return -1;
+      throw bad_value("logprobs", "true", fmt::format("an integer in [0, {}] on /v1/completions", kMaxLogprobs));
+    }
+    return static_cast<int>(get_int(body, "logprobs", 0, kMaxLogprobs, note).value_or(-1));
+  }
+  const bool on = get_bool(body, "logprobs").value_or(false);
+  const auto top = get_int(body, "top_logprobs", 0, kMaxLogprobs, note);
+  if (top && !on) throw bad("top_logprobs", "needs logprobs: true");
+  return on ? static_cast<int>(top.value_or(0)) : -1;
+}
+
 ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, int64_t context_length,
                          const ApiOptions& opt, std::atomic<uint64_t>& request_counter) {
   if (!body.is_object()) throw ApiError{400, "the request body must be a JSON object", ""};
@@ -112,85 +248,30 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
   const int n_vocab = tok.n_vocab();
   get_string(body, "model");  // any model name is accepted (one model per server); type checked
   if (ep == Endpoint::Completions) {
-    auto it = body.find("prompt");
-    if (it == body.end() || it->is_null()) throw bad("prompt", "is required");
-    const json* pr = &*it;
-    if (pr->is_array() && pr->size() == 1 && (*pr)[0].is_string()) pr = &(*pr)[0];
-    if (pr->is_string()) {
-      const std::string text = pr->get<std::string>();
-      if (text.empty()) throw bad("prompt", "must not be empty");
-      g.prompt = tok.encode(text, true);
-    } else if (pr->is_array() && !pr->empty() && (*pr)[0].is_number_integer()) {
-      for (const json& t : *pr) {
-        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
-          throw bad("prompt", fmt::format("token id {}: must be an integer in [0, {})", quote_value(t), n_vocab));
-        g.prompt.push_back(t.get<int32_t>());
-      }
-    } else if (pr->is_array() && pr->size() > 1) {
-      throw bad("prompt", "only one prompt per request is supported (send one request per prompt)");
-    } else {
-      throw bad("prompt", "must be a non-empty string or an array of token ids");
-    }
+    p.prompts = completion_prompts(body, tok);
   } else {
-    auto it = body.find("messages");
-    if (it == body.end() || !it->is_array() || it->empty())
-      throw bad("messages", "must be a non-empty array of {role, content} objects");
-    std::vector<std::pair<std::string, std::string>> msgs;
-    for (const json& m : *it) {
-      if (!m.is_object()) throw bad("messages", "each message must be an object with role and content");
-      const auto role = get_string(m, "role");
-      if (!role ||
-          (*role != "system" && *role != "user" && *role != "assistant" && *role != "developer" && *role != "tool"))
-        throw bad("messages", "each message needs a role: system, user, assistant, developer or tool");
-      std::string content;
-      auto c = m.find("content");
-      if (c != m.end() && c->is_string()) {
-        content = c->get<std::string>();
-      } else if (c != m.end() && c->is_array()) {
-        // Content parts: only text parts are supported.
-        for (const json& part : *c) {
-          if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-              !part["text"].is_string())
-            throw bad("messages", "only text content parts are supported");
-          content += part["text"].get<std::string>();
-        }
-      } else if (!(c != m.end() && c->is_null() && *role == "assistant")) {
-        throw bad("messages", "each message needs content (a string)");
-      }
-      msgs.emplace_back(*role, content);
-    }
-    if (!opt.chat) throw ApiError{400, opt.chat_unavailable, "messages"};
-    bool thinking = true;
-    if (auto k = body.find("chat_template_kwargs"); k != body.end() && !k->is_null()) {
-      if (!k->is_object()) throw bad("chat_template_kwargs", "must be an object");
-      thinking = get_bool(*k, "enable_thinking").value_or(true);
-      for (const auto& [key, value] : k->items())
-        if (key != "enable_thinking")
-          throw bad("chat_template_kwargs", fmt::format("unknown key {} (supported: enable_thinking)",
-                                                        quote_value(json(key))));
-    }
-    ChatPrompt cp;
-    try {
-      cp = opt.chat(msgs, thinking);
-    } catch (const Error& e) {
-      throw bad("messages", e.what());
-    }
-    // The template spells its special tokens (<|im_start|>, ...) as text: parse them.
-    g.prompt = tok.encode(cp.text, cp.add_special, /*parse_special=*/true);
+    p.prompts.push_back(chat_prompt(body, tok, opt, p.warnings));
   }
+  g.prompt = p.prompts.front();
   const std::string prompt_param = ep == Endpoint::Chat ? "messages" : "prompt";
-  if (g.prompt.empty()) throw bad(prompt_param, "produced no tokens");
   // Positions past the model's context were never trained (RoPE); /v1/models reports the same
   // number as max_model_len. Eviction bounds the cache, not the prompt's positions.
   const int64_t context = context_length;
   // As vLLM's max_model_len: prompt + generated tokens <= context (the CLI's -c rule too), so a
   // prompt of the whole context leaves no room.
-  if (static_cast<int64_t>(g.prompt.size()) >= context)
-    throw bad(prompt_param,
-              fmt::format("the prompt is {} tokens; the model's context of {} tokens (max_model_len) "
-                          "leaves no room to generate; shorten it",
-                          g.prompt.size(), context));
-  const int64_t room = context - static_cast<int64_t>(g.prompt.size());
+  size_t longest = 0;  // index of the longest prompt: it bounds max_tokens
+  for (size_t i = 0; i < p.prompts.size(); ++i) {
+    const std::string which = p.prompts.size() > 1 ? fmt::format("{}[{}]", prompt_param, i) : prompt_param;
+    if (p.prompts[i].empty()) throw bad(which, "produced no tokens");
+    if (static_cast<int64_t>(p.prompts[i].size()) >= context)
+      throw bad(which, fmt::format("the prompt is {} tokens; the model's context of {} tokens (max_model_len) "
+                                   "leaves no room to generate; shorten it",
+                                   p.prompts[i].size(), context));
+    if (p.prompts[i].size() > p.prompts[longest].size()) longest = i;
+  }
+  const int64_t room = context - static_cast<int64_t>(p.prompts[longest].size());
+  const std::string longest_name =
+      p.prompts.size() > 1 ? fmt::format("the prompt {}[{}]'s", prompt_param, longest) : std::string("the prompt's");
 
   const int64_t limit = opt.max_tokens_limit;
   const std::string mt_note = " (the upper limit is the server's --max-tokens)";
@@ -206,21 +287,21 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
   // would decode past it is refused, not run into untrained RoPE positions): an explicit
   // max_tokens past it is refused with the numbers; the default shrinks to what is left.
   if (mt && *mt > room)
-    throw bad(mt_name, fmt::format("{} + the prompt's {} tokens exceed the model's context of {} tokens "
+    throw bad(mt_name, fmt::format("{} + {} {} tokens exceed the model's context of {} tokens "
                                    "(max_model_len); at most {}",
-                                   *mt, g.prompt.size(), context, room));
+                                   *mt, longest_name, p.prompts[longest].size(), context, room));
   if (!mt) gc.max_new_tokens = std::min(gc.max_new_tokens, room);
   if (gc.max_new_tokens < 1 || gc.max_new_tokens > limit)
     throw bad_value(mt_name, std::to_string(gc.max_new_tokens),
                     fmt::format("in [1, {}] (the upper limit is the server's --max-tokens)", limit));
 
   g.n = static_cast<int>(get_int(body, "n", 1, opt.max_n).value_or(1));
-  const double temp = get_number(body, "temperature").value_or(1.0);
+  const double temp = get_number(body, "temperature").value_or(opt.sampling.temperature);
   if (!(temp >= 0) || !std::isfinite(temp))
     throw bad_value("temperature", fmt::format("{}", temp), "a finite number >= 0");
-  const double top_p = get_number(body, "top_p").value_or(1.0);
+  const double top_p = get_number(body, "top_p").value_or(opt.sampling.top_p);
   if (!(top_p > 0 && top_p <= 1)) throw bad_value("top_p", fmt::format("{}", top_p), "in (0, 1]");
-  int64_t top_k = get_int(body, "top_k", -1, n_vocab).value_or(0);
+  int64_t top_k = get_int(body, "top_k", -1, n_vocab).value_or(std::min<int64_t>(opt.sampling.top_k, n_vocab));
   if (top_k < 0) top_k = 0;  // vLLM's -1 = off
   // seed: an unsigned 64-bit integer; without one the server derives a per-request seed.
   uint64_t seed = 0;
@@ -257,7 +338,7 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
   gc.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
   // vLLM / llama-server sampling fields (engine/sampler.h gives each formula); their ranges are
   // checked by validate_generation below, so a 400 names the field as the request spells it.
-  gc.sampler.min_p = static_cast<float>(get_number(body, "min_p").value_or(0.0));
+  gc.sampler.min_p = static_cast<float>(get_number(body, "min_p").value_or(opt.sampling.min_p));
   gc.sampler.repetition_penalty = static_cast<float>(get_number(body, "repetition_penalty").value_or(1.0));
   gc.sampler.presence_penalty = static_cast<float>(get_number(body, "presence_penalty").value_or(0.0));
   gc.sampler.frequency_penalty = static_cast<float>(get_number(body, "frequency_penalty").value_or(0.0));
@@ -293,8 +374,7 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
     }
   }
   if (get_bool(body, "echo").value_or(false)) throw bad("echo", "is not supported");
-  if (auto it = body.find("logprobs"); it != body.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>()))
-    throw bad("logprobs", "is not supported");
+  gc.logprobs = parse_logprobs(body, ep);
   if (auto it = body.find("best_of");
       it != body.end() && !it->is_null() && !(it->is_number_integer() && it->get<int64_t>() == 1))
     throw bad("best_of", "is not supported (only 1)");
@@ -340,6 +420,17 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
 }
 
 }  // namespace
+
+void use_chat_template(ApiOptions& opt, const ChatTemplate& chat) {
+  opt.chat = [chat](const std::vector<std::pair<std::string, std::string>>& msgs, bool thinking) {
+    std::vector<ChatMessage> m;
+    for (const auto& [role, content] : msgs) m.push_back({role, content});
+    return ChatPrompt{chat.render(m, ChatOptions{true, thinking}), !chat.renders_bos()};
+  };
+  opt.chat_template_name = chat.name();
+  opt.chat_renders_system = chat.renders_system();
+  opt.chat_can_disable_thinking = chat.can_disable_thinking();
+}
 
 std::string_view api_field_name(Field field) {
   switch (field) {

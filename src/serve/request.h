@@ -18,6 +18,7 @@
 #include "engine/policy_settings.h"
 #include "eviction/registry.h"
 #include "eviction/schedule.h"
+#include "model/chat_template.h"
 #include "model/tokenizer.h"
 #include "serve/api_error.h"
 #include "serve/http_transport.h"
@@ -38,6 +39,18 @@ struct ChatPrompt {
 using ChatRenderer =
     std::function<ChatPrompt(const std::vector<std::pair<std::string, std::string>>& messages, bool enable_thinking)>;
 
+/// The server's sampling defaults (`kvevict serve --temp --top-p --top-k --min-p`): what a request
+/// that does not give the field samples with. The seed default is policy_settings.seed.
+struct SamplingDefaults {
+  double temperature = 1.0;  ///< OpenAI's default; 0 = greedy
+  double top_p = 1.0;        ///< (0, 1]; 1 = off
+  int top_k = 0;             ///< 0 = off
+  double min_p = 0.0;        ///< [0, 1]; 0 = off
+};
+
+/// Largest number of prompts in one completions request (`prompt` as an array).
+inline constexpr int kMaxPrompts = 64;
+
 /// Settings of the HTTP front end.
 struct ApiOptions {
   std::string model_name;            ///< reported by /v1/models and in responses
@@ -55,11 +68,22 @@ struct ApiOptions {
   ChatRenderer chat;
   /// Why chat is unavailable (the message of the 400 /v1/chat/completions answers with).
   std::string chat_unavailable;
+  /// The chat template's family name (ChatTemplate::name(); "" without one), for /props.
+  std::string chat_template_name;
+  /// What the template renders (ChatTemplate::renders_system / can_disable_thinking): a request
+  /// whose system message or enable_thinking would change nothing gets a warning, not silence.
+  bool chat_renders_system = true;
+  bool chat_can_disable_thinking = true;
+  SamplingDefaults sampling;  ///< defaults of the sampling fields
   int retry_after_s = 1;  ///< Retry-After of 429/503 answers, seconds
   HttpLimits http;        ///< what one client may make the server hold (body size, connections, timeout)
   /// Origins browsers may call the API from ("*" = any; empty = no CORS headers).
   std::vector<std::string> cors_origins;
 };
+
+/// Sets opt's chat renderer, template name and capabilities from `chat` (what `kvevict serve`
+/// does with the model's template or --chat-template).
+void use_chat_template(ApiOptions& opt, const ChatTemplate& chat);
 
 /// How the API spells a field a FieldError names: the request field ("kv_budget",
 /// "temperature", ...), or for a setting no request can give, the server flag ("--param").
@@ -78,6 +102,13 @@ const char* endpoint_path(Endpoint ep);
 /// One parsed generation request.
 struct ParsedRequest {
   GenerationParams gen;        ///< prompt (token ids), sampling, stop strings, n, policy and schedule
+  /// Every prompt of the request (completions' `prompt` may be an array), token ids; gen.prompt
+  /// is prompts[0]. Each runs as its own request of n choices; choice index = prompt index × n +
+  /// choice (OpenAI's order).
+  std::vector<std::vector<int32_t>> prompts;
+  /// Notes for the client about parts of the request that change nothing on this model (e.g. a
+  /// system message its chat template drops); answered in the response's `warnings`.
+  std::vector<std::string> warnings;
   bool stream = false;         ///< answer with Server-Sent Events
   bool include_usage = false;  ///< stream_options.include_usage
   int64_t budget = 0, recent = 0;  ///< the schedule's B and r (tokens), for usage.kv
@@ -87,7 +118,8 @@ struct ParsedRequest {
 /// type and range, the prompt (tokenized with `tok`; at most `context_length` tokens), chat
 /// messages (rendered with opt.chat), the per-request kv_* fields (through the settings builder
 /// the CLI uses, engine/policy_settings.h). A request without `seed` takes one derived from
-/// opt.policy_settings.seed and the next value of `request_counter`. Throws ApiError (status 400, the field in `param`)
+/// opt.policy_settings.seed and the next value of `request_counter`; a sampling field it does not
+/// give takes opt.sampling's value. Throws ApiError (status 400, the field in `param`)
 /// for any bad body; never another exception for any input (fuzz/fuzz_request.cpp).
 ParsedRequest parse_generation_request(const std::string& body, Endpoint ep, const Tokenizer& tok,
                                        int64_t context_length, const ApiOptions& opt,

@@ -124,7 +124,7 @@ void Scheduler::shutdown(std::chrono::milliseconds grace) {
   for (auto& r : refused) {
     metrics_.requests_rejected += 1;
     r->push({RequestEvent::Kind::Failed, 0, "the server is shutting down; the request was not started",
-             FinishReason::Error, 503});
+             FinishReason::Error, 503, {}});
   }
   cv_.notify_all();
   if (!thread_.joinable()) return;
@@ -144,7 +144,7 @@ void Scheduler::admit_locked() {
   while (!waiting_.empty()) {
     const std::shared_ptr<Request>& req = waiting_.front();
     if (req->cancelled()) {
-      req->push({RequestEvent::Kind::Failed, 0, "cancelled before it started", FinishReason::Cancelled, 499});
+      req->push({RequestEvent::Kind::Failed, 0, "cancelled before it started", FinishReason::Cancelled, 499, {}});
       metrics_.requests_cancelled += 1;
       waiting_.pop_front();
       continue;
@@ -170,7 +170,7 @@ void Scheduler::admit_locked() {
       pool_.release(per_seq * n);
       metrics_.requests_failed += 1;
       r->push({RequestEvent::Kind::Failed, 0, fmt::format("cannot start the request: {}", e.what()),
-               FinishReason::Error, 500});
+               FinishReason::Error, 500, {}});
       continue;
     }
     r->remaining_ = n;
@@ -209,20 +209,20 @@ void Scheduler::finish(Active& a, FinishReason why, const std::string& error) {
     o.kv_bytes = a.bytes;
   }
   if (why == FinishReason::Error) r.failed_ = true;
-  r.push({RequestEvent::Kind::ChoiceDone, a.choice, error, why, 200});
+  r.push({RequestEvent::Kind::ChoiceDone, a.choice, error, why, 200, {}});
   if (--r.remaining_ == 0) {
     running_requests_ -= 1;
     metrics_.e2e_seconds.observe(std::chrono::duration<double>(Clock::now() - r.arrival).count());
     if (r.failed_) {
       metrics_.requests_failed += 1;
-      r.push({RequestEvent::Kind::Failed, 0, error.empty() ? "engine error" : error, FinishReason::Error, 500});
+      r.push({RequestEvent::Kind::Failed, 0, error.empty() ? "engine error" : error, FinishReason::Error, 500, {}});
     } else if (r.cancelled()) {
       metrics_.requests_cancelled += 1;
       r.push({RequestEvent::Kind::Failed, 0, "the request was cancelled (client disconnected or server shutting down)",
-              FinishReason::Cancelled, 503});
+              FinishReason::Cancelled, 503, {}});
     } else {
       metrics_.requests_success += 1;
-      r.push({RequestEvent::Kind::Done, 0, {}, why, 200});
+      r.push({RequestEvent::Kind::Done, 0, {}, why, 200, {}});
     }
   }
 }
@@ -236,8 +236,12 @@ void Scheduler::on_step(Active& a, std::span<const float> logits) {
   else
     metrics_.itl_seconds.observe(std::chrono::duration<double>(now - a.last_token).count());
   a.last_token = now;
-  if (!r.text.empty()) a.req->push({RequestEvent::Kind::Text, a.choice, r.text, FinishReason::Stop, 200});
-  if (!r.tail.empty()) a.req->push({RequestEvent::Kind::Text, a.choice, r.tail, FinishReason::Stop, 200});
+  if (!r.text.empty() || r.logprobs) {
+    RequestEvent e{RequestEvent::Kind::Text, a.choice, r.text, FinishReason::Stop, 200, {}};
+    if (r.logprobs) e.logprobs.push_back(*r.logprobs);
+    a.req->push(std::move(e));
+  }
+  if (!r.tail.empty()) a.req->push({RequestEvent::Kind::Text, a.choice, r.tail, FinishReason::Stop, 200, {}});
   if (r.stop != StopCause::None)
     return finish(a, r.stop == StopCause::Length ? FinishReason::Length : FinishReason::Stop);
   a.decoding = true;

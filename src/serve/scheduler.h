@@ -61,6 +61,10 @@ struct RequestEvent {
   std::string text;                          ///< Text: delta; Failed: error message
   FinishReason finish = FinishReason::Stop;  ///< ChoiceDone
   int status = 500;                          ///< Failed: HTTP status (503 when shut down)
+  /// Text: the log-probabilities of the tokens sampled since the choice's previous Text event
+  /// (when generation.logprobs >= 0; the text may lag behind them while a possible stop string
+  /// is held back).
+  std::vector<TokenLogprobs> logprobs;
 };
 
 /// Per-choice outcome, complete once the request's Done event was delivered.
