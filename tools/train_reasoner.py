@@ -70,7 +70,13 @@ def _v2(facts, chain, running, once, t_facts, t_depth, t_steps):
 # the prompt). Without it, a 4-layer model with 8 heads of size 16 stalled at ~0.53 lookup
 # accuracy for 1,700 steps (two runs): predicting Y at '=' needs the query side to fetch X from
 # the previous position (Q-composition), which formed only after the key-side circuit existed.
+# Before it, "chain-dense": the walk written as letters only ("KGCWAKG..."), so every trace token
+# is a lookup (the current letter, then what followed it in the prompt or earlier in the trace):
+# the dense next-token copying on which induction heads form fastest; chain-xy had one lookup in
+# six trace tokens and a 4-layer run was still at chance (0.04) after 190 steps of it. Its
+# overall gate is lower (0.85): where the line ends (after N letters, no countdown) is a count.
 STAGES_V2 = [
+    (None, {"chain-dense": ("3-12", "8-40")}, 2048, 50, 800, 0.95, 0.85),
     (None, {"chain-xy": ("3-8", "2-8")}, 4096, 100, 20000, 0.95, 0.95),
     (None, {"chain": ("3-8", "2-8")}, 4096, 150, 20000, 0.95, 0.95),
     (None, _v2("3-8", "1-4", "1-4", "3-5", "7-10", "3", "4-10"), 4096, 100, 3000, 0.95, 0.95),
@@ -82,11 +88,15 @@ STAGES_V2 = [
 STAGES = STAGES_V2
 
 
-WARMUP = {"chain-xy": "chain"}  # warm-up family -> the generator family it rewrites
+WARMUP = {"chain-dense": "chain", "chain-xy": "chain"}  # warm-up family -> the generator family it rewrites
 
 
-def warmup_trace(trace):
-    """chain-xy: "cccX=Y" lines written "cccXY" (the answer line is unchanged)."""
+def warmup_trace(trace, family="chain-xy"):
+    """chain-xy: "cccX=Y" lines written "cccXY"; chain-dense: the letters of the walk on one line
+    ("X" of the first step, then every "Y"). The answer line is unchanged."""
+    if family == "chain-dense":
+        steps = re.findall(r"^\d{3}([A-Z])=([A-Z])$", trace, flags=re.M)
+        return steps[0][0] + "".join(y for _, y in steps) + "\n" + trace[trace.rfind("\\boxed{"):]
     return re.sub(r"^(\d{3}[A-Z])=([A-Z])$", r"\1\2", trace, flags=re.M)
 
 
@@ -104,10 +114,11 @@ def stage_spec(stage, family):
 
 
 (KIND_OTHER, KIND_LOOKUP, KIND_DIGIT, KIND_SUM, KIND_PASS, KIND_ANSWER, KIND_MEMO, KIND_COPY, KIND_RECALL,
- KIND_REVISIT, KIND_RESTATE) = range(11)
-KIND_NAMES = ["other", "lookup", "digit", "sum", "pass", "answer", "memo", "copy", "recall", "revisit", "restate"]
+ KIND_REVISIT, KIND_RESTATE, KIND_JUMP) = range(12)
+KIND_NAMES = ["other", "lookup", "digit", "sum", "pass", "answer", "memo", "copy", "recall", "revisit", "restate",
+              "jump"]
 # Kinds whose accuracy gates a stage (a kind absent from a window counts as passed).
-GATE_KINDS = [KIND_LOOKUP, KIND_DIGIT, KIND_PASS, KIND_MEMO, KIND_COPY, KIND_RECALL, KIND_REVISIT, KIND_RESTATE]
+GATE_KINDS = [KIND_LOOKUP, KIND_DIGIT, KIND_PASS, KIND_MEMO, KIND_COPY, KIND_RECALL, KIND_REVISIT, KIND_RESTATE, KIND_JUMP]
 
 
 def token_kinds(trace, family=None):
@@ -118,13 +129,22 @@ def token_kinds(trace, family=None):
     restate = the '&' or '!' that opens a restatement or checkpoint line (the decision to write
     one); revisit = W of a checkpoint "!W" or of revisit's answer (V re-read and added to the
     letter value); recall = V inside recall's final \\boxed{} (after '&'); pass = once's code P
-    inside the final \\boxed{}; answer = the other characters inside the final \\boxed{}."""
+    inside the final \\boxed{}; answer = the other characters inside the final \\boxed{}; jump = X of
+    recall/revisit's first phase-B line (the start letter b, read after '+' in the question: one token
+    a task, which teacher-forced accuracy hides but a greedy run needs)."""
     kinds = [KIND_OTHER] * len(trace)
     b = trace.rfind("\\boxed{")
     pos = 0
+    after_memo = False
     for line in trace[:b].split("\n"):
+        if after_memo and len(line) >= 6 and line[:3].isdigit():
+            kinds[pos + 3] = KIND_JUMP
+        after_memo = len(line) == 9 and line[:3].isdigit() and line[7] == "&"
         if len(line) == 5 and line[:3].isdigit() and line[3:].isalpha():  # warm-up "cccXY"
             kinds[pos + 4] = KIND_LOOKUP
+        elif len(line) >= 2 and line.isalpha() and line.isupper():  # warm-up chain-dense "XYZ..."
+            for i in range(1, len(line)):
+                kinds[pos + i] = KIND_LOOKUP
         elif len(line) >= 6 and line[:3].isdigit():
             kinds[pos + 5] = KIND_LOOKUP
             if len(line) >= 8:
@@ -172,7 +192,7 @@ class Data:
             tasks = [json.loads(line) for line in out.splitlines() if line]
             if family in WARMUP:
                 for t in tasks:
-                    t["trace"], t["family"] = warmup_trace(t["trace"]), family
+                    t["trace"], t["family"] = warmup_trace(t["trace"], family), family
             pool.extend(tasks)
             self.cursors[key] = first + n
         taken, self.pool[key] = pool[:k], pool[k:]
@@ -259,6 +279,9 @@ def main():
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--hidden", type=int, default=384, help="SwiGLU hidden size")
     ap.add_argument("--heads", type=int, default=8, help="query heads")
+    ap.add_argument("--rope-theta", type=float, default=10000.0,
+                    help="RoPE base; larger keeps more low-frequency pairs nearly unrotated over ~1,000 tokens, the "
+                    "dimensions a content lookup at that distance can use")
     ap.add_argument("--head-dim", type=int, default=0, help="size of each head (0 = dim / heads)")
     ap.add_argument("--kv-heads", type=int, default=4,
                     help="KV heads, each initialised independently (must divide --heads; 1 = MQA, --heads = MHA). "
@@ -272,7 +295,8 @@ def main():
                     help="initial value of embedding dim 0 for all tokens (see reasoner_model.Reasoner)")
     ap.add_argument("--skill-weight", type=float, default=1.0,
                     help="loss weight of the few tokens that recall or re-read a far value (once's code, recall's and "
-                    "revisit's answers and copies, the restate decisions); 1 = plain mean")
+                    "revisit's answers and copies, the memo value V of recall/revisit's phase-A line and phase B's start letter, the restate "
+                    "decisions); 1 = plain mean")
     ap.add_argument("--lookup-weight", type=float, default=1.0,
                     help="loss weight of the lookup tokens (Y of X=Y), about 1 in 7 trace tokens; > 1 speeds up the "
                     "forming of the lookup (induction) circuit")
@@ -293,7 +317,7 @@ def main():
     torch.manual_seed(args.seed)
     cfg = Config(dim=args.dim, n_layers=args.layers, n_heads=args.heads, n_kv_heads=args.kv_heads,
                  hidden_dim=args.hidden, vocab_size=VOCAB_SIZE if args.curriculum == "v2" else 312,
-                 head_dim=args.head_dim or None)
+                 head_dim=args.head_dim or None, rope_theta=args.rope_theta)
     model = Reasoner(cfg, shared_embed=args.shared_embed)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     gen = torch.Generator().manual_seed(args.seed)
@@ -339,6 +363,12 @@ def main():
         if args.force_stage >= 0:
             state["stage"], state["stage_step"], state["queue"] = args.force_stage, 0, []
         print(f"resumed at step {state['step']} stage {state['stage']} cpu {state['cpu_s']:.0f}s", flush=True)
+        header = ["step", "stage", "tokens", "cpu_s", "wall_s", "lr", "loss", "acc"] + [f"acc_{k}" for k in KIND_NAMES[1:]]
+        with open(curve_path, newline="") as f:
+            rows = list(csv.reader(f))
+        if rows and rows[0] != header:  # a run from before a token kind was added: pad its rows
+            with open(curve_path, "w", newline="") as f:
+                csv.writer(f).writerows([header] + [r + [""] * (len(header) - len(r)) for r in rows[1:]])
     else:
         with open(curve_path, "w", newline="") as f:
             csv.writer(f).writerow(["step", "stage", "tokens", "cpu_s", "wall_s", "lr", "loss", "acc"]
@@ -353,7 +383,7 @@ def main():
     win = {"loss": 0.0, "n": 0, "right": torch.zeros(len(KIND_NAMES)), "count": torch.zeros(len(KIND_NAMES)), "steps": 0}
     recent = []  # (skill acc, all acc) of the last log windows, for the stage gate
     weights = torch.ones(len(KIND_NAMES))
-    for k in (KIND_PASS, KIND_COPY, KIND_RECALL, KIND_REVISIT, KIND_RESTATE):
+    for k in (KIND_PASS, KIND_MEMO, KIND_COPY, KIND_RECALL, KIND_REVISIT, KIND_RESTATE, KIND_JUMP):
         weights[k] = args.skill_weight
     weights[KIND_LOOKUP] = args.lookup_weight
 
