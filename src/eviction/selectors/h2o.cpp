@@ -26,6 +26,7 @@ class H2oState final : public SelectorState {
  public:
   explicit H2oState(const KvShape& s)
       : n_kv_heads_(s.n_kv_heads), acc_(static_cast<size_t>(s.n_layers) * s.n_kv_heads) {}
+  std::unique_ptr<SelectorState> clone() const override { return std::make_unique<H2oState>(*this); }
 
   void observe(const AttentionObservation& obs) override {
     if (!obs.probs) throw Error("h2o: the forward pass delivered no attention probabilities");
