@@ -121,12 +121,13 @@ struct ApiServer::Impl {
   }
 
   json usage_json(const ParsedRequest& p, const std::vector<ChoiceOutcome>& out) const {
-    int64_t completion = 0, rounds = 0, peak = 0, bytes = 0;
+    int64_t completion = 0, rounds = 0, peak = 0, bytes = 0, shared = 0;
     for (const auto& o : out) {
       completion += o.completion_tokens;
       rounds += o.eviction_rounds;
       peak = std::max(peak, o.peak_slots);
-      bytes += o.kv_bytes;
+      bytes += o.kv_bytes + o.shared_kv_bytes;
+      shared += o.shared_kv_bytes;
     }
     const auto prompt = static_cast<int64_t>(p.gen.prompt.size());
     json kv = {{"policy", p.gen.kv.policy().name},
@@ -134,7 +135,8 @@ struct ApiServer::Impl {
                {"buffer", p.gen.kv.policy().evicts ? json(p.recent) : json(nullptr)},
                {"eviction_rounds", rounds},
                {"peak_slots_per_kv_head", peak},
-               {"kv_bytes_reserved", bytes}};
+               {"kv_bytes_reserved", bytes},
+               {"kv_shared_prompt_bytes", shared}};
     return json{{"prompt_tokens", prompt},
                 {"completion_tokens", completion},
                 {"total_tokens", prompt + completion},

@@ -124,6 +124,7 @@ MetricsGauges Scheduler::gauges() const {
   g.sequences_running = running_seqs_.load();
   g.peak_sequences_running = peak_seqs_.load();
   g.kv_pool_used_bytes = pool_.used();
+  g.kv_shared_prompt_bytes = shared_bytes_.load();
   g.kv_pool_free_bytes = pool_.free();
   g.kv_pool_capacity_bytes = pool_.capacity();
   return g;
@@ -199,6 +200,7 @@ void Scheduler::admit_locked() {
     }
     r->remaining_ = n;
     r->shared_kv_bytes_ = kvb.shared;
+    shared_bytes_ += kvb.shared;
     {
       std::lock_guard<std::mutex> rl(r->mu_);
       r->outcomes_.assign(static_cast<size_t>(n), ChoiceOutcome{});
@@ -233,12 +235,14 @@ void Scheduler::finish(Active& a, FinishReason why, const std::string& error) {
     o.eviction_rounds = st.rounds;
     o.peak_slots = st.peak_slots;
     o.kv_bytes = a.bytes;
+    if (a.choice == 0) o.shared_kv_bytes = r.shared_kv_bytes_;
   }
   if (why == FinishReason::Error) r.failed_ = true;
   r.push({RequestEvent::Kind::ChoiceDone, a.choice, error, why, 200});
   if (--r.remaining_ == 0) {
     // Every choice's sequence is gone, so is the prompt segment they shared.
     pool_.release(r.shared_kv_bytes_);
+    shared_bytes_ -= r.shared_kv_bytes_;
     r.shared_kv_bytes_ = 0;
     running_requests_ -= 1;
     metrics_.e2e_seconds.observe(std::chrono::duration<double>(Clock::now() - r.arrival).count());

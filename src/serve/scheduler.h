@@ -74,6 +74,9 @@ struct ChoiceOutcome {
   /// Bytes reserved in the pool for this sequence; when the choices share their prompt's KV,
   /// its own slots only (the shared segment: RequestKvBytes::shared, once per request).
   int64_t kv_bytes = 0;
+  /// Bytes of the prompt segment the request's choices share: on choice 0 only (0 on the
+  /// others and without sharing), so a sum over choices counts it once.
+  int64_t shared_kv_bytes = 0;
 };
 
 /// A request shared between the HTTP thread that submitted it and the scheduler thread.
@@ -220,6 +223,7 @@ class Scheduler {
   std::atomic<int64_t> running_requests_{0};
   std::atomic<int64_t> running_seqs_{0};
   std::atomic<int64_t> peak_seqs_{0};
+  std::atomic<int64_t> shared_bytes_{0};  ///< pool bytes of shared prompt segments now
 
   std::vector<std::unique_ptr<Active>> active_;  ///< scheduler thread only, admission order
   std::vector<float> logits_;
