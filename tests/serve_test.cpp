@@ -155,8 +155,8 @@ TEST(ServeRequest, ParsesABodyWithoutASocket) {
   EXPECT_EQ(status_of(""), 400);
   EXPECT_EQ(status_of("{"), 400);
   EXPECT_EQ(status_of(R"({"prompt": "AB", "max_tokens": 33})"), 400);
-  EXPECT_EQ(status_of(R"({"prompt": [1, 2, 3]})", 3), 200);
-  EXPECT_EQ(status_of(R"({"prompt": [1, 2, 3, 4]})", 3), 400);
+  EXPECT_EQ(status_of(R"({"prompt": [1, 2]})", 3), 200);
+  EXPECT_EQ(status_of(R"({"prompt": [1, 2, 3]})", 3), 400);  // no room left to generate
   EXPECT_EQ(status_of(R"({"prompt": {"a": 1}})"), 400);
 }
 
@@ -599,21 +599,26 @@ TEST(Serve, EmptyBodyWrongMethodAndPromptOverTheContext) {
   EXPECT_NE(msg.find("2049 tokens"), std::string::npos) << msg;
   EXPECT_NE(msg.find("context of 2048 tokens"), std::string::npos) << msg;
   EXPECT_EQ(r["error"]["param"], "prompt");
-  // At the context it runs (the one token generated is never decoded).
-  json at = {{"prompt", std::vector<int>(2048, 5)}, {"max_tokens", 1}};
+  // A prompt of the whole context leaves no room (prompt + max_tokens <= context, as vLLM).
+  json whole = {{"prompt", std::vector<int>(2048, 5)}, {"max_tokens", 1}};
+  r = post(s, "/v1/completions", whole, &status);
+  EXPECT_EQ(status, 400) << r.dump();
+  EXPECT_EQ(r["error"]["param"], "prompt");
+  // Up to the context it runs: 2,047 + 1 = 2,048.
+  json at = {{"prompt", std::vector<int>(2047, 5)}, {"max_tokens", 1}};
   r = post(s, "/v1/completions", at, &status);
   EXPECT_EQ(status, 200) << r.dump();
   // Prompt + max_tokens past the context: 400 with the numbers (was 200 and 2,112 tokens).
-  json past = {{"prompt", std::vector<int>(2048, 5)}, {"max_tokens", 64}};
+  json past = {{"prompt", std::vector<int>(2047, 5)}, {"max_tokens", 64}};
   r = post(s, "/v1/completions", past, &status);
   EXPECT_EQ(status, 400) << r.dump();
   EXPECT_EQ(r["error"]["param"], "max_tokens");
   EXPECT_NE(r["error"]["message"].get<std::string>().find("at most 1"), std::string::npos) << r.dump();
-  // Without max_tokens the default shrinks to what is left: 2,040 prompt tokens, 9 generated at most.
+  // Without max_tokens the default shrinks to what is left: 2,040 prompt tokens, 8 generated at most.
   json fill = {{"prompt", std::vector<int>(2040, 5)}, {"ignore_eos", true}};
   r = post(s, "/v1/completions", fill, &status);
   EXPECT_EQ(status, 200) << r.dump();
-  EXPECT_EQ(r["usage"]["completion_tokens"], 9) << r.dump();
+  EXPECT_EQ(r["usage"]["completion_tokens"], 8) << r.dump();
 }
 
 TEST(Serve, ApiKeyAndQueueLimit) {

@@ -54,12 +54,15 @@ struct HfFamily {
   double rms_eps;        // rms_norm_eps
   int max_positions;     // max_position_embeddings
   int default_head_dim;  // head_dim when absent; 0: hidden_size / num_attention_heads
+  // The config switches sliding-window attention on with `use_sliding_window` (a `sliding_window`
+  // size alone is inert); otherwise a `sliding_window` size itself asks for it.
+  bool window_switch;
 };
 constexpr HfFamily kFamilies[] = {
-    {"llama", "LlamaForCausalLM", "llama", 1e-6, 2048, 0},
-    {"qwen2", "Qwen2ForCausalLM", "qwen2", 1e-6, 32768, 0},
-    {"qwen3", "Qwen3ForCausalLM", "qwen3", 1e-6, 32768, 128},
-    {"phi3", "Phi3ForCausalLM", "phi3", 1e-5, 4096, 0},
+    {"llama", "LlamaForCausalLM", "llama", 1e-6, 2048, 0, false},
+    {"qwen2", "Qwen2ForCausalLM", "qwen2", 1e-6, 32768, 0, true},
+    {"qwen3", "Qwen3ForCausalLM", "qwen3", 1e-6, 32768, 128, true},
+    {"phi3", "Phi3ForCausalLM", "phi3", 1e-5, 4096, 0, false},
 };
 
 // HF parameter suffix of a block tensor <-> GGUF suffix. `fused_only` / `split_only`: used when
@@ -447,7 +450,7 @@ void read_config(const Config& cfg, const HfFamily& fam, const ArchInfo& arch, c
         cfg.fail("layer_types", fmt::format("holds {}: only full_attention layers are implemented", t.dump()));
   }
   const json* sw = cfg.get("sliding_window");
-  if (fam.arch == std::string("qwen2") || fam.arch == std::string("qwen3")) {
+  if (fam.window_switch) {
     if (cfg.boolean("use_sliding_window", false))
       cfg.fail("use_sliding_window",
                fmt::format("= true (sliding_window = {}): sliding-window attention is not "

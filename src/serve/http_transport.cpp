@@ -144,6 +144,10 @@ struct HttpServer::Impl {
   std::atomic<bool> stopping{false};
   std::atomic<int64_t> open{0};
 
+  // start() and stop() run whole under this lock: a stop() from another thread while start() is
+  // still creating the worker threads (the daemon already answers) would otherwise return with
+  // threads not yet joined, and destroying them would terminate the process.
+  std::mutex lifecycle_mu;
   std::mutex state_mu;  // stopped, registry; taken before any PendingReply::mu
   std::condition_variable state_cv;
   bool started = false, stopped = false;
@@ -644,6 +648,7 @@ int HttpServer::bind(const std::string& host, int port) {
 
 void HttpServer::start() {
   Impl& s = *impl_;
+  std::lock_guard<std::mutex> lifecycle(s.lifecycle_mu);
   {
     std::lock_guard<std::mutex> lock(s.state_mu);
     if (s.started || s.stopped) return;
@@ -726,6 +731,7 @@ void HttpServer::wait() {
 
 void HttpServer::stop() {
   Impl& s = *impl_;
+  std::lock_guard<std::mutex> lifecycle(s.lifecycle_mu);
   {
     std::lock_guard<std::mutex> lock(s.state_mu);
     if (s.stopped) return;

@@ -183,13 +183,14 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
   // Positions past the model's context were never trained (RoPE); /v1/models reports the same
   // number as max_model_len. Eviction bounds the cache, not the prompt's positions.
   const int64_t context = context_length;
-  if (static_cast<int64_t>(g.prompt.size()) > context)
+  // As vLLM's max_model_len: prompt + generated tokens <= context (the CLI's -c rule too), so a
+  // prompt of the whole context leaves no room.
+  if (static_cast<int64_t>(g.prompt.size()) >= context)
     throw bad(prompt_param,
-              fmt::format("the prompt is {} tokens, more than the model's context of {} tokens "
-                          "(max_model_len); shorten it",
+              fmt::format("the prompt is {} tokens; the model's context of {} tokens (max_model_len) "
+                          "leaves no room to generate; shorten it",
                           g.prompt.size(), context));
-  // Tokens that fit: every generated token but the last is decoded at a position of its own.
-  const int64_t room = context - static_cast<int64_t>(g.prompt.size()) + 1;
+  const int64_t room = context - static_cast<int64_t>(g.prompt.size());
 
   const int64_t limit = opt.max_tokens_limit;
   const std::string mt_note = " (the upper limit is the server's --max-tokens)";
