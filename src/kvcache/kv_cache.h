@@ -178,6 +178,9 @@ class SequenceKv {
   /// Bytes allocated for this sequence's storage (keys, values, positions; a shared prompt and
   /// the lazily made float32 mirrors are not counted).
   int64_t allocated_bytes() const;
+  /// Bytes this cache would allocate alone: allocated_bytes() plus the shared prompt's bytes
+  /// (what a record of one sequence reports, whether or not it shared its prompt).
+  int64_t unshared_bytes() const { return allocated_bytes() + (shared_ ? shared_->bytes() : 0); }
 
  private:
   int64_t block(int layer, int kv_head) const { return (int64_t{layer} * shape_.n_kv_heads + kv_head) * capacity_; }
