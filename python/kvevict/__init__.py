@@ -9,6 +9,10 @@ with the same message, the field spelled as this package's keyword (``buffer``, 
 Units: token ids are ``int`` in ``[0, n_vocab)``; budgets and buffers count slots per
 (layer, KV head); times are milliseconds; KV bytes count K and V of every layer.
 
+Selectors can be written in Python (:class:`Selector`, :func:`selector`): they run under the
+engine's schedule like the built-in ones. ``Model.generate`` also returns per-step KV statistics
+and, on request, the keep log as NumPy arrays; :func:`evaluate` runs ``kvevict eval`` in memory.
+
 Errors: every bad input raises :class:`kvevict.Error` (a :class:`ValueError`) carrying the engine's
 one-line message (file, key, field, value, limit). Compute runs with the GIL released, so other
 Python threads keep running during ``generate`` and ``perplexity``.
@@ -23,12 +27,20 @@ Example::
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+import csv
+import io
+import json
+import traceback
+import warnings
+from typing import Callable, Optional, Sequence, Union
+
+import numpy as np
 
 from . import _kvevict
-from ._kvevict import Error, Generation, ParamSpec, Perplexity, PolicyInfo
+from ._kvevict import Candidates, Error, Generation, ParamSpec, Perplexity, PolicyInfo
 
-__all__ = ["Model", "Generation", "Perplexity", "PolicyInfo", "ParamSpec", "Error", "policies"]
+__all__ = ["Model", "Generation", "Perplexity", "PolicyInfo", "ParamSpec", "Error", "policies", "Selector",
+           "selector", "Candidates", "evaluate", "EvalResult"]
 __version__ = "0.1.0"
 
 Prompt = Union[str, Sequence[int]]
@@ -44,6 +56,139 @@ def policies() -> list:
     ``allowed``), to pass as ``params=["NAME=VALUE"]``.
     """
     return _kvevict.policies()
+
+
+_NEEDS = ("queries", "queries_pre", "attention")
+
+
+class Selector:
+    """An eviction selector written in Python: subclass it and define :meth:`score`.
+
+    At each eviction round the engine calls ``score(c)`` once per (layer, KV head), layer-major,
+    with the :class:`Candidates` ``c`` of that head: every live slot but the recent buffer,
+    oldest first. Everything else is the engine's shared schedule (docs/eviction-spec.md §2),
+    exactly as for the built-in selectors: when a round runs (every ``buffer`` decode steps once
+    ``budget + buffer`` slots are live), the pins (``sinks`` first positions; the prompt when
+    ``protect_prompt``), keeping the top ``K_sel = budget - buffer`` with ties going to the older
+    slot, compaction, the recent buffer, the per-(sequence, round, layer, KV head) seed
+    (``c.stream``). Pass an instance as ``policy=`` to :meth:`Model.generate` or
+    :meth:`Model.perplexity`.
+
+    Class attributes: ``name`` (results carry it; not a built-in policy's name), ``needs``
+    (any of ``"queries"``: the layer's last ``window`` post-RoPE queries; ``"queries_pre"``: the
+    same un-rotated to pre-RoPE; ``"attention"``: the attention each slot has accumulated since
+    it entered the cache, H2O's score), ``window`` (queries held, default 64),
+    ``protect_prompt`` (default False) and ``sinks`` (default 0), the policy's defaults that the
+    ``protect_prompt=`` / ``sinks=`` keywords override.
+
+    ``score(c)`` returns either scores, a float array of ``c.n_candidates`` (higher = kept; NaN
+    is refused), or the indices of the candidates to keep, an integer array of at most
+    ``c.k_sel`` distinct values in ``[0, c.n_candidates)`` (they score 1, the others 0, so any
+    room left goes to the oldest others). Anything else raises :class:`Error` naming the
+    selector, layer and KV head; an exception raised by ``score`` reaches the caller of
+    ``generate`` unchanged. The arrays of ``c`` are views of the engine's memory valid only
+    during the call: keeping ``c`` or a view past it is an :class:`Error` (copy with
+    ``numpy.array``).
+    """
+
+    name = "python"
+    needs: Sequence[str] = ()
+    window = 64
+    protect_prompt = False
+    sinks = 0
+
+    def score(self, c: Candidates):
+        raise NotImplementedError("a kvevict.Selector defines score(self, c)")
+
+    def _policy(self):
+        bad = [n for n in self.needs if n not in _NEEDS]
+        if bad:
+            raise Error(f"selector '{self.name}' needs {bad[0]!r}: must be one of {', '.join(_NEEDS)}")
+        return _kvevict._python_policy(str(self.name), _adapter(self), "queries" in self.needs,
+                                       "queries_pre" in self.needs, "attention" in self.needs, int(self.window),
+                                       bool(self.protect_prompt), int(self.sinks))
+
+    def __repr__(self) -> str:
+        return f"kvevict.Selector(name={self.name!r}, needs={tuple(self.needs)!r})"
+
+
+def selector(fn: Optional[Callable] = None, *, name: Optional[str] = None, needs: Sequence[str] = (),
+             window: int = 64, protect_prompt: bool = False, sinks: int = 0):
+    """A :class:`Selector` whose ``score(c)`` is ``fn(c)``; usable as ``@kvevict.selector`` or
+    ``@kvevict.selector(needs=["attention"])``. ``name`` defaults to the function's name (with
+    ``_`` as ``-``); the other keywords are :class:`Selector`'s class attributes."""
+
+    def make(f):
+        s = Selector()
+        s.score = f
+        s.name = name or f.__name__.replace("_", "-")
+        s.needs = tuple(needs)
+        s.window, s.protect_prompt, s.sinks = window, protect_prompt, sinks
+        return s
+
+    return make(fn) if fn is not None else make
+
+
+def _adapter(sel: Selector):
+    """What the engine calls per (layer, KV head): ``sel.score(c)``, its result checked and turned
+    into float32 scores [n_candidates]."""
+    score, name = sel.score, sel.name
+
+    def call(c):
+        try:
+            r = score(c)
+        except BaseException as e:
+            del c  # a traceback kept by the caller must not hold views of the cache
+            traceback.clear_frames(e.__traceback__)
+            raise
+        where = f"selector '{name}' (layer {c.layer}, KV head {c.kv_head})"
+        a = np.asarray(r)
+        del r
+        n = c.n_candidates
+        if a.ndim != 1:
+            raise Error(f"{where}: returned an array of shape {a.shape}; expected {n} scores or at most "
+                        f"{c.k_sel} indices")
+        if a.dtype.kind == "f":
+            if a.shape[0] != n:
+                raise Error(f"{where}: returned {a.shape[0]} scores for {n} candidates")
+            nan = np.flatnonzero(np.isnan(a))
+            if nan.size:
+                raise Error(f"{where}: score {int(nan[0])} is NaN")
+            return np.ascontiguousarray(a, dtype=np.float32)
+        if a.dtype.kind in "iu":
+            if a.shape[0] > c.k_sel:
+                raise Error(f"{where}: returned {a.shape[0]} indices; the round keeps K_sel = {c.k_sel}")
+            out = (a < 0) | (a >= n)
+            if out.any():
+                raise Error(f"{where}: index {int(a[out][0])} outside [0, {n})")
+            if np.unique(a).shape[0] != a.shape[0]:
+                raise Error(f"{where}: an index appears twice")
+            s = np.zeros(n, dtype=np.float32)
+            s[a] = 1.0
+            return s
+        raise Error(f"{where}: returned dtype {a.dtype}; expected float scores or integer indices")
+
+    return call
+
+
+def _policy_args(policy, budget, buffer, sinks, seed):
+    """(policy name, PythonPolicy or None, budget, buffer) with the package's defaults; warns as
+    the CLI does when a policy that keeps every token is given a schedule."""
+    if seed < 0:
+        raise Error(f"seed {seed}: must be in [0, 2^64)")
+    custom = None
+    if isinstance(policy, Selector):
+        custom, policy = policy._policy(), policy.name
+    elif not isinstance(policy, str):
+        raise Error(f"policy {policy!r}: must be a policy name or a kvevict.Selector")
+    else:
+        base = policy[:-7] if policy.endswith("+prompt") else policy
+        info = next((p for p in _kvevict.policies() if p.name == base), None)
+        if info is not None and not info.evicts:
+            given = [f"{k}={v}" for k, v in (("budget", budget), ("buffer", buffer), ("sinks", sinks)) if v is not None]
+            if given:
+                warnings.warn(f"policy '{policy}' keeps every token: {', '.join(given)} unused", stacklevel=3)
+    return policy, custom, 1024 if budget is None else budget, 64 if buffer is None else buffer
 
 
 def _prompt(prompt: Prompt):
@@ -107,11 +252,12 @@ class Model:
         """
         return self._m.chat_prompt(list(messages), add_generation_prompt, enable_thinking, template)
 
-    def generate(self, prompt: Prompt, *, policy: str = "random", budget: int = 1024, buffer: int = 64,
-                 sinks: Optional[int] = None, protect_prompt: Optional[bool] = None,
+    def generate(self, prompt: Prompt, *, policy: Union[str, Selector] = "random", budget: Optional[int] = None,
+                 buffer: Optional[int] = None, sinks: Optional[int] = None, protect_prompt: Optional[bool] = None,
                  params: Sequence[str] = (), max_tokens: int = 256, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int = 0, ignore_eos: bool = False,
-                 stop: Sequence[str] = (), special: bool = False, kv_type: str = "f32", threads: int = 0) -> Generation:
+                 stop: Sequence[str] = (), special: bool = False, kv_type: str = "f32", threads: int = 0,
+                 keep_log: bool = False) -> Generation:
         """Generates up to ``max_tokens`` tokens after ``prompt`` with ``policy`` evicting the KV cache.
 
         ``prompt``: text (tokenized as ``kvevict generate -p``: BOS as the model says) or a list of
@@ -120,9 +266,11 @@ class Model:
         with it (as ``kvevict generate --chat``).
 
         Policy and schedule (docs/eviction-spec.md §2, §3): ``policy`` is a name from
-        :func:`policies` (``"full"`` never evicts; budget and buffer then do not apply), with
-        ``"+prompt"`` to pin the prompt. ``budget`` is B, the slots per (layer, KV head) kept
-        after an eviction round; ``buffer`` is r, the newest slots never evicted; a round runs
+        :func:`policies` (``"full"`` never evicts; budget, buffer and sinks then do not apply and
+        giving one warns, as the CLI does), with ``"+prompt"`` to pin the prompt, or a
+        :class:`Selector` written in Python. ``budget`` is B (default 1024), the slots per (layer,
+        KV head) kept after an eviction round; ``buffer`` is r (default 64), the newest slots
+        never evicted; a round runs
         when B + r slots are live, so a head holds at most B + r slots. ``sinks``: pinned first
         positions (None: the policy's default). ``protect_prompt``: override the policy's prompt
         pinning. ``params``: selector parameters ``"[POLICY:]NAME=VALUE"``.
@@ -138,15 +286,22 @@ class Model:
         Returns a :class:`Generation`: ``text`` (the generated text alone), ``tokens``,
         ``prompt_tokens``, ``finish_reason`` (``"stop"`` / ``"length"``), ``eviction_rounds``,
         ``peak_slots``, ``kv_bytes``, ``prefill_ms``, ``decode_ms``, ``decode_steps``,
-        ``score_ms``, ``compact_ms``, ``policy``. Raises :class:`Error` with the engine's message
-        for an unknown policy, a budget or buffer out of range, a bad sampler setting, an empty
-        prompt or a token id out of range.
+        ``score_ms``, ``compact_ms``, ``policy``; ``steps``, per decode step a dict of NumPy arrays
+        (``live_slots``, ``eviction_rounds``, ``decode_ms``, ``round_ms``); and with
+        ``keep_log=True`` ``keep_log``, a dict with ``positions`` [rounds, n_layers, n_kv_heads,
+        budget] (int32: the positions each (layer, KV head) holds right after each round),
+        ``step`` and ``n_seen`` [rounds]. Raises :class:`Error` with the engine's message
+        for an unknown policy, a budget or buffer out of range, a bad sampler setting, a negative
+        seed, an empty prompt or a token id out of range; an exception raised by a Python
+        selector propagates unchanged.
         """
-        return self._m.generate(_prompt(prompt), policy, budget, buffer, sinks, protect_prompt, list(params),
+        policy, custom, budget, buffer = _policy_args(policy, budget, buffer, sinks, seed)
+        return self._m.generate(_prompt(prompt), policy, custom, budget, buffer, sinks, protect_prompt, list(params),
                                 max_tokens, temperature, top_p, top_k, seed, ignore_eos, list(stop), special, kv_type,
-                                threads)
+                                threads, keep_log)
 
-    def perplexity(self, text: Prompt, *, policy: str = "random", budget: int = 1024, buffer: int = 64,
+    def perplexity(self, text: Prompt, *, policy: Union[str, Selector] = "random", budget: Optional[int] = None,
+                   buffer: Optional[int] = None,
                    sinks: Optional[int] = None, protect_prompt: Optional[bool] = None,
                    params: Sequence[str] = (), seed: int = 0, threads: int = 0) -> Perplexity:
         """Token-by-token perplexity of ``text`` with ``policy`` evicting throughout.
@@ -154,11 +309,80 @@ class Model:
         As ``kvevict perplexity -f FILE`` without ``-c`` (StreamingLLM, arXiv 2309.17453 §4.1):
         the text is tokenized with the model's BOS (or ``text`` is a list of token ids taken as
         given); token 0 is the prompt, tokens 1..N-1 are decoded one at a time, each scored
-        before it is appended. Policy keywords as in :meth:`generate`.
+        before it is appended. Policy keywords as in :meth:`generate` (a :class:`Selector` too).
 
         Returns a :class:`Perplexity`: ``ppl`` = exp(mean ``nll``), ``nll`` (nats, N - 1 values),
         ``eviction_rounds``, ``peak_slots``, ``kv_bytes`` and timings. Raises :class:`Error` for
         fewer than 2 tokens and for the policy errors of :meth:`generate`.
         """
-        return self._m.perplexity(_prompt(text), policy, budget, buffer, sinks, protect_prompt, list(params), seed,
-                                  threads)
+        policy, custom, budget, buffer = _policy_args(policy, budget, buffer, sinks, seed)
+        return self._m.perplexity(_prompt(text), policy, custom, budget, buffer, sinks, protect_prompt, list(params),
+                                  seed, threads)
+
+
+class EvalResult:
+    """What :func:`evaluate` returns: the rollouts and the report of ``kvevict eval``.
+
+    ``summary``: one dict per (policy, budget) cell, the columns of the CLI's ``summary.csv``
+    (numbers as int / float, empty fields as None): ``pandas.DataFrame(result.summary)``.
+    ``rollouts``: one dict per rollout, the fields of the CLI's ``rollouts.jsonl`` (text
+    included). ``markdown``: the table the CLI prints. ``report``: ``summary.json`` as a dict.
+    """
+
+    def __init__(self, out):
+        self.rollouts = [json.loads(line) for line in out.rollouts]
+        self.summary = [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(out.csv))]
+        self.markdown = out.markdown
+        self.report = json.loads(out.json)
+
+    def __repr__(self) -> str:
+        return f"kvevict.EvalResult({len(self.summary)} cells, {len(self.rollouts)} rollouts)"
+
+
+def _number(text: str):
+    if text == "":
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def evaluate(model: Model, tasks: str, policies: Sequence[Union[str, Selector]] = ("full", "random"),
+             budgets: Sequence[int] = (256,), *, buffer: int = 64, sinks: Optional[int] = None,
+             protect_prompt: Optional[bool] = None, params: Sequence[str] = (), seed: int = 0,
+             reference: str = "full", rollouts: int = 2, temperature: float = 0.6, top_p: float = 0.95,
+             top_k: int = 0, max_length: int = 32768, max_new_tokens: int = 0, template: str = "auto",
+             math_suffix: Optional[bool] = None, limit: int = 0, bootstrap: int = 10000,
+             threads: int = 0) -> EvalResult:
+    """Accuracy of ``policies`` x ``budgets`` on the task file ``tasks``, as ``kvevict eval``.
+
+    The same grid (a policy that does not evict runs once, every other once per budget), prompts
+    (``template``: ``"auto"``, ``"plain"`` or ``"chat"``; ``math_suffix`` defaults to on except for
+    kvevict-format files), sampling (``temperature``, ``top_p``, ``top_k``, ``seed``), length caps
+    (``max_length`` counts the prompt; ``max_new_tokens`` 0 = none), ``rollouts`` per problem and
+    report (paired bootstrap CI and sign test against ``reference``, ``bootstrap`` resamples) as
+    the CLI with the same flags (docs/eviction-spec.md §4), in memory: nothing is written, nothing
+    resumed, no shards. ``policies`` may hold :class:`Selector` objects (named by their ``name``);
+    ``buffer``, ``sinks``, ``protect_prompt``, ``params`` and ``limit`` (first N problems) are the
+    CLI's ``-r``, ``--sinks``, ``--protect-prompt``, ``--param`` and ``--limit``.
+
+    Returns an :class:`EvalResult` (``summary``, ``rollouts``, ``markdown``, ``report``). Raises
+    :class:`Error` with the engine's message for a bad task file, policy, budget or setting.
+    """
+    if seed < 0:
+        raise Error(f"seed {seed}: must be in [0, 2^64)")
+    grid = []
+    for p in policies:
+        if isinstance(p, Selector):
+            grid.append(_kvevict._GridPolicy(p.name, p._policy()))
+        elif isinstance(p, str):
+            grid.append(_kvevict._GridPolicy(p, None))
+        else:
+            raise Error(f"policies: {p!r} is neither a policy name nor a kvevict.Selector")
+    return EvalResult(_kvevict._evaluate(model._m, str(tasks), grid, [int(b) for b in budgets], buffer, sinks,
+                                         protect_prompt, list(params), seed, reference, rollouts, temperature, top_p,
+                                         top_k, max_length, max_new_tokens, template, math_suffix, limit, bootstrap,
+                                         threads))

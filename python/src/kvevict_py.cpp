@@ -4,13 +4,18 @@
 // messages, with the field a FieldError names spelled as this package's keyword (`buffer`,
 // `top_p`, ...). Compute runs with the GIL released.
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
 #include <fmt/format.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -24,6 +29,12 @@
 #include "engine/policy_settings.h"
 #include "engine/sampler.h"
 #include "eval/perplexity.h"
+#include "eval/prompt.h"
+#include "eval/results.h"
+#include "eval/runner.h"
+#include "eval/summary.h"
+#include "eval/task_file.h"
+#include "eviction/external.h"
 #include "eviction/registry.h"
 #include "kvcache/kv_cache.h"
 #include "model/chat_template.h"
@@ -65,6 +76,7 @@ struct PolicyKwargs {
   std::optional<bool> protect_prompt;
   uint64_t seed = 0;
   std::vector<std::string> params;
+  const PolicyInfo* custom = nullptr;  ///< a Python selector's policy (PyPolicy), or null
 };
 
 /// The one settings builder, fed from keyword arguments.
@@ -77,7 +89,103 @@ CheckedPolicy checked_policy(const PolicyKwargs& k) {
   s.protect_prompt = k.protect_prompt;
   s.seed = k.seed;
   s.params = k.params;
+  s.custom = k.custom;
   return build_policy_config(s);
+}
+
+
+/// What a Python selector's `score(c)` receives for one (layer, KV head) of a round: the round's
+/// numbers and, on first access, read-only NumPy views of the candidates (no copy). The views
+/// are valid only during the call: PySelector checks afterwards that nothing kept them.
+struct Candidates {
+  const RoundInput* in = nullptr;
+  const HeadCandidates* c = nullptr;
+  bool valid = true;
+  const HeadCandidates& head() const {
+    if (!valid)
+      throw Error("selector candidates: used after the selector's call returned (copy what you keep: numpy.array(x))");
+    return *c;
+  }
+};
+
+template <class T, size_t N>
+nb::ndarray<nb::numpy, const T> view(const Candidates& self, const T* data, const std::array<size_t, N>& shape,
+                                     const char* what) {
+  if (!data) throw Error(fmt::format("selector candidates: '{}' was not asked for (add it to the selector's needs)", what));
+  return nb::ndarray<nb::numpy, const T>(data, N, shape.data(), nb::find(&self));
+}
+
+/// A policy whose selector is Python code: the registry entry (PolicyInfo) the settings builder
+/// runs like a built-in one, and the adapter it calls (kvevict._selector_adapter: validation and
+/// conversion of the returned scores or indices).
+struct PyPolicy {
+  PolicyInfo info;
+  nb::object adapter;
+  ExternalNeeds needs;
+};
+
+/// A Python selector as the eviction layer sees it (eviction/external.h). score_round takes the
+/// GIL once per round and calls the adapter for each (layer, KV head), layer-major, on the thread
+/// that runs the round, so a selector's calls come in a fixed order whatever the thread count.
+class PySelector final : public ExternalSelector {
+ public:
+  PySelector(nb::object adapter, ExternalNeeds needs, std::string name)
+      : ExternalSelector(needs), adapter_(std::move(adapter)), name_(std::move(name)) {}
+  ~PySelector() override {
+    nb::gil_scoped_acquire gil;
+    adapter_.reset();
+  }
+  void score_round(const RoundInput& in, std::span<const HeadCandidates> heads, std::span<float> scores) const override {
+    nb::gil_scoped_acquire gil;
+    const auto n = static_cast<size_t>(in.n_candidates);
+    for (size_t i = 0; i < heads.size(); ++i) {
+      auto* cand = new Candidates{&in, &heads[i], true};
+      nb::object obj = nb::cast(cand, nb::rv_policy::take_ownership);
+      struct Invalidate {
+        Candidates* c;
+        ~Invalidate() { c->valid = false; }
+      } invalidate{cand};
+      {
+        nb::object r = adapter_(obj);
+        const auto a = nb::cast<nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(r);
+        if (a.shape(0) != n)
+          throw Error(fmt::format("selector '{}': {} scores for {} candidates", name_, a.shape(0), n));
+        std::copy(a.data(), a.data() + n, scores.begin() + static_cast<std::ptrdiff_t>(i * n));
+      }
+      if (Py_REFCNT(obj.ptr()) != 1)
+        throw Error(fmt::format("selector '{}' (layer {}, KV head {}): kept its candidates or a view of them past the "
+                                "call; they point into the cache the round is about to compact (copy what you keep: "
+                                "numpy.array(x))",
+                                name_, heads[i].layer, heads[i].kv_head));
+    }
+  }
+
+ private:
+  nb::object adapter_;
+  std::string name_;
+};
+
+PyPolicy* make_py_policy(const std::string& name, nb::object adapter, bool queries, bool queries_pre, bool attention,
+                         int window, bool protect_prompt, int sinks) {
+  if (name.empty()) throw Error("selector name: must not be empty");
+  for (const PolicyInfo* p : all_policies())
+    if (p->name == name)
+      throw Error(fmt::format("selector name '{}': a built-in policy has it; choose another", name));
+  if (sinks < 0) throw Error(fmt::format("selector sinks {}: must be >= 0", sinks));
+  if (window < 1) throw Error(fmt::format("selector window {}: must be >= 1", window));
+  auto* p = new PyPolicy;
+  p->adapter = std::move(adapter);
+  p->needs = ExternalNeeds{queries, queries_pre, attention, window};
+  p->info.name = name;
+  p->info.summary = "A selector written in Python.";
+  p->info.source = "kvevict.Selector (docs/python.md)";
+  p->info.protect_prompt = protect_prompt;
+  p->info.sinks = sinks;
+  p->info.make = [p](const SelectorParams&) -> std::unique_ptr<Selector> {
+    nb::gil_scoped_acquire gil;
+    return std::make_unique<PySelector>(p->adapter, p->needs, p->info.name);
+  };
+  return p;
 }
 
 /// What generate() returns.
@@ -89,6 +197,19 @@ struct Generation {
   std::string policy;
   SequenceStats stats;
   int64_t kv_bytes = 0;  ///< bytes allocated for the KV cache
+  // Per decode step (index t = the step that appended generated token t): recorded after the step
+  // and any eviction round it triggered.
+  std::vector<int64_t> step_slots;      ///< live slots per (layer, KV head)
+  std::vector<int64_t> step_rounds;     ///< eviction rounds run so far
+  std::vector<double> step_decode_ms;   ///< this step's forward pass, ms
+  std::vector<double> step_round_ms;    ///< this step's eviction round (scoring + compaction), ms; 0 without one
+  // Keep log (keep_log=True): after each round, the positions every (layer, KV head) holds.
+  bool keep_requested = false;
+  int n_layers = 0, n_kv_heads = 0;
+  int64_t keep_width = 0;               ///< B: slots after a round
+  std::vector<int32_t> keep_positions;  ///< [rounds][n_layers][n_kv_heads][B]
+  std::vector<int64_t> keep_steps;      ///< [rounds] decode step after which the round ran
+  std::vector<int64_t> keep_n_seen;     ///< [rounds] tokens processed when it ran
 };
 
 /// What perplexity() returns.
@@ -153,7 +274,7 @@ class PyModel {
 
   // The engine's one generation loop (engine/generation.h), as `kvevict generate` runs it.
   Generation generate(const Prompt& prompt, const PolicyKwargs& pk, const GenerationConfig& gc, bool special,
-                      const std::string& kv_type, int threads) const {
+                      const std::string& kv_type, int threads, bool keep_log) const {
     const CheckedPolicy kv = checked_policy(pk);
     validate_generation(gc, tok().n_vocab());
     if (threads < 0) throw Error(fmt::format("threads {}: must be >= 0 (0 = all cores)", threads));
@@ -161,12 +282,37 @@ class PyModel {
     const std::vector<int32_t> ids = prompt_ids(prompt, special);
     Generation g;
     g.prompt_tokens = ids;
+    g.keep_requested = keep_log;
+    g.n_layers = model_->config().n_layers;
+    g.n_kv_heads = model_->config().n_kv_heads;
+    g.keep_width = kv.policy().evicts ? kv.eviction().budget : 0;
     g.policy = kv.policy().name;
     nb::gil_scoped_release release;
     Engine engine(*model_, threads, kt);
     check_kv_type(engine.kv_type(), kv);
     if (kv.policy().selector) (void)kv.policy().selector->make_state(engine.kv_shape());
-    GenerationOutput out = kvevict::generate(engine, kv, GenerationInput{0, ids}, gc);
+    GenerationCallbacks cb;
+    SequenceStats last;
+    cb.on_decode = [&](size_t, const Sequence& seq) {
+      const SequenceStats& st = seq.stats;
+      g.step_slots.push_back(seq.kv.length(0));
+      g.step_rounds.push_back(st.rounds);
+      g.step_decode_ms.push_back(st.decode_ms - last.decode_ms);
+      g.step_round_ms.push_back(st.score_ms + st.compact_ms - last.score_ms - last.compact_ms);
+      if (keep_log && st.rounds > last.rounds) {
+        const KvShape& shape = seq.kv.shape();
+        g.keep_width = seq.kv.length(0);
+        for (int l = 0; l < shape.n_layers; ++l)
+          for (int h = 0; h < shape.n_kv_heads; ++h) {
+            const int32_t* pos = seq.kv.positions(l, h);
+            g.keep_positions.insert(g.keep_positions.end(), pos, pos + seq.kv.length(l));
+          }
+        g.keep_steps.push_back(static_cast<int64_t>(g.step_slots.size()) - 1);
+        g.keep_n_seen.push_back(seq.n_seen);
+      }
+      last = st;
+    };
+    GenerationOutput out = kvevict::generate(engine, kv, GenerationInput{0, ids}, gc, cb);
     g.text = std::move(out.result.text);
     g.tokens = std::move(out.result.tokens);
     g.finish_reason = finish_reason(out.result.stop);
@@ -201,6 +347,132 @@ class PyModel {
   std::unique_ptr<Model> model_;
 };
 
+/// One (policy, budget) column of an evaluate() grid as Python gives it: a policy name, or a
+/// Python selector's policy.
+struct GridPolicy {
+  std::string name;
+  const PyPolicy* custom = nullptr;
+};
+
+/// What evaluate() returns before Python shapes it: the rollouts and the report, as the CLI's
+/// rollouts.jsonl lines and summary.{csv,md,json}.
+struct EvalOutput {
+  std::vector<std::string> rollouts;  ///< RolloutRecord::to_json().dump() per rollout, in grid order
+  std::string csv, markdown, json;
+};
+
+/// `kvevict eval` in memory (cli/eval.cpp's run without the output directory, progress bar and
+/// shards): the same grid of cells (a policy that does not evict runs once), prompts
+/// (eval/prompt.h), rollouts (eval/runner.h run_grid) and report (eval/summary.h), so the same
+/// settings give the CLI's rollouts and summary.csv.
+EvalOutput evaluate(const PyModel& pm, const std::string& tasks_path, const std::vector<GridPolicy>& policies,
+                    const std::vector<int64_t>& budgets, const PolicyKwargs& shared, const std::string& reference,
+                    int rollouts, float temperature, float top_p, int top_k, int64_t max_length, int64_t max_new_tokens,
+                    const std::string& tmpl, std::optional<bool> math_suffix, int64_t limit, int bootstrap,
+                    int threads) {
+  SamplerConfig sampler{temperature, top_p, top_k, shared.seed};
+  validate_sampler(sampler);
+  if (rollouts < 1 || rollouts > limits::kRollouts)
+    throw Error(fmt::format("rollouts {}: must be in [1, {}]", rollouts, limits::kRollouts));
+  if (max_length < 2) throw Error(fmt::format("max_length {}: must be >= 2", max_length));
+  if (max_new_tokens < 0) throw Error(fmt::format("max_new_tokens {}: must be >= 0", max_new_tokens));
+  if (limit < 0) throw Error(fmt::format("limit {}: must be >= 0", limit));
+  if (bootstrap < 100) throw Error(fmt::format("bootstrap {}: use at least 100 resamples", bootstrap));
+  if (threads < 0) throw Error(fmt::format("threads {}: must be >= 0 (0 = all cores)", threads));
+  if (policies.empty()) throw Error("policies: must name at least one policy");
+  std::vector<std::string> names;
+  for (const GridPolicy& g : policies) {
+    if (std::find(names.begin(), names.end(), g.name) != names.end())
+      throw Error(fmt::format("policies: '{}' is given twice", g.name));
+    names.push_back(g.name);
+  }
+  if (std::find(names.begin(), names.end(), reference) == names.end())
+    throw Error(fmt::format("reference '{}' is not among the policies", reference));
+  std::vector<std::string> builtin;
+  for (const GridPolicy& g : policies)
+    if (!g.custom) builtin.push_back(g.name);
+  if (!shared.params.empty()) check_param_items(shared.params, builtin);
+  for (int64_t b : budgets)
+    if (b < 1) throw Error(fmt::format("budgets: {} is not a positive integer", b));
+  std::vector<EvalCell> cells;
+  for (const GridPolicy& g : policies) {
+    PolicySettings ps;
+    ps.policy = g.name;
+    ps.recent = shared.buffer;
+    ps.sinks = shared.sinks;
+    ps.protect_prompt = shared.protect_prompt;
+    ps.seed = shared.seed;
+    ps.params = g.custom ? std::vector<std::string>{} : shared.params;
+    ps.custom = g.custom ? &g.custom->info : nullptr;
+    const Policy policy = build_policy(ps, g.name, /*check_params=*/false);
+    if (!policy.evicts) {
+      cells.push_back(EvalCell{{g.name, 0}, build_schedule(ps, policy)});
+      continue;
+    }
+    if (budgets.empty()) throw Error(fmt::format("policy '{}' evicts and needs budgets=[B1, B2, ...]", g.name));
+    for (int64_t b : budgets) {
+      ps.budget = b;
+      cells.push_back(EvalCell{{g.name, b}, build_schedule(ps, policy)});
+    }
+  }
+  TaskReadOptions ro;
+  ro.limit = limit;
+  ro.max_bytes = limits::kFileBytes;
+  ro.option = "tasks";
+  const EvalTaskFile tf = read_tasks(tasks_path, ro);
+  PromptOptions po;
+  po.choice = parse_template_choice(tmpl);
+  po.math_suffix = math_suffix.value_or(tf.format != TaskFormat::Kvevict);
+  const PromptBuilder prompts(pm.model(), po);
+
+  EvalSettings st;
+  st.model_file = std::filesystem::path(pm.model().path()).filename().string();
+  st.tasks_file = std::filesystem::path(tasks_path).filename().string();
+  st.tasks_format = task_format_name(tf.format);
+  st.n_tasks = static_cast<int64_t>(tf.tasks.size());
+  st.tasks_digest = tasks_digest(tf.tasks);
+  for (const EvalCell& c : cells) st.cells.push_back(c.spec);
+  st.reference = reference;
+  st.rollouts = rollouts;
+  st.temperature = temperature;
+  st.top_p = top_p;
+  st.top_k = top_k;
+  st.max_length = max_length;
+  st.max_new_tokens = max_new_tokens;
+  st.seed = shared.seed;
+  st.prompt_template = prompts.template_name();
+  st.math_suffix = po.math_suffix;
+  st.bootstrap_resamples = bootstrap;
+
+  RolloutOptions opts;
+  opts.rollouts = rollouts;
+  opts.sampler = sampler;
+  opts.max_length = max_length;
+  opts.max_new_tokens = max_new_tokens;
+  std::vector<std::vector<int32_t>> prompt_ids;
+  for (const EvalTask& t : tf.tasks) prompt_ids.push_back(prompts.tokens(t.problem));
+
+  EvalOutput out;
+  std::vector<RolloutRecord> records;
+  {
+    nb::gil_scoped_release release;
+    Engine engine(pm.model(), threads);
+    for (const EvalCell& c : cells)
+      if (c.kv.policy().selector) (void)c.kv.policy().selector->make_state(engine.kv_shape());
+    run_grid(
+        engine, tf.tasks, prompt_ids, cells, opts, [](const std::string&) { return false; },
+        [&](RolloutRecord&& rec) {
+          out.rollouts.push_back(rec.to_json().dump());
+          records.push_back(std::move(rec));
+        });
+  }
+  const EvalSummary summary = summarize(st, records);
+  out.csv = summary_csv(summary);
+  out.markdown = summary_markdown(summary);
+  out.json = summary_json(summary).dump();
+  return out;
+}
+
 template <class T>
 void bind_stats(nb::class_<T>& c) {
   c.def_prop_ro("eviction_rounds", [](const T& r) { return r.stats.rounds; }, "Eviction rounds run.")
@@ -221,6 +493,14 @@ void bind_stats(nb::class_<T>& c) {
 }
 
 std::string param_default(const ParamSpec& p) { return p.fallback; }
+
+/// A NumPy array owning a copy of `v`, shaped `shape` (product = v.size()).
+template <class T>
+nb::ndarray<nb::numpy, T> owned(const std::vector<T>& v, std::vector<size_t> shape) {
+  auto* copy = new std::vector<T>(v);
+  nb::capsule owner(copy, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::ndarray<nb::numpy, T>(copy->data(), shape.size(), shape.data(), owner);
+}
 
 }  // namespace
 }  // namespace kvevict::py
@@ -277,6 +557,94 @@ NB_MODULE(_kvevict, m) {
       },
       "The registered eviction policies, in registry order (list of PolicyInfo).");
 
+  nb::class_<Candidates>(m, "Candidates",
+                         "The candidate slots of one (layer, KV head) at an eviction round, as a Python selector's "
+                         "score(c) receives them (docs/eviction-spec.md §2). Arrays are read-only NumPy views into "
+                         "the engine's memory, valid only during the call: copy what you keep (numpy.array(x)).")
+      .def_prop_ro("layer", [](const Candidates& c) { return c.head().layer; }, "Layer index.")
+      .def_prop_ro("kv_head", [](const Candidates& c) { return c.head().kv_head; }, "KV head index.")
+      .def_prop_ro("n_candidates", [](const Candidates& c) { return c.head().n_candidates; },
+                   "Candidates: every live slot but the recent buffer, oldest first.")
+      .def_prop_ro("head_dim", [](const Candidates& c) { return c.head().head_dim; })
+      .def_prop_ro("group_size", [](const Candidates& c) { return c.head().group_size; },
+                   "Query heads of this KV head's GQA group (0 when no queries were asked for).")
+      .def_prop_ro("round", [](const Candidates& c) { (void)c.head(); return c.in->round; },
+                   "0-based eviction round of the sequence.")
+      .def_prop_ro("n_seen", [](const Candidates& c) { (void)c.head(); return c.in->n_seen; },
+                   "Tokens processed so far (logical position of the next token).")
+      .def_prop_ro("prompt_len", [](const Candidates& c) { (void)c.head(); return c.in->prompt_len; })
+      .def_prop_ro("budget", [](const Candidates& c) { (void)c.head(); return c.in->budget; },
+                   "B: slots per (layer, KV head) after the round.")
+      .def_prop_ro("buffer", [](const Candidates& c) { (void)c.head(); return c.in->recent; },
+                   "r: the recent buffer (never a candidate).")
+      .def_prop_ro("k_sel", [](const Candidates& c) { (void)c.head(); return c.in->k_sel(); },
+                   "K_sel = B - r: candidates the round keeps, pinned ones included.")
+      .def_prop_ro("n_pinned", [](const Candidates& c) { (void)c.head(); return c.in->n_pinned; },
+                   "Positions [0, n_pinned) are kept whatever the score (prompt pin, sinks).")
+      .def_prop_ro("seed", [](const Candidates& c) { (void)c.head(); return c.in->seed; }, "The run's base seed.")
+      .def_prop_ro("stream", [](const Candidates& c) { return c.head().stream; },
+                   "A seed for this (sequence, round, layer, KV head) derived from the run's seed: "
+                   "numpy.random.default_rng(c.stream) makes a seeded choice reproducible.")
+      .def_prop_ro("keys", [](const Candidates& c) {
+            const HeadCandidates& h = c.head();
+            return view<float, 2>(c, h.keys, {static_cast<size_t>(h.n_candidates), static_cast<size_t>(h.head_dim)}, "keys");
+          }, "[n_candidates, head_dim] float32 post-RoPE keys.")
+      .def_prop_ro("values", [](const Candidates& c) {
+            const HeadCandidates& h = c.head();
+            return view<float, 2>(c, h.values, {static_cast<size_t>(h.n_candidates), static_cast<size_t>(h.head_dim)}, "values");
+          }, "[n_candidates, head_dim] float32 values.")
+      .def_prop_ro("positions", [](const Candidates& c) {
+            const HeadCandidates& h = c.head();
+            return view<int32_t, 1>(c, h.positions, {static_cast<size_t>(h.n_candidates)}, "positions");
+          }, "[n_candidates] int32 logical positions, increasing.")
+      .def_prop_ro("attention", [](const Candidates& c) {
+            const HeadCandidates& h = c.head();
+            return view<double, 1>(c, h.attention, {static_cast<size_t>(h.n_candidates)}, "attention");
+          }, "[n_candidates] float64: attention each slot received since it entered the cache, summed over the "
+             "group's query heads (H2O's score; needs 'attention').")
+      .def_prop_ro("queries", [](const Candidates& c) {
+            const HeadCandidates& h = c.head();
+            return view<float, 3>(c, h.queries, {static_cast<size_t>(h.n_queries), static_cast<size_t>(h.group_size),
+                                                 static_cast<size_t>(h.head_dim)}, "queries");
+          }, "[n_queries, group_size, head_dim] float32: the layer's last `window` post-RoPE queries of this "
+             "group, oldest first (needs 'queries').")
+      .def_prop_ro("queries_pre", [](const Candidates& c) {
+            const HeadCandidates& h = c.head();
+            return view<float, 3>(c, h.queries_pre, {static_cast<size_t>(h.n_queries), static_cast<size_t>(h.group_size),
+                                                     static_cast<size_t>(h.head_dim)}, "queries_pre");
+          }, "The same queries un-rotated to their pre-RoPE form (needs 'queries_pre').")
+      .def_prop_ro("query_positions", [](const Candidates& c) {
+            const HeadCandidates& h = c.head();
+            return view<int64_t, 1>(c, h.query_positions, {static_cast<size_t>(h.n_queries)}, "queries");
+          }, "[n_queries] int64 logical positions of the held queries.");
+
+  nb::class_<PyPolicy>(m, "PythonPolicy", "A Python selector registered for one run (made by kvevict.Selector).");
+  m.def("_python_policy", &make_py_policy, "name"_a, "adapter"_a, "queries"_a, "queries_pre"_a, "attention"_a,
+        "window"_a, "protect_prompt"_a, "sinks"_a, nb::rv_policy::take_ownership);
+
+  nb::class_<GridPolicy>(m, "_GridPolicy")
+      .def(nb::init<std::string, const PyPolicy*>(), "name"_a, "custom"_a.none(), nb::keep_alive<1, 3>());
+  nb::class_<EvalOutput>(m, "_EvalOutput")
+      .def_ro("rollouts", &EvalOutput::rollouts)
+      .def_ro("csv", &EvalOutput::csv)
+      .def_ro("markdown", &EvalOutput::markdown)
+      .def_ro("json", &EvalOutput::json);
+  m.def(
+      "_evaluate",
+      [](const PyModel& model, const std::string& tasks, const std::vector<GridPolicy>& policies,
+         const std::vector<int64_t>& budgets, int64_t buffer, std::optional<int> sinks,
+         std::optional<bool> protect_prompt, std::vector<std::string> params, uint64_t seed,
+         const std::string& reference, int rollouts, float temperature, float top_p, int top_k, int64_t max_length,
+         int64_t max_new_tokens, const std::string& tmpl, std::optional<bool> math_suffix, int64_t limit,
+         int bootstrap, int threads) {
+        PolicyKwargs shared{"", 0, buffer, sinks, protect_prompt, seed, std::move(params)};
+        return evaluate(model, tasks, policies, budgets, shared, reference, rollouts, temperature, top_p, top_k,
+                        max_length, max_new_tokens, tmpl, math_suffix, limit, bootstrap, threads);
+      },
+      "model"_a, "tasks"_a, "policies"_a, "budgets"_a, "buffer"_a, "sinks"_a.none(), "protect_prompt"_a.none(),
+      "params"_a, "seed"_a, "reference"_a, "rollouts"_a, "temperature"_a, "top_p"_a, "top_k"_a, "max_length"_a,
+      "max_new_tokens"_a, "template"_a, "math_suffix"_a.none(), "limit"_a, "bootstrap"_a, "threads"_a);
+
   nb::class_<Generation> gen(m, "Generation", "Result of Model.generate.");
   gen.def_ro("text", &Generation::text, "Generated text (the prompt excluded).")
       .def_ro("tokens", &Generation::tokens, "Generated token ids (the end-of-generation token excluded).")
@@ -284,6 +652,37 @@ NB_MODULE(_kvevict, m) {
       .def_ro("finish_reason", &Generation::finish_reason,
               "'stop' (end-of-generation token) or 'length' (max_tokens reached).");
   bind_stats(gen);
+
+  gen.def_prop_ro(
+         "steps",
+         [](const Generation& g) {
+           const size_t n = g.step_slots.size();
+           nb::dict d;
+           d["live_slots"] = owned(g.step_slots, {n});
+           d["eviction_rounds"] = owned(g.step_rounds, {n});
+           d["decode_ms"] = owned(g.step_decode_ms, {n});
+           d["round_ms"] = owned(g.step_round_ms, {n});
+           return d;
+         },
+         "Per decode step (one entry per step, in order), a dict of NumPy arrays: 'live_slots' (slots per "
+         "(layer, KV head) after the step and any round it triggered), 'eviction_rounds' (rounds run so far), "
+         "'decode_ms' (the step's forward pass), 'round_ms' (its eviction round: scoring + compaction; 0 without one).")
+      .def_prop_ro(
+          "keep_log",
+          [](const Generation& g) -> nb::object {
+            if (!g.keep_requested) return nb::none();
+            const size_t r = g.keep_steps.size();
+            nb::dict d;
+            d["positions"] = owned(g.keep_positions, {r, static_cast<size_t>(g.n_layers),
+                                                      static_cast<size_t>(g.n_kv_heads), static_cast<size_t>(g.keep_width)});
+            d["step"] = owned(g.keep_steps, {r});
+            d["n_seen"] = owned(g.keep_n_seen, {r});
+            return d;
+          },
+          "With generate(keep_log=True), a dict of NumPy arrays: 'positions' [rounds, n_layers, n_kv_heads, "
+          "budget] int32, the logical positions each (layer, KV head) holds right after each eviction round "
+          "(ascending; the last `buffer` are the recent buffer); 'step' [rounds], the decode step after which "
+          "the round ran; 'n_seen' [rounds], tokens processed then. None without keep_log.");
 
   nb::class_<Perplexity> ppl(m, "Perplexity", "Result of Model.perplexity.");
   ppl.def_ro("ppl", &Perplexity::ppl, "exp(mean nll).")
@@ -309,10 +708,11 @@ NB_MODULE(_kvevict, m) {
            "template"_a)
       .def(
           "generate",
-          [](const PyModel& self, const Prompt& prompt, const std::string& policy, int64_t budget, int64_t buffer,
-             std::optional<int> sinks, std::optional<bool> protect_prompt, std::vector<std::string> params,
-             int64_t max_tokens, float temperature, float top_p, int top_k, uint64_t seed, bool ignore_eos,
-             std::vector<std::string> stop, bool special, const std::string& kv_type, int threads) {
+          [](const PyModel& self, const Prompt& prompt, const std::string& policy, const PyPolicy* custom,
+             int64_t budget, int64_t buffer, std::optional<int> sinks, std::optional<bool> protect_prompt,
+             std::vector<std::string> params, int64_t max_tokens, float temperature, float top_p, int top_k,
+             uint64_t seed, bool ignore_eos, std::vector<std::string> stop, bool special, const std::string& kv_type,
+             int threads, bool keep_log) {
             GenerationConfig gc;
             gc.sampler.temperature = temperature;
             gc.sampler.top_p = top_p;
@@ -323,20 +723,24 @@ NB_MODULE(_kvevict, m) {
             gc.stop = std::move(stop);
             // As `kvevict generate`: an incomplete trailing character is handed out verbatim.
             gc.keep_incomplete_tail = true;
-            return self.generate(prompt, PolicyKwargs{policy, budget, buffer, sinks, protect_prompt, seed, params},
-                                 gc, special, kv_type, threads);
+            return self.generate(prompt,
+                                 PolicyKwargs{policy, budget, buffer, sinks, protect_prompt, seed, params,
+                                              custom ? &custom->info : nullptr},
+                                 gc, special, kv_type, threads, keep_log);
           },
-          "prompt"_a, "policy"_a, "budget"_a, "buffer"_a, "sinks"_a.none(), "protect_prompt"_a.none(), "params"_a,
+          "prompt"_a, "policy"_a, "custom"_a.none(), "budget"_a, "buffer"_a, "sinks"_a.none(), "protect_prompt"_a.none(), "params"_a,
           "max_tokens"_a, "temperature"_a, "top_p"_a, "top_k"_a, "seed"_a, "ignore_eos"_a, "stop"_a, "special"_a,
-          "kv_type"_a, "threads"_a)
+          "kv_type"_a, "threads"_a, "keep_log"_a)
       .def(
           "perplexity",
-          [](const PyModel& self, const Prompt& text, const std::string& policy, int64_t budget, int64_t buffer,
-             std::optional<int> sinks, std::optional<bool> protect_prompt, std::vector<std::string> params,
-             uint64_t seed, int threads) {
-            return self.perplexity(text, PolicyKwargs{policy, budget, buffer, sinks, protect_prompt, seed, params},
+          [](const PyModel& self, const Prompt& text, const std::string& policy, const PyPolicy* custom,
+             int64_t budget, int64_t buffer, std::optional<int> sinks, std::optional<bool> protect_prompt,
+             std::vector<std::string> params, uint64_t seed, int threads) {
+            return self.perplexity(text,
+                                   PolicyKwargs{policy, budget, buffer, sinks, protect_prompt, seed, params,
+                                                custom ? &custom->info : nullptr},
                                    threads);
           },
-          "text"_a, "policy"_a, "budget"_a, "buffer"_a, "sinks"_a.none(), "protect_prompt"_a.none(), "params"_a,
+          "text"_a, "policy"_a, "custom"_a.none(), "budget"_a, "buffer"_a, "sinks"_a.none(), "protect_prompt"_a.none(), "params"_a,
           "seed"_a, "threads"_a);
 }

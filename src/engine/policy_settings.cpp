@@ -8,6 +8,7 @@
 namespace kvevict {
 
 std::string policy_name(const PolicySettings& s) {
+  if (s.custom) return s.custom->name;
   if (!s.policy.empty()) return s.policy;
   return s.budget > 0 ? "random" : "full";
 }
@@ -15,6 +16,14 @@ std::string policy_name(const PolicySettings& s) {
 Policy build_policy(const PolicySettings& s, const std::string& name, bool check_params) {
   if (s.sinks && (*s.sinks < 0 || *s.sinks > limits::kTokens))
     throw FieldError(Field::Sinks, "", fmt::format(" {}: must be in [0, {}]", *s.sinks, limits::kTokens));
+  if (s.custom) {
+    if (!s.params.empty())
+      throw FieldError(Field::Param, "",
+                       fmt::format(": policy '{}' is defined outside the registry and takes none (give its settings "
+                                   "to the selector itself)",
+                                   name));
+    return make_policy(*s.custom, name, false, s.protect_prompt, s.sinks, {}, false);
+  }
   if (check_params && !s.params.empty()) check_param_items(s.params, {name});
   return make_policy(name, s.protect_prompt, s.sinks, SelectorParams::parse(params_for_policy(s.params, name)),
                      /*check_params=*/false);

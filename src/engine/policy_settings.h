@@ -31,9 +31,13 @@ struct PolicySettings {
   PositionMode positions = PositionMode::Logical;        ///< RoPE positions of cached keys (spec §2, §5)
   uint64_t seed = 0;                                     ///< base seed of every eviction draw
   std::vector<std::string> params;                       ///< selector parameters [POLICY:]NAME=VALUE
+  /// A policy defined outside the registry (eviction/external.h: the Python package's selectors),
+  /// run instead of looking `policy` up; it takes no `params`. Must outlive the policy built.
+  const PolicyInfo* custom = nullptr;
 };
 
-/// The policy the settings name: `policy`, or the default (`random` with a budget, else `full`).
+/// The policy the settings name: custom->name, `policy`, or the default (`random` with a budget,
+/// else `full`).
 std::string policy_name(const PolicySettings& s);
 
 /// Builds the policy `name` (one entry of a grid, or policy_name(s)) with the settings' sinks,

@@ -65,17 +65,23 @@ Policy make_policy(const std::string& spec, std::optional<bool> protect_prompt, 
         fmt::format("unknown policy '{}' ({}known: {}; any may take +prompt)", spec,
                     guess.empty() ? "" : fmt::format("did you mean '{}'? ", guess), policy_names()));
   }
+  return make_policy(*info, spec, plus_prompt, protect_prompt, sinks, params, check_params);
+}
+
+Policy make_policy(const PolicyInfo& info, const std::string& spec, bool plus_prompt,
+                   std::optional<bool> protect_prompt, std::optional<int> sinks, const SelectorParams& params,
+                   bool check_params) {
   if (sinks && *sinks < 0) throw FieldError(Field::Sinks, "", fmt::format(" {}: must be >= 0", *sinks));
   if (plus_prompt && protect_prompt && !*protect_prompt)
     throw FieldError(Field::ProtectPrompt, fmt::format("policy '{}' asks for prompt protection but ", spec),
                      " was turned off");
   Policy p;
   p.name = spec;
-  p.info = info;
-  p.evicts = info->evicts;
-  p.protect_prompt = plus_prompt || protect_prompt.value_or(info->protect_prompt);
-  p.sinks = sinks.value_or(info->sinks);
-  if (info->make) p.selector = info->make(params);
+  p.info = &info;
+  p.evicts = info.evicts;
+  p.protect_prompt = plus_prompt || protect_prompt.value_or(info.protect_prompt);
+  p.sinks = sinks.value_or(info.sinks);
+  if (info.make) p.selector = info.make(params);
   if (check_params) params.check_all_used(spec);
   return p;
 }

@@ -63,6 +63,14 @@ Policy make_policy(const std::string& spec, std::optional<bool> protect_prompt =
                    std::optional<int> sinks = std::nullopt, const SelectorParams& params = {},
                    bool check_params = true);
 
+/// make_policy for a policy described by `info` itself rather than found by name: how a selector
+/// defined outside the registry (eviction/external.h, the Python package's) runs under the same
+/// schedule. `spec` is the name results carry; plus_prompt: it came with "+prompt". `info` must
+/// outlive the returned policy. Throws as make_policy.
+Policy make_policy(const PolicyInfo& info, const std::string& spec, bool plus_prompt,
+                   std::optional<bool> protect_prompt, std::optional<int> sinks, const SelectorParams& params,
+                   bool check_params);
+
 /// The parameters policy `info` reads (name, type, default, range), found by running its
 /// factory on a recording SelectorParams (eviction/selector.h): a new selector is described
 /// without extra code. Empty for `full`.

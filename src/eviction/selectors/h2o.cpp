@@ -15,60 +15,23 @@
 #include <limits>
 #include <vector>
 
+#include "eviction/attention_sums.h"
 #include "eviction/registry.h"
 #include "util/error.h"
 
 namespace kvevict {
 namespace {
 
-/// Accumulated attention per slot of every (layer, KV head), slot-aligned with the cache.
-class H2oState final : public SelectorState {
- public:
-  explicit H2oState(const KvShape& s)
-      : n_kv_heads_(s.n_kv_heads), acc_(static_cast<size_t>(s.n_layers) * s.n_kv_heads) {}
-  std::unique_ptr<SelectorState> clone() const override { return std::make_unique<H2oState>(*this); }
-
-  void observe(const AttentionObservation& obs) override {
-    if (!obs.probs) throw Error("h2o: the forward pass delivered no attention probabilities");
-    for (int h = 0; h < obs.n_heads; ++h) {
-      auto& acc = slot_scores(obs.layer, h / obs.group_size);
-      if (static_cast<int64_t>(acc.size()) < obs.n_slots) acc.resize(static_cast<size_t>(obs.n_slots), 0.0);
-      const float* p = obs.probs + int64_t{h} * obs.n_slots;
-      for (int64_t s = 0; s < obs.n_slots; ++s) acc[static_cast<size_t>(s)] += p[s];
-    }
-  }
-
-  void on_compact(int layer, int kv_head, std::span<const int32_t> keep) override {
-    auto& acc = slot_scores(layer, kv_head);
-    std::vector<double> kept(keep.size(), 0.0);
-    for (size_t j = 0; j < keep.size(); ++j)
-      if (static_cast<size_t>(keep[j]) < acc.size()) kept[j] = acc[static_cast<size_t>(keep[j])];
-    acc = std::move(kept);  // slots appended later start from zero
-  }
-
-  /// Accumulators of (layer, KV head): [slots observed so far].
-  std::vector<double>& slot_scores(int layer, int kv_head) {
-    return acc_[static_cast<size_t>(layer * n_kv_heads_ + kv_head)];
-  }
-  const std::vector<double>& slot_scores(int layer, int kv_head) const {
-    return acc_[static_cast<size_t>(layer * n_kv_heads_ + kv_head)];
-  }
-
- private:
-  int n_kv_heads_;
-  std::vector<std::vector<double>> acc_;
-};
-
 class H2oSelector final : public PerHeadSelector {
  public:
   explicit H2oSelector(double heavy_ratio) : heavy_ratio_(heavy_ratio) {}
   SelectorNeeds needs() const override { return {.attention = true}; }
   std::unique_ptr<SelectorState> make_state(const KvShape& shape) const override {
-    return std::make_unique<H2oState>(shape);
+    return std::make_unique<AttentionSumState>(shape);
   }
   void score_head(const RoundInput& in, const SelectorState* state, int layer, int kv_head,
                   std::span<float> out) const override {
-    const auto* st = dynamic_cast<const H2oState*>(state);
+    const auto* st = dynamic_cast<const AttentionSumState*>(state);
     if (!st) throw Error("h2o: scoring needs the accumulator state its make_state() creates");
     const auto& acc = st->slot_scores(layer, kv_head);
     const int32_t* pos = in.kv.positions(layer, kv_head);
