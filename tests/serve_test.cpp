@@ -403,7 +403,12 @@ TEST(Serve, FullReservesPromptPlusMaxTokensSoFewerSequencesFit) {
                         &st);
   ASSERT_EQ(st, 200) << two.dump();
   ASSERT_EQ(two["choices"].size(), 2u);
-  EXPECT_EQ(two["usage"]["kv"]["kv_bytes_reserved"], 2 * 80 * slot);
+  // `full` never evicts, so the two choices share the whole prompt's keys and values (P slots,
+  // reserved once; positions stay per choice): 2 × 80 slots less one copy of P slots' K/V.
+  const int64_t P = two["usage"]["prompt_tokens"].get<int64_t>();
+  const int64_t kv_slot = int64_t{c.n_layers} * c.n_kv_heads * 2 * c.head_dim * 4;
+  EXPECT_EQ(two["usage"]["kv"]["kv_bytes_reserved"], 2 * 80 * slot - P * kv_slot);
+  EXPECT_EQ(two["usage"]["kv"]["kv_shared_prompt_bytes"], P * kv_slot);
   EXPECT_EQ(two["usage"]["completion_tokens"], 2 * 77);
   EXPECT_NE(two["choices"][0]["text"], two["choices"][1]["text"]);
   // Three concurrent `full` requests of 80 slots: never more than 2 run at once (the n = 2
@@ -422,6 +427,48 @@ TEST(Serve, FullReservesPromptPlusMaxTokensSoFewerSequencesFit) {
       post(s, "/v1/completions", {{"prompt", "AB"}, {"n", 16}, {"kv_policy", "full"}, {"max_tokens", 5}}, &st);
   EXPECT_EQ(st, 200) << many.dump();  // 16 x 8 slots (3 prompt + 5) fit in 160
   EXPECT_EQ(s.metric("kvevict:num_sequences_running_peak"), 16);
+}
+
+// n choices of one request read one shared copy of the prompt's pinned KV (kv_cache.h): the
+// reference is the same request on a server started with sharing off (--no-share-prompt), which
+// must give the same texts (logits bit for bit: PromptSharing tests); bytes by the KvShape formula.
+TEST(Serve, ChoicesShareThePinnedPromptKvWithUnchangedOutputs) {
+  const json req = {{"prompt", "AB AB AB"}, {"max_tokens", 40}, {"kv_policy", "random"}, {"kv_budget", 16},
+                    {"kv_buffer", 4},       {"n", 4},           {"seed", 7},             {"temperature", 1.0},
+                    {"ignore_eos", true}};
+  json got[2];
+  double shared_after[2], used_after[2];
+  for (const bool share : {false, true}) {
+    serve::SchedulerOptions so = small_opts();
+    so.share_prompt = share;
+    TestServer s(reasoner_path(), so, {});
+    int st = 0;
+    got[share] = post(s, "/v1/completions", req, &st);
+    ASSERT_EQ(st, 200) << got[share].dump();
+    shared_after[share] = s.metric("kvevict:kv_shared_prompt_bytes");
+    used_after[share] = s.metric("kvevict:kv_pool_used_bytes");
+  }
+  const json& off = got[0];
+  const json& on = got[1];
+  ASSERT_EQ(on["choices"].size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(on["choices"][i]["text"], off["choices"][i]["text"]) << i;
+  }
+  EXPECT_NE(on["choices"][0]["text"], on["choices"][1]["text"]);
+  EXPECT_GT(on["usage"]["kv"]["eviction_rounds"].get<int64_t>(), 0);
+  const auto m = Model::load(reasoner_path());
+  const ModelConfig& c = m->config();
+  const int64_t slot = int64_t{c.n_layers} * c.n_kv_heads * (2 * c.head_dim * 4 + 4);
+  const int64_t kv_slot = int64_t{c.n_layers} * c.n_kv_heads * 2 * c.head_dim * 4;
+  const int64_t P = on["usage"]["prompt_tokens"].get<int64_t>();
+  ASSERT_LT(P, 16 - 4 - 1);  // the prompt pin (K_sel - 1 = 11 slots) holds the whole prompt
+  const int64_t cap = 16 + 4;  // max(B, P) + r
+  EXPECT_EQ(off["usage"]["kv"]["kv_bytes_reserved"], 4 * cap * slot);
+  EXPECT_EQ(off["usage"]["kv"]["kv_shared_prompt_bytes"], 0);
+  EXPECT_EQ(on["usage"]["kv"]["kv_shared_prompt_bytes"], P * kv_slot);
+  EXPECT_EQ(on["usage"]["kv"]["kv_bytes_reserved"], 4 * cap * slot - 3 * P * kv_slot);
+  EXPECT_EQ(shared_after[1], 0);  // released with the last choice
+  EXPECT_EQ(used_after[1], 0);
 }
 
 TEST(Serve, DisconnectMidStreamFreesTheReservation) {

@@ -33,6 +33,7 @@ struct ServeArgs {
   int max_seqs = 64, max_queue = 256, threads = 0;
   int64_t max_tokens = 0;      ///< 0 = the model's context length
   int64_t prefill_chunk = 64;  // SchedulerOptions::prefill_chunk says why
+  bool no_share_prompt = false;
   double shutdown_grace_s = 5;
   PolicyArgs policy;
   std::string max_body = "4MiB";
@@ -132,6 +133,7 @@ int run_serve(const ServeArgs& a) {
   so.max_seqs = a.max_seqs;
   so.max_queue = a.max_queue;
   so.prefill_chunk = a.prefill_chunk;
+  so.share_prompt = !a.no_share_prompt;
   serve::ApiOptions ao;
   std::string chat_name = "none";
   ao.model_name = a.alias.empty() ? model_display_name(a.model) : a.alias;
@@ -240,6 +242,9 @@ void add_serve(CLI::App& root, std::vector<Command>& out) {
                   "prompt delays running sequences by at most one chunk; outputs do not depend on it)")
       ->check(CLI::Range(int64_t{1}, serve::kMaxPrefillChunk))
       ->capture_default_str();
+  cmd->add_flag("--no-share-prompt", s->no_share_prompt,
+                "Give each of a request's n choices its own copy of the prompt's KV (default: choices share "
+                "the slots their policy never evicts, outputs unchanged)");
   cmd->add_option("--api-key", s->api_key, "Require Authorization: Bearer KEY on every endpoint but /health");
   cmd->add_option("--alias", s->alias, "Model name in responses and /v1/models (default: the file name)");
   cmd->add_option("-t,--threads", s->threads, "Engine threads (0 = all cores)")

@@ -67,6 +67,44 @@ std::unique_ptr<Sequence> Engine::new_sequence(uint64_t id, const CheckedPolicy&
   return seq;
 }
 
+int64_t Engine::shared_prompt_slots(const CheckedPolicy& kv, int64_t prompt_len) const {
+  const Policy& policy = kv.policy();
+  const EvictionConfig& cfg = kv.eviction();
+  const bool evicts = !eviction_disabled(cfg, policy, prompt_len);
+  if (evicts && cfg.positions == PositionMode::Cache) return 0;
+  if (policy.selector) {
+    const auto state = policy.selector->make_state(kv_shape());
+    if (state && !state->clone()) return 0;
+  }
+  return evicts ? std::min(prompt_len, pinned_positions(cfg, policy, prompt_len)) : prompt_len;
+}
+
+std::unique_ptr<Sequence> Engine::new_shared_sequence(uint64_t id, const CheckedPolicy& kv, int64_t prompt_len,
+                                                      int64_t max_new_tokens) {
+  auto seq = new_sequence(id, kv, prompt_len, max_new_tokens);
+  const int64_t n = std::min(shared_prompt_slots(kv, prompt_len), seq->kv.capacity() - 1);
+  if (n < 1) return seq;
+  seq->kv = SequenceKv(kv_shape(), seq->kv.capacity(), std::make_shared<SharedPromptKv>(kv_shape(), n));
+  return seq;
+}
+
+std::unique_ptr<Sequence> Engine::fork(const Sequence& leader, uint64_t id) {
+  if (leader.stats.decode_steps > 0)
+    throw Error(fmt::format("fork: sequence {} has decoded already (only a prefilled sequence is forked)", leader.id));
+  std::unique_ptr<SelectorState> state;
+  if (leader.state) {
+    state = leader.state->clone();
+    if (!state) throw Error(fmt::format("fork: the selector state of policy {} cannot be copied", leader.policy.name));
+  }
+  auto seq = std::make_unique<Sequence>(id, leader.policy, leader.eviction, leader.kv.fork());
+  seq->prompt_len = leader.prompt_len;
+  seq->n_seen = leader.n_seen;
+  seq->state = std::move(state);
+  seq->record_keep_sets = leader.record_keep_sets;
+  seq->stats.peak_slots = leader.stats.peak_slots;
+  return seq;
+}
+
 void Engine::prefill(Sequence& seq, std::span<const int32_t> prompt, std::vector<float>& logits, bool all_logits) {
   if (prompt.empty()) throw Error("prefill: empty prompt");
   run_prefill(seq, prompt, logits, all_logits, /*allow_blas=*/true);
@@ -178,6 +216,8 @@ void Engine::after_step(Sequence& seq) {
   const RoundTiming t =
       run_round(seq.kv, seq.policy, seq.state.get(), seq.eviction, seq.prompt_len, seq.n_seen, seq.id, seq.stats.rounds,
                 rope_, &pool_, seq.record_keep_sets ? &seq.last_keep_sets : nullptr);
+  // A gathered float32 copy (selectors that read whole key blocks) lives only for the round.
+  if (seq.kv.shared_slots() > 0) seq.kv.release_mirrors();
   seq.stats.rounds += 1;
   seq.stats.score_ms += t.score_ms;
   seq.stats.compact_ms += t.compact_ms;

@@ -86,6 +86,29 @@ class Engine {
   std::unique_ptr<Sequence> new_sequence(uint64_t id, const Policy& policy, const EvictionConfig& cfg,
                                          int64_t prompt_len, int64_t max_new_tokens);
 
+  /// Slots of a `prompt_len`-token prompt that sequences of one prompt under `kv` can read from
+  /// one shared, read-only copy (kvcache/kv_cache.h): slots that no round ever moves or drops.
+  /// That is the whole prompt when the sequence never evicts (`full`, or LongPromptMode::Skip
+  /// with a long prompt), else the pinned prefix min(prompt_len, pinned_positions) (the pinned
+  /// slots are the oldest, so compaction keeps them in place; docs/eviction-spec.md §2.4). 0
+  /// (nothing shared) under PositionMode::Cache with eviction (keys are re-rotated) and for a
+  /// selector whose per-sequence state cannot be copied (SelectorState::clone).
+  int64_t shared_prompt_slots(const CheckedPolicy& kv, int64_t prompt_len) const;
+
+  /// new_sequence whose first shared_prompt_slots slots (at most capacity - 1) live in a new
+  /// SharedPromptKv: its prefill writes them, fork() hands them on read-only. A plain sequence
+  /// when nothing can be shared. Throws as new_sequence.
+  std::unique_ptr<Sequence> new_shared_sequence(uint64_t id, const CheckedPolicy& kv, int64_t prompt_len,
+                                                int64_t max_new_tokens);
+
+  /// Sequence `id` starting where `leader` stands: same policy, schedule, prompt, cache
+  /// (SequenceKv::fork: a shared prompt is referenced, the rest copied) and a copy of the
+  /// selector state. For a leader right after its prefill, so its followers skip the prefill;
+  /// their outputs equal those of sequences prefilled separately bit for bit (same cache, same
+  /// state). Statistics start at zero but for peak_slots. Throws kvevict::Error when the
+  /// leader's selector state cannot be copied or the leader has decoded (stats.decode_steps > 0).
+  std::unique_ptr<Sequence> fork(const Sequence& leader, uint64_t id);
+
   /// Runs the prompt in one pass (no eviction). logits: [n_vocab] of the last token, or
   /// [T, n_vocab] with all_logits. Throws kvevict::Error on an empty prompt or one longer than
   /// the capacity.

@@ -150,7 +150,7 @@ void GenerationState::count_trace(const std::string& piece, bool forced) {
 }
 
 void generate_batch(Engine& engine, const CheckedPolicy& kv, std::span<const GenerationInput> inputs,
-                    const GenerationConfig& cfg, const GenerationCallbacks& callbacks) {
+                    const GenerationConfig& cfg, const GenerationCallbacks& callbacks, PromptSharing sharing) {
   const Tokenizer& tok = engine.model().tokenizer();
   validate_generation(cfg, tok.n_vocab());
   struct Live {
@@ -160,14 +160,35 @@ void generate_batch(Engine& engine, const CheckedPolicy& kv, std::span<const Gen
   std::vector<Live> live;
   live.reserve(inputs.size());
   std::vector<float> logits;
-  for (const GenerationInput& in : inputs) {
+  // leader[i]: the earlier input whose prompt input i shares (i itself when none); followers'
+  // sequences are forked from their leader right after its prefill.
+  std::vector<size_t> leader(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const GenerationInput& in = inputs[i];
     const auto prompt_len = static_cast<int64_t>(in.prompt.size());
     if (prompt_len < 1) throw Error(fmt::format("sequence {}: empty prompt", in.id));
     GenerationState state(tok, cfg, in.id, in.prompt);
     if (state.limit() < 1)
       throw FieldError(Field::MaxTotalTokens, fmt::format("a prompt of {} tokens leaves no room under ", prompt_len),
                        fmt::format(" {}", cfg.max_total_tokens));
-    live.push_back(Live{engine.new_sequence(in.id, kv, prompt_len, state.limit()), std::move(state)});
+    leader[i] = i;
+    if (sharing == PromptSharing::On && engine.shared_prompt_slots(kv, prompt_len) > 0)
+      for (size_t j = 0; j < i; ++j)
+        if (leader[j] == j && std::equal(in.prompt.begin(), in.prompt.end(), inputs[j].prompt.begin(),
+                                         inputs[j].prompt.end())) {
+          leader[i] = j;
+          break;
+        }
+    live.push_back(Live{nullptr, std::move(state)});  // sequences are made below
+  }
+  // Leaders with followers write their prompt into a shared segment; every other input gets a
+  // sequence of its own. All are created before any prefill, so a refusal starts nothing.
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (leader[i] != i) continue;
+    const bool shared = std::find(leader.begin() + static_cast<std::ptrdiff_t>(i) + 1, leader.end(), i) != leader.end();
+    const auto prompt_len = static_cast<int64_t>(inputs[i].prompt.size());
+    live[i].seq = shared ? engine.new_shared_sequence(inputs[i].id, kv, prompt_len, live[i].state.limit())
+                         : engine.new_sequence(inputs[i].id, kv, prompt_len, live[i].state.limit());
   }
   // Ends sequence i: hands its sequence and result to the caller (or drops them).
   const auto finish = [&](size_t i) {
@@ -190,10 +211,22 @@ void generate_batch(Engine& engine, const CheckedPolicy& kv, std::span<const Gen
     if (callbacks.on_token) callbacks.on_token(i, r);
     if (r.stop != StopCause::None) finish(i);
   };
-  // Prefill every sequence (one pass each, BLAS allowed), then its first token.
+  // Prefill every leader (one pass each, BLAS allowed) and fork its followers, then sample
+  // each input's first token in input order (a follower from its leader's prefill logits).
+  std::vector<std::vector<float>> first_logits(live.size());
   for (size_t i = 0; i < live.size(); ++i) {
-    engine.prefill(*live[i].seq, inputs[i].prompt, logits);
-    step(i, logits);
+    if (leader[i] == i) {
+      engine.prefill(*live[i].seq, inputs[i].prompt, logits);
+      for (size_t j = i + 1; j < live.size(); ++j)
+        if (leader[j] == i) {
+          live[j].seq = engine.fork(*live[i].seq, inputs[j].id);
+          first_logits[j] = logits;
+        }
+      step(i, logits);
+    } else {
+      step(i, first_logits[i]);
+      std::vector<float>().swap(first_logits[i]);
+    }
   }
   const auto V = static_cast<size_t>(tok.n_vocab());
   std::vector<Sequence*> seqs;

@@ -207,14 +207,25 @@ struct GenerationCallbacks {
   std::function<void(size_t index, std::unique_ptr<Sequence> seq, GenerationResult result)> on_finished;
 };
 
+/// Whether inputs with the same prompt share its KV (Engine::shared_prompt_slots).
+enum class PromptSharing {
+  On,   ///< the first input of each prompt is prefilled; the others fork from it and read the
+        ///< prompt's shared slots (bit-identical outputs, less memory, one prefill)
+  Off,  ///< every input prefills and stores its own prompt (the reference for the above)
+};
+
 /// Runs every input to its stop conditions under `kv`: creates each sequence with capacity for
 /// generation_limit tokens, prefills it (Engine::prefill), then advances every unfinished one
-/// together, one Engine::decode_batch per step. Sequences end in step order, within a step in
-/// input order (on_finished is called in that order). Throws FieldError from
-/// validate_generation, kvevict::Error when a prompt is empty or leaves no room
-/// (generation_limit <= 0), or from the engine.
+/// together, one Engine::decode_batch per step. With PromptSharing::On, an input whose prompt
+/// equals an earlier input's (same token ids) is forked from that one right after its prefill
+/// (Engine::fork) when the policy lets sequences share the prompt (Engine::shared_prompt_slots
+/// > 0); the outputs do not change. Sequences end in step order, within a step in input order
+/// (on_finished is called in that order). Throws FieldError from validate_generation,
+/// kvevict::Error when a prompt is empty or leaves no room (generation_limit <= 0), or from
+/// the engine.
 void generate_batch(Engine& engine, const CheckedPolicy& kv, std::span<const GenerationInput> inputs,
-                    const GenerationConfig& cfg, const GenerationCallbacks& callbacks = {});
+                    const GenerationConfig& cfg, const GenerationCallbacks& callbacks = {},
+                    PromptSharing sharing = PromptSharing::On);
 
 /// One sequence's result and the sequence itself (its cache and statistics).
 struct GenerationOutput {

@@ -80,7 +80,7 @@ struct RolloutRecord {
   int64_t rounds = 0;            ///< eviction rounds
   int64_t peak_slots = 0;        ///< max live slots per (layer, KV head)
   int64_t peak_kv_bytes = 0;     ///< peak_slots x KvShape::bytes_per_token()
-  int64_t kv_bytes = 0;          ///< bytes allocated for the cache
+  int64_t kv_bytes = 0;          ///< bytes of the cache, a prompt shared with other rollouts counted in full
   double prefill_ms = 0, decode_ms = 0, score_ms = 0, compact_ms = 0;  ///< SequenceStats, ms
   /// For a task with a fact stated once (the `once` family's code slot, tasks/generator.h):
   /// whether any (layer, KV head) still held that prompt position when the rollout ended.

@@ -95,7 +95,7 @@ void run_rollouts(Engine& engine, const EvalTask& task, std::span<const int32_t>
     rec.rounds = s.rounds;
     rec.peak_slots = s.peak_slots;
     rec.peak_kv_bytes = s.peak_slots * bytes_per_slot;
-    rec.kv_bytes = seq->kv.allocated_bytes();
+    rec.kv_bytes = seq->kv.unshared_bytes();  // the same whether or not rollouts shared the prompt
     rec.prefill_ms = s.prefill_ms;
     rec.decode_ms = s.decode_ms;
     rec.score_ms = s.score_ms;

@@ -24,6 +24,7 @@ class AttentionSumState : public SelectorState {
   /// Adds obs.probs [n_heads, n_slots] to the sums of each head's KV head. Throws kvevict::Error
   /// when the observation holds no probabilities.
   void observe(const AttentionObservation& obs) override;
+  std::unique_ptr<SelectorState> clone() const override { return std::make_unique<AttentionSumState>(*this); }
   /// Keeps the sums of the slots `keep` (old slot indices, ascending), in that order.
   void on_compact(int layer, int kv_head, std::span<const int32_t> keep) override;
 

@@ -40,6 +40,7 @@ class QueryWindowState : public SelectorState {
   /// Copies obs.queries [n_heads, head_dim] into the layer's ring. Throws kvevict::Error if the
   /// layer index or the head shape disagrees with earlier observations.
   void observe(const AttentionObservation& obs) override;
+  std::unique_ptr<SelectorState> clone() const override { return std::make_unique<QueryWindowState>(*this); }
 
   int window() const { return window_; }
   /// Queries held for `layer`: min(window, queries observed in that layer).

@@ -39,6 +39,10 @@ class SelectorState : public AttentionObserver {
   /// Called after (layer, kv_head) kept exactly the slots `keep` (old slot indices, ascending),
   /// so slot-aligned state can be gathered the same way.
   virtual void on_compact(int /*layer*/, int /*kv_head*/, std::span<const int32_t> /*keep*/) {}
+  /// A copy of this state (what a second sequence forked after the same prefill starts from,
+  /// Engine::fork), or nullptr when the state cannot be copied; then sequences of this policy
+  /// do not share their prompt's KV.
+  virtual std::unique_ptr<SelectorState> clone() const { return nullptr; }
 };
 
 /// Everything a selector may read in one eviction round of one sequence.

@@ -66,6 +66,33 @@ inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(
 inline float load1(const float* p) { return *p; }
 inline float load1(const uint16_t* p) { return fp16_to_fp32(*p); }
 
+// Where slot j's key and value rows lie. The kernels below address rows only through these, so
+// a cache stored in two parts computes exactly what the same rows stored contiguously would.
+template <class E>
+struct ContigRows {
+  using Elem = E;
+  const E* K;
+  const E* V;
+  int64_t hd;
+  const E* k(int64_t j) const { return K + j * hd; }
+  const E* v(int64_t j) const { return V + j * hd; }
+};
+template <class E>
+struct SplitRows {
+  using Elem = E;
+  SplitKv<E> kv;
+  int64_t off;  // slot of row 0 (a chunk of a split row)
+  int64_t hd;
+  const E* k(int64_t j) const {
+    j += off;
+    return j < kv.n_shared ? kv.K0 + j * hd : kv.K1 + (j - kv.n_shared) * hd;
+  }
+  const E* v(int64_t j) const {
+    j += off;
+    return j < kv.n_shared ? kv.V0 + j * hd : kv.V1 + (j - kv.n_shared) * hd;
+  }
+};
+
 // dot(q[hd], k[hd]) with 8-lane FMA accumulation then a scalar tail; fixed order.
 template <class E>
 inline float dot_qk(const float* q, const E* k, int hd) {
@@ -82,11 +109,11 @@ inline float dot_qk(const float* q, const E* k, int hd) {
   return s;
 }
 
-// s[j] = dot(q, K[j]) * scale for j < n. With AVX2 and hd % 8 == 0, eight slots at a time:
+// s[j] = dot(q, K[s0 + j]) * scale for j < n. With AVX2 and hd % 8 == 0, eight slots at a time:
 // eight 8-lane accumulators reduced together by a horizontal-add tree (one reduction per 8
 // slots instead of one per slot); other slots use dot_qk.
-template <class E>
-inline void scores(const float* q, const E* K, int n, int hd, float scale, float* s) {
+template <class R>
+inline void scores(const float* q, const R& rows, int64_t s0, int n, int hd, float scale, float* s) {
   int j = 0;
 #ifdef KVEVICT_ATT_AVX2
   if (hd % 8 == 0) {
@@ -95,7 +122,7 @@ inline void scores(const float* q, const E* K, int n, int hd, float scale, float
       for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
       for (int d = 0; d < hd; d += 8) {
         const __m256 qv = _mm256_loadu_ps(q + d);
-        for (int r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(qv, load8(K + int64_t{j + r} * hd + d), acc[r]);
+        for (int r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(qv, load8(rows.k(s0 + j + r) + d), acc[r]);
       }
       const __m256 t0 = _mm256_hadd_ps(acc[0], acc[1]), t1 = _mm256_hadd_ps(acc[2], acc[3]);
       const __m256 t2 = _mm256_hadd_ps(acc[4], acc[5]), t3 = _mm256_hadd_ps(acc[6], acc[7]);
@@ -106,12 +133,12 @@ inline void scores(const float* q, const E* K, int n, int hd, float scale, float
     }
   }
 #endif
-  for (; j < n; ++j) s[j] = dot_qk(q, K + int64_t{j} * hd, hd) * scale;
+  for (; j < n; ++j) s[j] = dot_qk(q, rows.k(s0 + j), hd) * scale;
 }
 
-// out[hd] = out * c + Σ_j p[j] v_j over the tile (c = rescale of what was accumulated).
-template <class E>
-inline void accumulate_values(float* out, float c, const float* p, const E* V, int n, int hd) {
+// out[hd] = out * c + Σ_j p[j] v_{s0 + j} over the tile (c = rescale of what was accumulated).
+template <class R>
+inline void accumulate_values(float* out, float c, const float* p, const R& rows, int64_t s0, int n, int hd) {
   int d = 0;
 #ifdef KVEVICT_ATT_AVX2
   // 64 dims (8 registers) at a time with the slot loop inside: 8 independent FMA chains.
@@ -120,20 +147,20 @@ inline void accumulate_values(float* out, float c, const float* p, const E* V, i
     for (int r = 0; r < 8; ++r) acc[r] = _mm256_mul_ps(_mm256_loadu_ps(out + d + 8 * r), _mm256_set1_ps(c));
     for (int j = 0; j < n; ++j) {
       const __m256 pj = _mm256_set1_ps(p[j]);
-      const E* v = V + int64_t{j} * hd + d;
+      const auto* v = rows.v(s0 + j) + d;
       for (int r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(pj, load8(v + 8 * r), acc[r]);
     }
     for (int r = 0; r < 8; ++r) _mm256_storeu_ps(out + d + 8 * r, acc[r]);
   }
   for (; d + 8 <= hd; d += 8) {
     __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(out + d), _mm256_set1_ps(c));
-    for (int j = 0; j < n; ++j) acc = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), load8(V + int64_t{j} * hd + d), acc);
+    for (int j = 0; j < n; ++j) acc = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), load8(rows.v(s0 + j) + d), acc);
     _mm256_storeu_ps(out + d, acc);
   }
 #endif
   for (; d < hd; ++d) {
     float acc = out[d] * c;
-    for (int j = 0; j < n; ++j) acc = std::fma(p[j], load1(V + int64_t{j} * hd + d), acc);
+    for (int j = 0; j < n; ++j) acc = std::fma(p[j], load1(rows.v(s0 + j) + d), acc);
     out[d] = acc;
   }
 }
@@ -159,9 +186,9 @@ inline float exp_shift(float* p, const float* s, int n, float m) {
 }
 
 // Unnormalised tiled online softmax over [0, n_slots) for gn <= kMaxG heads (see header).
-template <class E>
-void attend_partial_impl(const float* q, int G, const E* K, const E* V, int64_t n_slots, int hd, float scale,
-                         float* acc, float* m, float* l) {
+template <class R>
+void attend_partial_impl(const float* q, int G, const R& rows, int64_t n_slots, int hd, float scale, float* acc,
+                         float* m, float* l) {
   alignas(32) float s[kTile], p[kTile];
   for (int g = 0; g < G; ++g) {
     m[g] = -std::numeric_limits<float>::infinity();
@@ -170,11 +197,9 @@ void attend_partial_impl(const float* q, int G, const E* K, const E* V, int64_t 
   std::fill(acc, acc + int64_t{G} * hd, 0.0f);
   for (int64_t s0 = 0; s0 < n_slots; s0 += kTile) {
     const int n = static_cast<int>(std::min<int64_t>(kTile, n_slots - s0));
-    const E* Kt = K + s0 * hd;
-    const E* Vt = V + s0 * hd;
     for (int g = 0; g < G; ++g) {
       const float* qg = q + int64_t{g} * hd;
-      scores(qg, Kt, n, hd, scale, s);
+      scores(qg, rows, s0, n, hd, scale, s);
       float tile_max = -std::numeric_limits<float>::infinity();
       for (int j = 0; j < n; ++j) tile_max = std::max(tile_max, s[j]);
       const float m_new = std::max(m[g], tile_max);
@@ -182,30 +207,29 @@ void attend_partial_impl(const float* q, int G, const E* K, const E* V, int64_t 
       const float sum = exp_shift(p, s, n, m_new);
       l[g] = l[g] * c + sum;
       m[g] = m_new;
-      accumulate_values(acc + int64_t{g} * hd, c, p, Vt, n, hd);
+      accumulate_values(acc + int64_t{g} * hd, c, p, rows, s0, n, hd);
     }
   }
 }
 
-template <class E>
-void attend_group_impl(const float* q, int G, const E* K, const E* V, int64_t n_slots, int hd, float scale,
-                       float* out) {
+template <class R>
+void attend_group_impl(const float* q, int G, const R& rows, int64_t n_slots, int hd, float scale, float* out) {
   constexpr int kMaxG = 64;
   float m[kMaxG], l[kMaxG];
   for (int g0 = 0; g0 < G; g0 += kMaxG) {
     const int gn = std::min(kMaxG, G - g0);
     float* o = out + int64_t{g0} * hd;
-    attend_partial_impl(q + int64_t{g0} * hd, gn, K, V, n_slots, hd, scale, o, m, l);
+    attend_partial_impl(q + int64_t{g0} * hd, gn, rows, n_slots, hd, scale, o, m, l);
     attend_merge(1, gn, hd, o, 0, m, l, o);
   }
 }
 
-template <class E>
-void attend_probs_impl(const float* q, const E* K, const E* V, int64_t n_slots, int hd, float scale, float* out,
+template <class R>
+void attend_probs_impl(const float* q, const R& rows, int64_t n_slots, int hd, float scale, float* out,
                        float* probs) {
   float m = -std::numeric_limits<float>::infinity();
   for (int64_t s = 0; s < n_slots; ++s) {
-    probs[s] = dot_qk(q, K + s * hd, hd) * scale;
+    probs[s] = dot_qk(q, rows.k(s), hd) * scale;
     m = std::max(m, probs[s]);
   }
   float l = 0.0f;
@@ -218,7 +242,7 @@ void attend_probs_impl(const float* q, const E* K, const E* V, int64_t n_slots, 
   std::fill(out, out + hd, 0.0f);
   for (int64_t s0 = 0; s0 < n_slots; s0 += kTile) {
     const int n = static_cast<int>(std::min<int64_t>(kTile, n_slots - s0));
-    accumulate_values(out, 1.0f, probs + s0, V + s0 * hd, n, hd);
+    accumulate_values(out, 1.0f, probs + s0, rows, s0, n, hd);
   }
 }
 
@@ -226,29 +250,53 @@ void attend_probs_impl(const float* q, const E* K, const E* V, int64_t n_slots, 
 
 void attend_group(const float* q, int G, const float* K, const float* V, int64_t n_slots, int head_dim, float scale,
                   float* out) {
-  attend_group_impl(q, G, K, V, n_slots, head_dim, scale, out);
+  attend_group_impl(q, G, ContigRows<float>{K, V, head_dim}, n_slots, head_dim, scale, out);
 }
 void attend_group(const float* q, int G, const uint16_t* K, const uint16_t* V, int64_t n_slots, int head_dim,
                   float scale, float* out) {
-  attend_group_impl(q, G, K, V, n_slots, head_dim, scale, out);
+  attend_group_impl(q, G, ContigRows<uint16_t>{K, V, head_dim}, n_slots, head_dim, scale, out);
 }
 void attend_probs(const float* q, const float* K, const float* V, int64_t n_slots, int head_dim, float scale,
                   float* out, float* probs) {
-  attend_probs_impl(q, K, V, n_slots, head_dim, scale, out, probs);
+  attend_probs_impl(q, ContigRows<float>{K, V, head_dim}, n_slots, head_dim, scale, out, probs);
 }
 void attend_probs(const float* q, const uint16_t* K, const uint16_t* V, int64_t n_slots, int head_dim, float scale,
                   float* out, float* probs) {
-  attend_probs_impl(q, K, V, n_slots, head_dim, scale, out, probs);
+  attend_probs_impl(q, ContigRows<uint16_t>{K, V, head_dim}, n_slots, head_dim, scale, out, probs);
 }
 
 void attend_group_partial(const float* q, int G, const float* K, const float* V, int64_t n_slots, int head_dim,
                           float scale, float* acc, float* m, float* l) {
-  attend_partial_impl(q, G, K, V, n_slots, head_dim, scale, acc, m, l);
+  attend_partial_impl(q, G, ContigRows<float>{K, V, head_dim}, n_slots, head_dim, scale, acc, m, l);
 }
 void attend_group_partial(const float* q, int G, const uint16_t* K, const uint16_t* V, int64_t n_slots, int head_dim,
                           float scale, float* acc, float* m, float* l) {
-  attend_partial_impl(q, G, K, V, n_slots, head_dim, scale, acc, m, l);
+  attend_partial_impl(q, G, ContigRows<uint16_t>{K, V, head_dim}, n_slots, head_dim, scale, acc, m, l);
 }
+
+template <class E>
+void attend_group(const float* q, int G, const SplitKv<E>& kv, int64_t n_slots, int head_dim, float scale,
+                  float* out) {
+  attend_group_impl(q, G, SplitRows<E>{kv, 0, head_dim}, n_slots, head_dim, scale, out);
+}
+template <class E>
+void attend_group_partial(const float* q, int G, const SplitKv<E>& kv, int64_t begin, int64_t n_slots, int head_dim,
+                          float scale, float* acc, float* m, float* l) {
+  attend_partial_impl(q, G, SplitRows<E>{kv, begin, head_dim}, n_slots, head_dim, scale, acc, m, l);
+}
+template <class E>
+void attend_probs(const float* q, const SplitKv<E>& kv, int64_t n_slots, int head_dim, float scale, float* out,
+                  float* probs) {
+  attend_probs_impl(q, SplitRows<E>{kv, 0, head_dim}, n_slots, head_dim, scale, out, probs);
+}
+template void attend_group(const float*, int, const SplitKv<float>&, int64_t, int, float, float*);
+template void attend_group(const float*, int, const SplitKv<uint16_t>&, int64_t, int, float, float*);
+template void attend_group_partial(const float*, int, const SplitKv<float>&, int64_t, int64_t, int, float, float*,
+                                   float*, float*);
+template void attend_group_partial(const float*, int, const SplitKv<uint16_t>&, int64_t, int64_t, int, float, float*,
+                                   float*, float*);
+template void attend_probs(const float*, const SplitKv<float>&, int64_t, int, float, float*, float*);
+template void attend_probs(const float*, const SplitKv<uint16_t>&, int64_t, int, float, float*, float*);
 
 void attend_merge(int n_chunks, int G, int head_dim, const float* acc, int64_t acc_stride, const float* m,
                   const float* l, float* out) {

@@ -41,6 +41,31 @@ void attend_probs(const float* q, const float* K, const float* V, int64_t n_slot
 void attend_probs(const float* q, const uint16_t* K, const uint16_t* V, int64_t n_slots, int head_dim, float scale,
                   float* out, float* probs);
 
+/// K/V rows of one KV head stored in two parts: slots [0, n_shared) at K0/V0 (a prompt segment
+/// shared by several sequences, kvcache/kv_cache.h) and slots [n_shared, n_slots) at K1/V1 (the
+/// sequence's own rows; row 0 = slot n_shared). E: float or fp16 bits.
+template <class E>
+struct SplitKv {
+  const E* K0;
+  const E* V0;
+  int64_t n_shared;
+  const E* K1;
+  const E* V1;
+};
+
+/// attend_group, attend_group_partial (slots [begin, begin + n_slots)) and attend_probs over a
+/// split cache. The kernels address rows only through the slot index, so each result equals
+/// the contiguous call's on the same rows bit for bit (E = float or uint16_t).
+template <class E>
+void attend_group(const float* q, int G, const SplitKv<E>& kv, int64_t n_slots, int head_dim, float scale,
+                  float* out);
+template <class E>
+void attend_group_partial(const float* q, int G, const SplitKv<E>& kv, int64_t begin, int64_t n_slots, int head_dim,
+                          float scale, float* acc, float* m, float* l);
+template <class E>
+void attend_probs(const float* q, const SplitKv<E>& kv, int64_t n_slots, int head_dim, float scale, float* out,
+                  float* probs);
+
 /// exp(x) by the kernels' polynomial (for tests: relative error < 3e-7 on [-87, 88]).
 float fast_exp(float x);
 

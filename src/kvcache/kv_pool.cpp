@@ -38,4 +38,8 @@ int64_t KvMemoryPool::free() const {
 
 int64_t kv_bytes_for_capacity(const KvShape& shape, int64_t capacity) { return capacity * shape.bytes_per_token(); }
 
+int64_t kv_bytes_for_capacity(const KvShape& shape, int64_t capacity, int64_t shared_slots) {
+  return kv_bytes_for_capacity(shape, capacity) - shared_prompt_bytes(shape, shared_slots);
+}
+
 }  // namespace kvevict

@@ -6,7 +6,8 @@
 // worst-case capacity (kv_cache.h), so the pool needs no blocks: a reservation is the byte size of
 // that allocation, taken before the cache is made and returned when the sequence ends. A bounded
 // policy reserves (max(prompt, B) + r) slots, `full` prompt + max new tokens, so at equal pool
-// size bounded policies admit more sequences.
+// size bounded policies admit more sequences. Sequences sharing one prompt (kv_cache.h) reserve
+// the shared segment once and each its own slots.
 #pragma once
 
 #include <cstdint>
@@ -45,5 +46,11 @@ class KvMemoryPool {
 /// capacity × layers × KV heads × (2 × head_dim × element bytes + 4 bytes of position), exactly
 /// what SequenceKv allocates (SequenceKv::allocated_bytes).
 int64_t kv_bytes_for_capacity(const KvShape& shape, int64_t capacity);
+
+/// Bytes a sequence that reads `shared_slots` slots from a shared prompt (kv_cache.h) allocates
+/// itself: keys and values of capacity - shared_slots slots, positions of all capacity slots
+/// (SequenceKv::allocated_bytes). The shared segment is counted once per group of sequences:
+/// shared_prompt_bytes(shape, shared_slots).
+int64_t kv_bytes_for_capacity(const KvShape& shape, int64_t capacity, int64_t shared_slots);
 
 }  // namespace kvevict

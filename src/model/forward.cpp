@@ -286,8 +286,49 @@ class ForwardPass {
     }
   }
 
+  // A sequence reading a shared prompt (kv_cache.h): the same arithmetic as attend_item_typed,
+  // rows addressed through the two parts.
+  template <typename KvT>
+  void attend_item_split(const AttnItem& it, const SplitKv<KvT>& kv) {
+    const int group = c_.group_size(), hd = c_.head_dim;
+    const auto s = at(b_.seg_of_row[at(it.row)]);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const float* qg = q_ + it.row * qd_ + int64_t{it.kv_head} * group * hd;
+    float* out = att_ + it.row * qd_ + int64_t{it.kv_head} * group * hd;
+    if (b_.wants_probs(s)) {
+      const int64_t t = it.row - b_.row0[s], stride = b_.len0[s] + b_.tokens(s);
+      for (int gi = 0; gi < group; ++gi) {
+        const int h = it.kv_head * group + gi;
+        float* pr = probs_ + b_.prob_off[s] + (t * c_.n_heads + h) * stride;
+        attend_probs(qg + int64_t{gi} * hd, kv, it.n_slots, hd, scale, out + int64_t{gi} * hd, pr);
+        g_attention_probability_rows.fetch_add(1, std::memory_order_relaxed);
+      }
+    } else if (it.end - it.begin == it.n_slots) {
+      attend_group(qg, group, kv, it.n_slots, hd, scale, out);
+    } else {
+      float* acc = part_ + it.scratch;
+      float* mx = acc + int64_t{group} * hd;
+      float* sum = mx + group;
+      attend_group_partial(qg, group, kv, it.begin, it.end - it.begin, hd, scale, acc, mx, sum);
+    }
+  }
+
   void attend_item(int l, const AttnItem& it) {
     const SequenceKv& kv = *b_.seg[at(b_.seg_of_row[at(it.row)])].kv;
+    if (const SharedPromptKv* sp = kv.shared_prompt()) {
+      const int h = it.kv_head;
+      if (kv.type() == KvType::F16)
+        attend_item_split(it, SplitKv<uint16_t>{static_cast<const uint16_t*>(sp->keys(l, h)),
+                                                static_cast<const uint16_t*>(sp->values(l, h)), sp->n_slots(),
+                                                static_cast<const uint16_t*>(kv.own_keys(l, h)),
+                                                static_cast<const uint16_t*>(kv.own_values(l, h))});
+      else
+        attend_item_split(it, SplitKv<float>{static_cast<const float*>(sp->keys(l, h)),
+                                             static_cast<const float*>(sp->values(l, h)), sp->n_slots(),
+                                             static_cast<const float*>(kv.own_keys(l, h)),
+                                             static_cast<const float*>(kv.own_values(l, h))});
+      return;
+    }
     if (kv.type() == KvType::F16)
       attend_item_typed(it, kv.keys_f16(l, it.kv_head), kv.values_f16(l, it.kv_head));
     else

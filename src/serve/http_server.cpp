@@ -246,12 +246,13 @@ struct ApiServer::Impl {
 
   json usage_json(const Job& job, const std::vector<ChoiceOutcome>& out) const {
     const ParsedRequest& p = job.p;
-    int64_t completion = 0, rounds = 0, peak = 0, bytes = 0;
+    int64_t completion = 0, rounds = 0, peak = 0, bytes = 0, shared = 0;
     for (const auto& o : out) {
       completion += o.completion_tokens;
       rounds += o.eviction_rounds;
       peak = std::max(peak, o.peak_slots);
-      bytes += o.kv_bytes;
+      bytes += o.kv_bytes + o.shared_kv_bytes;
+      shared += o.shared_kv_bytes;
     }
     int64_t prompt = 0;  // every prompt's tokens (OpenAI's prompt_tokens for an array of prompts)
     for (const auto& pr : p.prompts) prompt += static_cast<int64_t>(pr.size());
@@ -260,7 +261,8 @@ struct ApiServer::Impl {
                {"buffer", p.gen.kv.policy().evicts ? json(p.recent) : json(nullptr)},
                {"eviction_rounds", rounds},
                {"peak_slots_per_kv_head", peak},
-               {"kv_bytes_reserved", bytes}};
+               {"kv_bytes_reserved", bytes},
+               {"kv_shared_prompt_bytes", shared}};
     json u = {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
     if (p.chat) u["completion_tokens_details"] = reasoning_usage(out);
     u["kv"] = kv;

@@ -63,6 +63,9 @@ std::string render_metrics(const ServerMetrics& m, const MetricsGauges& g) {
   gauge(out, "kvevict:num_sequences_running", "Sequences holding a KV reservation.", g.sequences_running);
   gauge(out, "kvevict:num_sequences_running_peak", "Most sequences ever running at once.", g.peak_sequences_running);
   gauge(out, "kvevict:kv_pool_used_bytes", "KV memory pool bytes reserved by running sequences.", g.kv_pool_used_bytes);
+  gauge(out, "kvevict:kv_shared_prompt_bytes",
+        "Part of kv_pool_used_bytes held by prompt KV segments that the choices of one request share.",
+        g.kv_shared_prompt_bytes);
   gauge(out, "kvevict:kv_pool_free_bytes", "KV memory pool bytes free.", g.kv_pool_free_bytes);
   gauge(out, "kvevict:kv_pool_capacity_bytes", "KV memory pool size in bytes (--kv-memory).", g.kv_pool_capacity_bytes);
   gauge(out, "kvevict:http_connections_open", "HTTP connections open (idle, reading, waiting or streaming).",

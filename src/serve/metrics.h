@@ -58,6 +58,7 @@ struct MetricsGauges {
   int64_t requests_waiting = 0;
   int64_t sequences_running = 0;
   int64_t kv_pool_used_bytes = 0;
+  int64_t kv_shared_prompt_bytes = 0;  ///< part of kv_pool_used_bytes in shared prompt segments
   int64_t kv_pool_free_bytes = 0;
   int64_t kv_pool_capacity_bytes = 0;
   int64_t peak_sequences_running = 0;

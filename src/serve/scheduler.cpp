@@ -54,6 +54,7 @@ struct Scheduler::Active {
   int64_t bytes = 0;      // reserved in the pool
   int64_t prefilled = 0;  // prompt tokens already run
   bool decoding = false;  // gen.tokens().back() is appended by the next decode step
+  bool follower = false;  // forked from choice 0 once its prefill ends (seq is null until then)
   bool done = false;
   Clock::time_point last_token;
   Active(std::shared_ptr<Request> r, int c, std::unique_ptr<Sequence> s, int64_t b, const Tokenizer& tok)
@@ -85,8 +86,23 @@ int64_t Scheduler::sequence_bytes(const GenerationParams& p) const {
   return kv_bytes_for_capacity(engine_.kv_shape(), cap);
 }
 
+Scheduler::RequestKvBytes Scheduler::request_bytes(const GenerationParams& p) const {
+  RequestKvBytes b;
+  b.per_choice = sequence_bytes(p);
+  if (!opt_.share_prompt || p.n < 2) return b;
+  const auto prompt_len = static_cast<int64_t>(p.prompt.size());
+  const int64_t cap = required_capacity(p.kv.eviction(), p.kv.policy(), prompt_len,
+                                        std::max<int64_t>(0, generation_limit(p.generation, prompt_len)));
+  // As Engine::new_shared_sequence: at most capacity - 1 slots.
+  b.shared_slots = std::min(engine_.shared_prompt_slots(p.kv, prompt_len), cap - 1);
+  if (b.shared_slots < 1) return RequestKvBytes{0, b.per_choice, 0};
+  b.shared = shared_prompt_bytes(engine_.kv_shape(), b.shared_slots);
+  b.per_choice = kv_bytes_for_capacity(engine_.kv_shape(), cap, b.shared_slots);
+  return b;
+}
+
 Admission Scheduler::submit(const std::shared_ptr<Request>& req) {
-  const int64_t need = sequence_bytes(req->params) * req->params.n;
+  const int64_t need = request_bytes(req->params).total(req->params.n);
   if (!pool_.could_fit(need) || req->params.n > opt_.max_seqs) return Admission::TooLarge;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -108,6 +124,7 @@ MetricsGauges Scheduler::gauges() const {
   g.sequences_running = running_seqs_.load();
   g.peak_sequences_running = peak_seqs_.load();
   g.kv_pool_used_bytes = pool_.used();
+  g.kv_shared_prompt_bytes = shared_bytes_.load();
   g.kv_pool_free_bytes = pool_.free();
   g.kv_pool_capacity_bytes = pool_.capacity();
   return g;
@@ -150,30 +167,40 @@ void Scheduler::admit_locked() {
       continue;
     }
     const int n = req->params.n;
-    const int64_t per_seq = sequence_bytes(req->params);
+    const RequestKvBytes kvb = request_bytes(req->params);
+    const int64_t per_seq = kvb.per_choice;
     if (running_seqs_.load() + n > opt_.max_seqs) return;
-    if (!pool_.try_reserve(per_seq * n)) return;
+    if (!pool_.try_reserve(kvb.total(n))) return;
     std::shared_ptr<Request> r = req;
     waiting_.pop_front();
     // Allocate every choice's cache first, so a refusal (allocation failure) leaves nothing
-    // half-started.
+    // half-started. With a shared prompt only choice 0's: the others are forked from it after
+    // its prefill (their reservation is already taken).
     std::vector<std::unique_ptr<Sequence>> seqs;
+    const bool shared = kvb.shared > 0;
     try {
+      const auto prompt_len = static_cast<int64_t>(r->params.prompt.size());
+      const int64_t max_new = std::max<int64_t>(0, generation_limit(r->params.generation, prompt_len));
       for (int c = 0; c < n; ++c)
         // The choice index is the sequence id: random streams depend on (seed, choice), never
         // on the server's state.
-        seqs.push_back(engine_.new_sequence(
-            static_cast<uint64_t>(c), r->params.kv, static_cast<int64_t>(r->params.prompt.size()),
-            std::max<int64_t>(0,
-                              generation_limit(r->params.generation, static_cast<int64_t>(r->params.prompt.size())))));
+        if (!shared)
+          seqs.push_back(engine_.new_sequence(static_cast<uint64_t>(c), r->params.kv, prompt_len, max_new));
+        else
+          seqs.push_back(c == 0 ? engine_.new_shared_sequence(0, r->params.kv, prompt_len, max_new) : nullptr);
+      if (shared && seqs[0]->kv.shared_slots() != kvb.shared_slots)
+        throw Error(fmt::format("shared prompt of {} slots, {} reserved", seqs[0]->kv.shared_slots(),
+                                kvb.shared_slots));
     } catch (const std::exception& e) {
-      pool_.release(per_seq * n);
+      pool_.release(kvb.total(n));
       metrics_.requests_failed += 1;
       r->push({RequestEvent::Kind::Failed, 0, fmt::format("cannot start the request: {}", e.what()),
                FinishReason::Error, 500, {}});
       continue;
     }
     r->remaining_ = n;
+    r->shared_kv_bytes_ = kvb.shared;
+    shared_bytes_ += kvb.shared;
     {
       std::lock_guard<std::mutex> rl(r->mu_);
       r->outcomes_.assign(static_cast<size_t>(n), ChoiceOutcome{});
@@ -184,6 +211,7 @@ void Scheduler::admit_locked() {
       peak_seqs_.store(std::max(peak_seqs_.load(), running_seqs_.load()));
       active_.push_back(
           std::make_unique<Active>(r, c, std::move(seqs[static_cast<size_t>(c)]), per_seq, model_.tokenizer()));
+      active_.back()->follower = shared && c > 0;
     }
   }
 }
@@ -193,7 +221,7 @@ void Scheduler::finish(Active& a, FinishReason why, const std::string& error) {
   a.done = true;
   // The reservation is released the step the sequence ends, and its cache freed with it.
   pool_.release(a.bytes);
-  const SequenceStats st = a.seq->stats;
+  const SequenceStats st = a.seq ? a.seq->stats : SequenceStats{};  // a follower may end before its fork
   a.seq.reset();
   running_seqs_ -= 1;
   Request& r = *a.req;
@@ -208,10 +236,15 @@ void Scheduler::finish(Active& a, FinishReason why, const std::string& error) {
     o.eviction_rounds = st.rounds;
     o.peak_slots = st.peak_slots;
     o.kv_bytes = a.bytes;
+    if (a.choice == 0) o.shared_kv_bytes = r.shared_kv_bytes_;
   }
   if (why == FinishReason::Error) r.failed_ = true;
   r.push({RequestEvent::Kind::ChoiceDone, a.choice, error, why, 200, {}});
   if (--r.remaining_ == 0) {
+    // Every choice's sequence is gone, so is the prompt segment they shared.
+    pool_.release(r.shared_kv_bytes_);
+    shared_bytes_ -= r.shared_kv_bytes_;
+    r.shared_kv_bytes_ = 0;
     running_requests_ -= 1;
     metrics_.e2e_seconds.observe(std::chrono::duration<double>(Clock::now() - r.arrival).count());
     if (r.failed_) {
@@ -255,7 +288,7 @@ void Scheduler::step(StepRecord& rec) {
   Active* pre = nullptr;
   std::span<const int32_t> chunk;
   for (auto& ap : active_)
-    if (!ap->done && !ap->decoding) {
+    if (!ap->done && !ap->decoding && !ap->follower) {
       pre = ap.get();
       const auto& prompt = pre->req->params.prompt;
       const int64_t n = std::min<int64_t>(opt_.prefill_chunk, static_cast<int64_t>(prompt.size()) - pre->prefilled);
@@ -334,9 +367,29 @@ void Scheduler::step(StepRecord& rec) {
     rec.prefill_tokens = n;
     rec.prefill_done = a.prefilled;
     if (a.prefilled == static_cast<int64_t>(a.req->params.prompt.size())) {
-      on_step(a, std::span<const float>(logits_.data() + batch.size() * V, V));
+      const std::span<const float> first(logits_.data() + batch.size() * V, V);
+      // The other choices start from this prefill (forked before choice 0 may end), then every
+      // choice samples its first token from the same logits, in choice order.
+      std::vector<Active*> followers;
+      for (auto& ap : active_)
+        if (ap->follower && !ap->done && ap->req == a.req) {
+          try {
+            ap->seq = engine_.fork(*a.seq, static_cast<uint64_t>(ap->choice));
+            ap->follower = false;
+            ap->prefilled = a.prefilled;
+            followers.push_back(ap.get());
+          } catch (const std::exception& e) {
+            finish(*ap, FinishReason::Error, e.what());
+          }
+        }
+      on_step(a, first);
+      for (Active* f : followers) on_step(*f, first);
     }
   }
+  // A request whose choice 0 failed in prefill leaves its followers nothing to fork from.
+  if (pre && !pre_ok)
+    for (auto& ap : active_)
+      if (ap->follower && !ap->done && ap->req == pre->req) finish(*ap, FinishReason::Error, "prefill failed");
 }
 
 void Scheduler::drop_finished() {

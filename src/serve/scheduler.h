@@ -76,7 +76,12 @@ struct ChoiceOutcome {
   std::vector<TokenLogprobs> logprobs;  ///< per sampled token when generation.logprobs >= 0
   int64_t eviction_rounds = 0;
   int64_t peak_slots = 0;  ///< max live slots per (layer, KV head)
-  int64_t kv_bytes = 0;    ///< bytes reserved in the pool for this sequence
+  /// Bytes reserved in the pool for this sequence; when the choices share their prompt's KV,
+  /// its own slots only (the shared segment: RequestKvBytes::shared, once per request).
+  int64_t kv_bytes = 0;
+  /// Bytes of the prompt segment the request's choices share: on choice 0 only (0 on the
+  /// others and without sharing), so a sum over choices counts it once.
+  int64_t shared_kv_bytes = 0;
 };
 
 /// A request shared between the HTTP thread that submitted it and the scheduler thread.
@@ -111,6 +116,8 @@ class Request {
   std::atomic<bool> cancelled_{false};
   std::function<void()> listener_;
   int remaining_ = 0;  ///< choices not yet finished (scheduler thread only)
+  /// Pool bytes of the prompt segment its choices share (released with the last choice).
+  int64_t shared_kv_bytes_ = 0;
   bool failed_ = false;
 };
 
@@ -148,6 +155,10 @@ struct SchedulerOptions {
   /// token, smaller ones inter-token latency. The chunk size never changes a request's output
   /// (Engine::prefill_chunk is bit-identical for any split).
   int64_t prefill_chunk = 64;
+  /// Choices of one request (n > 1) share their prompt's KV when the policy allows it
+  /// (Engine::shared_prompt_slots): choice 0 is prefilled, the others are forked from it and
+  /// the shared segment is reserved once. Outputs do not change (Engine::fork).
+  bool share_prompt = true;
   /// Called on the scheduler thread after every iteration that ran anything (may be empty).
   std::function<void(const StepRecord&)> on_step;
 };
@@ -166,7 +177,15 @@ class Scheduler {
   /// (layer, KV head) × the model's bytes per slot (keys, values, position over all layers and
   /// KV heads).
   int64_t sequence_bytes(const GenerationParams& p) const;
-  /// Queues the request FIFO. TooLarge: n × sequence_bytes exceeds the whole pool, or n exceeds
+  /// What a request of `p` reserves in the pool: `shared` bytes of the prompt segment its
+  /// choices share (0 when they do not: n = 1, sharing off, or a policy that does not allow it)
+  /// and `per_choice` bytes each of its n choices owns.
+  struct RequestKvBytes {
+    int64_t shared = 0, per_choice = 0, shared_slots = 0;
+    int64_t total(int n) const { return shared + per_choice * n; }
+  };
+  RequestKvBytes request_bytes(const GenerationParams& p) const;
+  /// Queues the request FIFO. TooLarge: request_bytes exceeds the whole pool, or n exceeds
   /// max_seqs (it would never run); QueueFull: max_queue requests already wait; ShuttingDown: shutdown() began.
   Admission submit(const std::shared_ptr<Request>& req);
   /// Stops admitting; waiting requests fail with 503; running ones may finish for `grace`,
@@ -209,6 +228,7 @@ class Scheduler {
   std::atomic<int64_t> running_requests_{0};
   std::atomic<int64_t> running_seqs_{0};
   std::atomic<int64_t> peak_seqs_{0};
+  std::atomic<int64_t> shared_bytes_{0};  ///< pool bytes of shared prompt segments now
 
   std::vector<std::unique_ptr<Active>> active_;  ///< scheduler thread only, admission order
   std::vector<float> logits_;
