@@ -15,6 +15,7 @@
 #include "serve/http_transport.h"
 #include "serve/request.h"
 #include "serve_fixture.h"
+#include "test_paths.h"
 
 namespace kvevict {
 namespace {
@@ -231,6 +232,29 @@ TEST(ServeApi, DroppedSystemMessageAndUselessThinkingSwitchAreWarned) {
                       R"({"max_tokens": 2, "chat_template_kwargs": {"enable_thinking": false}, "messages": [)" + sys +
                           "," + user + "]}");
   EXPECT_FALSE(q.contains("warnings")) << q.dump();
+  // ... but a thinking budget with thinking switched off bounds nothing: a warning (was silent).
+  const json qb = post(qwen, "/v1/chat/completions",
+                       R"({"max_tokens": 2, "thinking_token_budget": 3, "chat_template_kwargs": {"enable_thinking": false}, "messages": [)" +
+                           user + "]}");
+  ASSERT_EQ(qb["warnings"].size(), 1u) << qb.dump();
+  EXPECT_NE(qb["warnings"][0].get<std::string>().find("thinking_token_budget has no effect"), std::string::npos);
+  // A message's name / an assistant's reasoning_content are rendered by no template: warned.
+  const json named = post(chatml, "/v1/chat/completions",
+                          R"({"max_tokens": 2, "messages": [{"role": "user", "content": "AB", "name": "ann"},
+                              {"role": "assistant", "content": "B", "reasoning_content": "x"}, )" + user + "]}");
+  ASSERT_EQ(named["warnings"].size(), 2u) << named.dump();
+  EXPECT_NE(named["warnings"][0].get<std::string>().find("messages[0].name was not rendered"), std::string::npos);
+  // Any other key in a message or in stream_options is a 400 naming it (were accepted silently).
+  const json unknown = post(chatml, "/v1/chat/completions",
+                            R"({"messages": [{"role": "user", "content": "AB", "bogus": 1}]})", 400);
+  EXPECT_NE(unknown["error"]["message"].get<std::string>().find("messages[0]: unknown key \"bogus\""), std::string::npos)
+      << unknown.dump();
+  const json tools = post(chatml, "/v1/chat/completions",
+                          R"({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "1"}]}, )" + user + "]}", 400);
+  EXPECT_NE(tools["error"]["message"].get<std::string>().find("tool calls are not supported"), std::string::npos);
+  const json so = post(chatml, "/v1/chat/completions",
+                       R"({"stream": true, "stream_options": {"bogus": true}, "messages": [)" + user + "]}", 400);
+  EXPECT_NE(so["error"]["message"].get<std::string>().find("unknown key \"bogus\""), std::string::npos) << so.dump();
   // A bad role is quoted (its first 64 bytes), with the message's index.
   const json bad = post(chatml, "/v1/chat/completions",
                         R"({"messages": [)" + user + R"(, {"role": ")" + std::string(200, 'x') +
@@ -238,6 +262,34 @@ TEST(ServeApi, DroppedSystemMessageAndUselessThinkingSwitchAreWarned) {
                         400);
   EXPECT_EQ(bad["error"]["message"], "messages: messages[1]: role \"" + std::string(63, 'x') +
                                          "... is not one of system, user, assistant, developer, tool");
+}
+
+TEST(ServeApi, SpecialTokenTextInACompletionsPromptIsTheSpecialToken) {
+  // The reproducer: "<|im_end|>" in a completions prompt was read as 6 plain-text tokens, where
+  // /tokenize (parse_special: true), llama-server and vLLM give the one special token.
+  TestServer s(test::shared_path("models/tiny-random/tiny-random-qwen3-f16.gguf"), small_opts(), {});
+  const json t = post(s, "/tokenize", R"({"content": "<|im_end|>"})");
+  ASSERT_EQ(t["tokens"].size(), 1u) << t.dump();
+  const json r = post(s, "/v1/completions", R"({"prompt": "<|im_end|>", "max_tokens": 1})");
+  EXPECT_EQ(r["usage"]["prompt_tokens"], 1) << r.dump();  // no BOS on this file, and the one special token
+}
+
+TEST(ServeApi, APoolTooSmallForThePromptSaysThePromptSetsTheSize) {
+  // The reproducer: a 1,500-token prompt at kv_budget 64 was told to "lower kv_budget", which
+  // cannot help: the prompt is held whole until the first eviction round.
+  TestServer s(reasoner_path(), small_opts(/*pool=*/256 << 10), {});
+  json body = {{"prompt", std::vector<int>(1500, 5)}, {"max_tokens", 2}, {"n", 4},
+               {"kv_policy", "random-unprotected"}, {"kv_budget", 64}, {"kv_buffer", 8}};
+  const json r = post(s, "/v1/completions", body.dump(), 400);
+  EXPECT_EQ(r["error"]["param"], "prompt") << r.dump();
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("held whole until the first eviction round"), std::string::npos)
+      << r.dump();
+  // A short prompt: the budget sets the size, and the advice names it.
+  body["prompt"] = "AB";
+  body["kv_budget"] = 4000;
+  body["kv_buffer"] = 64;
+  const json b = post(s, "/v1/completions", body.dump(), 400);
+  EXPECT_EQ(b["error"]["param"], "kv_budget") << b.dump();
 }
 
 TEST(ServeApi, DuplicateKeysAreA400NamingTheKey) {

@@ -18,6 +18,7 @@
 #include "eviction/registry.h"
 #include "model/chat_template.h"
 #include "serve_fixture.h"
+#include "test_paths.h"
 
 namespace kvevict {
 namespace {
@@ -112,7 +113,8 @@ TEST_F(LogprobsServer, CompletionsLogprobsEqualTheModelsLogSoftmax) {
     EXPECT_EQ(lp["tokens"][s], piece) << "step " << s;
     EXPECT_NEAR(lp["token_logprobs"][s].get<double>(), f.logp[static_cast<size_t>(f.token)], kTol) << "step " << s;
     EXPECT_EQ(lp["text_offset"][s].get<size_t>(), offset);
-    offset += tok().piece(f.token).size();  // bytes of the output text (a special token adds none)
+    // Characters of the output text (a special token adds none): code-point starts of its piece.
+    for (const unsigned char b : tok().piece(f.token)) offset += (b < 0x80 || b >= 0xC0);
     // top_logprobs: the 3 most likely tokens, and the sampled one (here the most likely).
     const json& t = lp["top_logprobs"][s];
     EXPECT_EQ(t.size(), static_cast<size_t>(top)) << t.dump();
@@ -222,6 +224,45 @@ TEST_F(LogprobsServer, OutOfRangeOrMisplacedLogprobsAreA400NamingTheField) {
   post(c, R"({"prompt": "A", "max_tokens": 1, "logprobs": 20})");
   post(ch, "{" + m + R"(, "max_tokens": 1, "logprobs": true, "top_logprobs": 20})");
   post(c, R"({"prompt": "A", "max_tokens": 1, "logprobs": false})");
+}
+
+
+// The reproducer: text_offset counted UTF-8 bytes, so a Python client's text[offset:] missed the
+// token after the first multi-byte character. On the tiny random Qwen3 (its greedy text after "The" mixes Cyrillic, CJK and ASCII
+// characters) every offset must index the text decoded to code points.
+std::u32string decode_utf8(const std::string& s) {
+  std::u32string out;
+  for (size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    const int n = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+    char32_t c = n == 1 ? b : b & (0x7F >> n);
+    for (int k = 1; k < n && i + k < s.size(); ++k) c = (c << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    out.push_back(c);
+    i += static_cast<size_t>(n);
+  }
+  return out;
+}
+
+TEST(ServeLogprobsText, TextOffsetsCountCharactersNotBytes) {
+  TestServer srv(test::shared_path("models/tiny-random/tiny-random-qwen3-f16.gguf"), small_opts(), {});
+  auto r = srv.client()->Post("/v1/completions",
+                              R"({"prompt": "The", "max_tokens": 12, "temperature": 0, "logprobs": 0})", "application/json");
+  ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+  const json j = json::parse(r->body);
+  const std::string text = j["choices"][0]["text"];
+  const std::u32string text32 = decode_utf8(text);
+  ASSERT_GT(text.size(), text32.size()) << "the greedy text has no multi-byte character: the test shows nothing";
+  const json& lp = j["choices"][0]["logprobs"];
+  int checked = 0;
+  for (size_t i = 0; i < lp["tokens"].size(); ++i) {
+    const std::string piece = lp["tokens"][i];
+    const std::u32string piece32 = decode_utf8(piece);
+    const size_t off = lp["text_offset"][i];
+    ASSERT_LE(off, text32.size());
+    EXPECT_EQ(text32.substr(off, piece32.size()), piece32) << "token " << i << " at offset " << off;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 12);
 }
 
 }  // namespace

@@ -96,9 +96,18 @@ json token_bytes(const std::string& piece) {
   return b;
 }
 
+// Characters (Unicode code points) of UTF-8 text: OpenAI's and vLLM's text_offset count characters
+// of the text, so a client's text[offset:] starts at the token. A token that ends inside a
+// character counts the character once, where its first byte is.
+size_t utf8_chars(std::string_view s) {
+  size_t n = 0;
+  for (const char ch : s) n += (static_cast<unsigned char>(ch) & 0xC0) != 0x80;
+  return n;
+}
+
 // Completions' `logprobs` object (OpenAI legacy shape) for tokens `lp`: their text, log-probability
 // and alternatives (the `top` most likely, and always the sampled token, "up to logprobs+1
-// elements"), and each token's offset in the output text, counted on from `offset` (updated).
+// elements"), and each token's offset in the output text in characters, counted on from `offset` (updated).
 json completion_logprobs_json(const Tokenizer& tok, std::span<const TokenLogprobs> lp, size_t& offset) {
   json tokens = json::array(), values = json::array(), tops = json::array(), offsets = json::array();
   for (const TokenLogprobs& t : lp) {
@@ -110,7 +119,7 @@ json completion_logprobs_json(const Tokenizer& tok, std::span<const TokenLogprob
     top[piece] = t.logprob;
     tops.push_back(std::move(top));
     offsets.push_back(offset);
-    offset += tok.piece(t.token).size();  // the bytes it adds to the text (none for a special token)
+    offset += utf8_chars(tok.piece(t.token));  // what it adds to the text (nothing for a special token)
   }
   return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
@@ -270,19 +279,28 @@ struct ApiServer::Impl {
   }
 
   // The 400 for a request the scheduler can never run (Admission::TooLarge).
-  ApiError too_large(const GenerationParams& g) const {
+  ApiError too_large(const GenerationParams& g, Endpoint ep) const {
     if (g.n > sched.options().max_seqs)
       return {400,
               fmt::format("n: {} choices exceed the {} sequences the server runs at once (--max-seqs)", g.n,
                           sched.options().max_seqs),
               "n"};
+    // A prompt above the budget is held whole until the first eviction round (no eviction in
+    // prefill, eviction spec §2.2): then the prompt, not the budget, sets the size.
+    const bool evicts = g.kv.policy().evicts;
+    const bool prompt_sets_size = evicts && static_cast<int64_t>(g.prompt.size()) > g.kv.eviction().budget;
+    const std::string advice =
+        !evicts ? "lower max_tokens, n or the prompt, or use a bounded kv_policy"
+        : prompt_sets_size
+            ? fmt::format("the prompt's {} tokens, held whole until the first eviction round, set each sequence's size "
+                          "(above kv_budget {}); lower n or the prompt",
+                          g.prompt.size(), g.kv.eviction().budget)
+            : "lower kv_budget, kv_buffer, n or the prompt";
     return {400,
             fmt::format("the request needs {} bytes of KV memory ({} sequence(s) of {} bytes) but the "
                         "KV pool holds {} bytes (--kv-memory); {}",
-                        sched.sequence_bytes(g) * g.n, g.n, sched.sequence_bytes(g), sched.pool().capacity(),
-                        g.kv.policy().evicts ? "lower kv_budget, kv_buffer, n or the prompt"
-                                             : "lower max_tokens, n or the prompt, or use a bounded kv_policy"),
-            g.kv.policy().evicts ? "kv_budget" : "max_tokens"};
+                        sched.sequence_bytes(g) * g.n, g.n, sched.sequence_bytes(g), sched.pool().capacity(), advice),
+            !evicts ? "max_tokens" : prompt_sets_size ? (ep == Endpoint::Chat ? "messages" : "prompt") : "kv_budget"};
   }
 
   // Runs on an HTTP worker: parse, admit one scheduler request per prompt, then answer when the
@@ -318,7 +336,7 @@ struct ApiServer::Impl {
           job->done.push_back(false);
           continue;
         case Admission::TooLarge:
-          return fail(too_large(req->params));
+          return fail(too_large(req->params, job->ep));
         case Admission::QueueFull:
           sched.metrics().requests_rejected += 1;
           return fail({429,

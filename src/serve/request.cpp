@@ -133,7 +133,9 @@ std::vector<std::vector<int32_t>> completion_prompts(const json& body, const Tok
   auto text = [&](const json& s, const std::string& where) {
     const std::string t = s.get<std::string>();
     if (t.empty()) throw bad(where, "must not be empty");
-    return tok.encode(t, true);
+    // Special-token text (`<|im_end|>`) is the special token, as llama-server's and vLLM's
+    // completions read it and as /tokenize does by default: a hand-formatted chat prompt works.
+    return tok.encode(t, true, /*parse_special=*/true);
   };
   const json& pr = *it;
   if (pr.is_string()) return {text(pr, "prompt")};
@@ -177,6 +179,19 @@ std::vector<int32_t> chat_prompt(const json& body, const Tokenizer& tok, const A
       throw bad("messages", fmt::format("{}: role {} is not one of system, user, assistant, developer, tool", where,
                                         quote_value(*r)));
     has_system = has_system || role == "system";
+    // A message's other keys: `name` and an assistant's `reasoning_content` (clients send replies
+    // back) are rendered by no template kvevict has, so they are named in a warning; tool calls
+    // are refused like `tools`; anything else is a 400, as unknown request fields are.
+    for (const auto& [key, value] : m.items()) {
+      if (key == "role" || key == "content" || value.is_null()) continue;
+      if (key == "name" || (key == "reasoning_content" && role == "assistant")) {
+        warnings.push_back(fmt::format("{}.{} was not rendered: the chat template has no place for it", where, key));
+        continue;
+      }
+      if (key == "tool_calls" || key == "tool_call_id" || key == "function_call")
+        throw bad("messages", fmt::format("{}.{}: tool calls are not supported by this server", where, key));
+      throw bad("messages", fmt::format("{}: unknown key {} (supported: role, content, name)", where, quote_value(json(key))));
+    }
     std::string content;
     auto c = m.find("content");
     if (c != m.end() && c->is_string()) {
@@ -281,6 +296,16 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
     bool opens_thinking = false;
     p.prompts.push_back(chat_prompt(body, tok, opt, p.warnings, opens_thinking));
     read_reasoning_fields(body, opt.reasoning, opens_thinking, p);
+    // enable_thinking: false pre-closes the trace (the template writes an empty one): a budget
+    // has no trace left to bound.
+    const json* kw = body.contains("chat_template_kwargs") ? &body["chat_template_kwargs"] : nullptr;
+    const bool thinking_off = kw != nullptr && kw->is_object() && kw->contains("enable_thinking") &&
+                              (*kw)["enable_thinking"].is_boolean() && !(*kw)["enable_thinking"].get<bool>();
+    if (thinking_off && opt.chat_can_disable_thinking && body.contains("thinking_token_budget") &&
+        !body["thinking_token_budget"].is_null())
+      p.warnings.push_back(
+          "thinking_token_budget has no effect: chat_template_kwargs.enable_thinking is false, so the reply has no "
+          "thinking trace");
   }
   g.prompt = p.prompts.front();
   const std::string prompt_param = ep == Endpoint::Chat ? "messages" : "prompt";
@@ -301,7 +326,7 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
   }
   const int64_t room = context - static_cast<int64_t>(p.prompts[longest].size());
   const std::string longest_name =
-      p.prompts.size() > 1 ? fmt::format("the prompt {}[{}]'s", prompt_param, longest) : std::string("the prompt's");
+      p.prompts.size() > 1 ? fmt::format("{}[{}]'s", prompt_param, longest) : std::string("the prompt's");
 
   const int64_t limit = opt.max_tokens_limit;
   const std::string mt_note = " (the upper limit is the server's --max-tokens)";
@@ -363,6 +388,9 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
   if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) throw bad("stream_options", "must be an object");
     if (!p.stream) throw bad("stream_options", "is only allowed with stream: true");
+    for (const auto& [key, value] : it->items())
+      if (key != "include_usage")
+        throw bad("stream_options", fmt::format("unknown key {} (supported: include_usage)", quote_value(json(key))));
     p.include_usage = get_bool(*it, "include_usage").value_or(false);
   }
   gc.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
