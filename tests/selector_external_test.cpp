@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "eviction/external.h"
+#include "eviction/query_window.h"
 #include "selector_fixture.h"
 #include "util/rng.h"
 
@@ -134,8 +135,12 @@ TEST(ExternalSelector, ScoresRunUnderTheSharedSchedule) {
   EXPECT_EQ(run_one_round(c, p, nullptr), expect);
 }
 
-TEST(ExternalSelector, RefusesAWindowBelowOne) {
+TEST(ExternalSelector, RefusesAWindowOutsideItsBounds) {
   EXPECT_THROW(Recording(ExternalNeeds{.queries = true, .window = 0}), Error);
+  // Above snapkv's bound (kMaxQueryWindow): refused before make_state would allocate the ring.
+  EXPECT_THROW(Recording(ExternalNeeds{.queries = true, .window = kMaxQueryWindow + 1}), Error);
+  EXPECT_THROW(Recording(ExternalNeeds{.queries = true, .window = 1000000000}), Error);
+  EXPECT_NO_THROW(Recording(ExternalNeeds{.queries = true, .window = kMaxQueryWindow}));
 }
 
 }  // namespace

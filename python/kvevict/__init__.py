@@ -30,6 +30,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import numbers
 import traceback
 import warnings
 from typing import Callable, Optional, Sequence, Union
@@ -77,7 +78,8 @@ class Selector:
     Class attributes: ``name`` (results carry it; not a built-in policy's name), ``needs``
     (any of ``"queries"``: the layer's last ``window`` post-RoPE queries; ``"queries_pre"``: the
     same un-rotated to pre-RoPE; ``"attention"``: the attention each slot has accumulated since
-    it entered the cache, H2O's score), ``window`` (queries held, default 64),
+    it entered the cache, H2O's score), ``window`` (queries held, default 64; at most
+    ``kvevict._kvevict.MAX_QUERY_WINDOW`` = 65536, as snapkv's, and the model's context length),
     ``protect_prompt`` (default False) and ``sinks`` (default 0), the policy's defaults that the
     ``protect_prompt=`` / ``sinks=`` keywords override.
 
@@ -100,29 +102,55 @@ class Selector:
     def score(self, c: Candidates):
         raise NotImplementedError("a kvevict.Selector defines score(self, c)")
 
-    def _policy(self):
-        bad = [n for n in self.needs if n not in _NEEDS]
-        if bad:
-            raise Error(f"selector '{self.name}' needs {bad[0]!r}: must be one of {', '.join(_NEEDS)}")
-        return _kvevict._python_policy(str(self.name), _adapter(self), "queries" in self.needs,
-                                       "queries_pre" in self.needs, "attention" in self.needs, int(self.window),
-                                       bool(self.protect_prompt), int(self.sinks))
+    def _policy(self, context_length: int = 0):
+        if not isinstance(self.name, str) or not self.name:
+            raise Error(f"selector name {self.name!r}: must be a non-empty string")
+        needs = _needs(self.name, self.needs)
+        window = self.window
+        if not isinstance(window, numbers.Integral) or isinstance(window, bool):
+            raise Error(f"selector '{self.name}' window {window!r}: must be an integer")
+        # Bounded before the engine allocates the window (n_layers * window queries, up front).
+        if not 1 <= window <= _kvevict.MAX_QUERY_WINDOW:
+            raise Error(f"selector '{self.name}' window {window}: must be in [1, {_kvevict.MAX_QUERY_WINDOW}] "
+                        f"(as snapkv's window)")
+        if context_length > 0 and window > context_length and needs & {"queries", "queries_pre"}:
+            raise Error(f"selector '{self.name}' window {window}: exceeds the model's context length "
+                        f"{context_length}")
+        return _kvevict._python_policy(self.name, _adapter(self), "queries" in needs, "queries_pre" in needs,
+                                       "attention" in needs, int(window), bool(self.protect_prompt), int(self.sinks))
 
     def __repr__(self) -> str:
         return f"kvevict.Selector(name={self.name!r}, needs={tuple(self.needs)!r})"
 
 
+def _needs(name, needs) -> set:
+    """A selector's needs as a set; a single str is one need."""
+    if isinstance(needs, str):
+        needs = (needs,)
+    try:
+        needs = tuple(needs)
+    except TypeError:
+        raise Error(f"selector '{name}' needs {needs!r}: must be a list of {', '.join(_NEEDS)}") from None
+    bad = [n for n in needs if n not in _NEEDS]
+    if bad:
+        raise Error(f"selector '{name}' needs {bad[0]!r}: must be one of {', '.join(_NEEDS)}")
+    return set(needs)
+
+
 def selector(fn: Optional[Callable] = None, *, name: Optional[str] = None, needs: Sequence[str] = (),
              window: int = 64, protect_prompt: bool = False, sinks: int = 0):
     """A :class:`Selector` whose ``score(c)`` is ``fn(c)``; usable as ``@kvevict.selector`` or
-    ``@kvevict.selector(needs=["attention"])``. ``name`` defaults to the function's name (with
+    ``@kvevict.selector(needs=["attention"])`` (a single need may be a str). ``name`` defaults to the function's name (with
     ``_`` as ``-``); the other keywords are :class:`Selector`'s class attributes."""
 
     def make(f):
         s = Selector()
         s.score = f
-        s.name = name or f.__name__.replace("_", "-")
-        s.needs = tuple(needs)
+        s.name = f.__name__.replace("_", "-") if name is None else name
+        if not isinstance(s.name, str) or not s.name:
+            raise Error(f"selector name {s.name!r}: must be a non-empty string")
+        s.needs = (needs,) if isinstance(needs, str) else tuple(needs)
+        _needs(s.name, s.needs)
         s.window, s.protect_prompt, s.sinks = window, protect_prompt, sinks
         return s
 
@@ -142,6 +170,9 @@ def _adapter(sel: Selector):
             traceback.clear_frames(e.__traceback__)
             raise
         where = f"selector '{name}' (layer {c.layer}, KV head {c.kv_head})"
+        if not isinstance(r, (np.ndarray, list, tuple)):
+            raise Error(f"{where}: returned {type(r).__name__}; expected a 1-D array of {c.n_candidates} float scores "
+                        f"or of at most {c.k_sel} integer indices")
         a = np.asarray(r)
         del r
         n = c.n_candidates
@@ -171,14 +202,14 @@ def _adapter(sel: Selector):
     return call
 
 
-def _policy_args(policy, budget, buffer, sinks, seed):
+def _policy_args(policy, budget, buffer, sinks, seed, context_length=0):
     """(policy name, PythonPolicy or None, budget, buffer) with the package's defaults; warns as
     the CLI does when a policy that keeps every token is given a schedule."""
     if seed < 0:
         raise Error(f"seed {seed}: must be in [0, 2^64)")
     custom = None
     if isinstance(policy, Selector):
-        custom, policy = policy._policy(), policy.name
+        custom, policy = policy._policy(context_length), policy.name
     elif not isinstance(policy, str):
         raise Error(f"policy {policy!r}: must be a policy name or a kvevict.Selector")
     else:
@@ -191,10 +222,34 @@ def _policy_args(policy, budget, buffer, sinks, seed):
     return policy, custom, 1024 if budget is None else budget, 64 if buffer is None else buffer
 
 
-def _prompt(prompt: Prompt):
+def _prompt(prompt: Prompt, what: str = "prompt"):
+    """A str, or a list of int token ids; anything else (bytes included) is refused, not cast."""
     if isinstance(prompt, str):
         return prompt
+    if isinstance(prompt, (bytes, bytearray)) or not isinstance(prompt, (list, tuple, np.ndarray)):
+        raise Error(f"{what}: got {type(prompt).__name__}; expected a str or a list of int token ids")
+    for t in prompt:
+        if not isinstance(t, numbers.Integral) or isinstance(t, bool):
+            raise Error(f"{what}: token {t!r} is {type(t).__name__}; expected a str or a list of int token ids")
     return [int(t) for t in prompt]
+
+
+def _flag(name: str, value) -> bool:
+    """A bool keyword; anything else is a TypeError naming it (nanobind's would list every argument)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}={value!r}: must be True or False")
+    return bool(value)
+
+
+def _stops(stop) -> list:
+    """stop strings: one str is one stop string (as OpenAI's API), or a list of str."""
+    if isinstance(stop, str):
+        return [stop]
+    stop = list(stop)
+    for s in stop:
+        if not isinstance(s, str):
+            raise Error(f"stop: {s!r} is {type(s).__name__}; expected a str or a list of str")
+    return stop
 
 
 class Model:
@@ -256,7 +311,7 @@ class Model:
                  buffer: Optional[int] = None, sinks: Optional[int] = None, protect_prompt: Optional[bool] = None,
                  params: Sequence[str] = (), max_tokens: int = 256, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int = 0, ignore_eos: bool = False,
-                 stop: Sequence[str] = (), special: bool = False, kv_type: str = "f32", threads: int = 0,
+                 stop: Union[str, Sequence[str]] = (), special: bool = False, kv_type: str = "f32", threads: int = 0,
                  keep_log: bool = False) -> Generation:
         """Generates up to ``max_tokens`` tokens after ``prompt`` with ``policy`` evicting the KV cache.
 
@@ -280,7 +335,8 @@ class Model:
         the same seed gives the same tokens, whatever ``threads`` (0 = all cores).
         ``kv_type``: ``"f32"`` or ``"f16"`` cache elements. Generation stops at an
         end-of-generation token unless ``ignore_eos``, at ``max_tokens`` sampled tokens (an
-        ending end-of-generation token counted), or before the first of the ``stop`` strings.
+        ending end-of-generation token counted), or before the first of the ``stop`` strings
+        (a str is one stop string, as in OpenAI's API).
         The loop is the engine's one generation loop (engine/generation.h), the CLI's.
 
         Returns a :class:`Generation`: ``text`` (the generated text alone), ``tokens``,
@@ -295,10 +351,11 @@ class Model:
         seed, an empty prompt or a token id out of range; an exception raised by a Python
         selector propagates unchanged.
         """
-        policy, custom, budget, buffer = _policy_args(policy, budget, buffer, sinks, seed)
+        policy, custom, budget, buffer = _policy_args(policy, budget, buffer, sinks, seed,
+                                                      self._m.context_length)
         return self._m.generate(_prompt(prompt), policy, custom, budget, buffer, sinks, protect_prompt, list(params),
-                                max_tokens, temperature, top_p, top_k, seed, ignore_eos, list(stop), special, kv_type,
-                                threads, keep_log)
+                                max_tokens, temperature, top_p, top_k, seed, _flag("ignore_eos", ignore_eos),
+                                _stops(stop), _flag("special", special), kv_type, threads, _flag("keep_log", keep_log))
 
     def perplexity(self, text: Prompt, *, policy: Union[str, Selector] = "random", budget: Optional[int] = None,
                    buffer: Optional[int] = None,
@@ -315,8 +372,9 @@ class Model:
         ``eviction_rounds``, ``peak_slots``, ``kv_bytes`` and timings. Raises :class:`Error` for
         fewer than 2 tokens and for the policy errors of :meth:`generate`.
         """
-        policy, custom, budget, buffer = _policy_args(policy, budget, buffer, sinks, seed)
-        return self._m.perplexity(_prompt(text), policy, custom, budget, buffer, sinks, protect_prompt, list(params),
+        policy, custom, budget, buffer = _policy_args(policy, budget, buffer, sinks, seed,
+                                                      self._m.context_length)
+        return self._m.perplexity(_prompt(text, "text"), policy, custom, budget, buffer, sinks, protect_prompt, list(params),
                                   seed, threads)
 
 
@@ -365,7 +423,8 @@ def evaluate(model: Model, tasks: str, policies: Sequence[Union[str, Selector]] 
     (``max_length`` counts the prompt; ``max_new_tokens`` 0 = none), ``rollouts`` per problem and
     report (paired bootstrap CI and sign test against ``reference``, ``bootstrap`` resamples) as
     the CLI with the same flags (docs/eviction-spec.md §4), in memory: nothing is written, nothing
-    resumed, no shards. ``policies`` may hold :class:`Selector` objects (named by their ``name``);
+    resumed, no shards. ``policies`` may hold :class:`Selector` objects (named by their ``name``;
+    one name or Selector alone is one policy); ``budgets`` are integers;
     ``buffer``, ``sinks``, ``protect_prompt``, ``params`` and ``limit`` (first N problems) are the
     CLI's ``-r``, ``--sinks``, ``--protect-prompt``, ``--param`` and ``--limit``.
 
@@ -374,10 +433,17 @@ def evaluate(model: Model, tasks: str, policies: Sequence[Union[str, Selector]] 
     """
     if seed < 0:
         raise Error(f"seed {seed}: must be in [0, 2^64)")
+    if isinstance(policies, (str, Selector)):
+        policies = [policies]
+    if isinstance(budgets, numbers.Integral):
+        budgets = [budgets]
+    for b in budgets:
+        if not isinstance(b, numbers.Integral) or isinstance(b, bool):
+            raise Error(f"budgets: {b!r} is not an integer")
     grid = []
     for p in policies:
         if isinstance(p, Selector):
-            grid.append(_kvevict._GridPolicy(p.name, p._policy()))
+            grid.append(_kvevict._GridPolicy(p.name, p._policy(model._m.context_length)))
         elif isinstance(p, str):
             grid.append(_kvevict._GridPolicy(p, None))
         else:

@@ -35,6 +35,7 @@
 #include "eval/summary.h"
 #include "eval/task_file.h"
 #include "eviction/external.h"
+#include "eviction/query_window.h"
 #include "eviction/registry.h"
 #include "kvcache/kv_cache.h"
 #include "model/chat_template.h"
@@ -95,12 +96,17 @@ CheckedPolicy checked_policy(const PolicyKwargs& k) {
 
 
 /// What a Python selector's `score(c)` receives for one (layer, KV head) of a round: the round's
-/// numbers and, on first access, read-only NumPy views of the candidates (no copy). The views
-/// are valid only during the call: PySelector checks afterwards that nothing kept them.
+/// numbers and, on first access, read-only NumPy arrays of the candidates. Each array is a copy
+/// that owns its memory (a capsule frees it), because the engine's buffers behind it (the cache,
+/// compacted after the round and freed with the sequence; the round's gathered queries, freed
+/// when the round ends) do not outlive the call: an array kept past the call reads stale but
+/// valid data, never freed memory. PySelector still refuses a kept array or `c` (an Error),
+/// since stale data kept by mistake is a bug in the selector. Each array is made once per call.
 struct Candidates {
   const RoundInput* in = nullptr;
   const HeadCandidates* c = nullptr;
   bool valid = true;
+  std::array<nb::object, 7> arrays;  ///< keys, values, positions, attention, queries, queries_pre, query_positions
   const HeadCandidates& head() const {
     if (!valid)
       throw Error("selector candidates: used after the selector's call returned (copy what you keep: numpy.array(x))");
@@ -108,11 +114,21 @@ struct Candidates {
   }
 };
 
+/// The read-only NumPy array of `data` [shape], copied into memory the array owns; made on first
+/// access and cached in self.arrays[slot].
 template <class T, size_t N>
-nb::ndarray<nb::numpy, const T> view(const Candidates& self, const T* data, const std::array<size_t, N>& shape,
-                                     const char* what) {
+nb::object view(Candidates& self, size_t slot, const T* data, const std::array<size_t, N>& shape, const char* what) {
   if (!data) throw Error(fmt::format("selector candidates: '{}' was not asked for (add it to the selector's needs)", what));
-  return nb::ndarray<nb::numpy, const T>(data, N, shape.data(), nb::find(&self));
+  nb::object& cached = self.arrays[slot];
+  if (!cached.is_valid()) {
+    size_t n = 1;
+    for (size_t d : shape) n *= d;
+    T* copy = new T[n > 0 ? n : 1];
+    std::copy(data, data + n, copy);
+    nb::capsule owner(copy, [](void* p) noexcept { delete[] static_cast<T*>(p); });
+    cached = nb::cast(nb::ndarray<nb::numpy, const T>(copy, N, shape.data(), owner));
+  }
+  return cached;
 }
 
 /// A policy whose selector is Python code: the registry entry (PolicyInfo) the settings builder
@@ -139,7 +155,7 @@ class PySelector final : public ExternalSelector {
     nb::gil_scoped_acquire gil;
     const auto n = static_cast<size_t>(in.n_candidates);
     for (size_t i = 0; i < heads.size(); ++i) {
-      auto* cand = new Candidates{&in, &heads[i], true};
+      auto* cand = new Candidates{&in, &heads[i], true, {}};
       nb::object obj = nb::cast(cand, nb::rv_policy::take_ownership);
       struct Invalidate {
         Candidates* c;
@@ -152,9 +168,11 @@ class PySelector final : public ExternalSelector {
           throw Error(fmt::format("selector '{}': {} scores for {} candidates", name_, a.shape(0), n));
         std::copy(a.data(), a.data() + n, scores.begin() + static_cast<std::ptrdiff_t>(i * n));
       }
-      if (Py_REFCNT(obj.ptr()) != 1)
+      bool kept = Py_REFCNT(obj.ptr()) != 1;
+      for (const nb::object& a : cand->arrays) kept = kept || (a.is_valid() && Py_REFCNT(a.ptr()) != 1);
+      if (kept)
         throw Error(fmt::format("selector '{}' (layer {}, KV head {}): kept its candidates or a view of them past the "
-                                "call; they point into the cache the round is about to compact (copy what you keep: "
+                                "call; after it they hold stale data the round is about to evict (copy what you keep: "
                                 "numpy.array(x))",
                                 name_, heads[i].layer, heads[i].kv_head));
     }
@@ -172,7 +190,8 @@ PyPolicy* make_py_policy(const std::string& name, nb::object adapter, bool queri
     if (p->name == name)
       throw Error(fmt::format("selector name '{}': a built-in policy has it; choose another", name));
   if (sinks < 0) throw Error(fmt::format("selector sinks {}: must be >= 0", sinks));
-  if (window < 1) throw Error(fmt::format("selector window {}: must be >= 1", window));
+  if (window < 1 || window > kMaxQueryWindow)
+    throw Error(fmt::format("selector window {}: must be in [1, {}] (as snapkv's window)", window, kMaxQueryWindow));
   auto* p = new PyPolicy;
   p->adapter = std::move(adapter);
   p->needs = ExternalNeeds{queries, queries_pre, attention, window};
@@ -559,8 +578,9 @@ NB_MODULE(_kvevict, m) {
 
   nb::class_<Candidates>(m, "Candidates",
                          "The candidate slots of one (layer, KV head) at an eviction round, as a Python selector's "
-                         "score(c) receives them (docs/eviction-spec.md §2). Arrays are read-only NumPy views into "
-                         "the engine's memory, valid only during the call: copy what you keep (numpy.array(x)).")
+                         "score(c) receives them (docs/eviction-spec.md §2). Arrays are read-only NumPy arrays "
+                         "copied from the engine's memory on first access, for use during the call: keeping one (or "
+                         "c) past it is an Error; copy what you keep (numpy.array(x)).")
       .def_prop_ro("layer", [](const Candidates& c) { return c.head().layer; }, "Layer index.")
       .def_prop_ro("kv_head", [](const Candidates& c) { return c.head().kv_head; }, "KV head index.")
       .def_prop_ro("n_candidates", [](const Candidates& c) { return c.head().n_candidates; },
@@ -585,40 +605,41 @@ NB_MODULE(_kvevict, m) {
       .def_prop_ro("stream", [](const Candidates& c) { return c.head().stream; },
                    "A seed for this (sequence, round, layer, KV head) derived from the run's seed: "
                    "numpy.random.default_rng(c.stream) makes a seeded choice reproducible.")
-      .def_prop_ro("keys", [](const Candidates& c) {
+      .def_prop_ro("keys", [](Candidates& c) {
             const HeadCandidates& h = c.head();
-            return view<float, 2>(c, h.keys, {static_cast<size_t>(h.n_candidates), static_cast<size_t>(h.head_dim)}, "keys");
+            return view<float, 2>(c, 0, h.keys, {static_cast<size_t>(h.n_candidates), static_cast<size_t>(h.head_dim)}, "keys");
           }, "[n_candidates, head_dim] float32 post-RoPE keys.")
-      .def_prop_ro("values", [](const Candidates& c) {
+      .def_prop_ro("values", [](Candidates& c) {
             const HeadCandidates& h = c.head();
-            return view<float, 2>(c, h.values, {static_cast<size_t>(h.n_candidates), static_cast<size_t>(h.head_dim)}, "values");
+            return view<float, 2>(c, 1, h.values, {static_cast<size_t>(h.n_candidates), static_cast<size_t>(h.head_dim)}, "values");
           }, "[n_candidates, head_dim] float32 values.")
-      .def_prop_ro("positions", [](const Candidates& c) {
+      .def_prop_ro("positions", [](Candidates& c) {
             const HeadCandidates& h = c.head();
-            return view<int32_t, 1>(c, h.positions, {static_cast<size_t>(h.n_candidates)}, "positions");
+            return view<int32_t, 1>(c, 2, h.positions, {static_cast<size_t>(h.n_candidates)}, "positions");
           }, "[n_candidates] int32 logical positions, increasing.")
-      .def_prop_ro("attention", [](const Candidates& c) {
+      .def_prop_ro("attention", [](Candidates& c) {
             const HeadCandidates& h = c.head();
-            return view<double, 1>(c, h.attention, {static_cast<size_t>(h.n_candidates)}, "attention");
+            return view<double, 1>(c, 3, h.attention, {static_cast<size_t>(h.n_candidates)}, "attention");
           }, "[n_candidates] float64: attention each slot received since it entered the cache, summed over the "
              "group's query heads (H2O's score; needs 'attention').")
-      .def_prop_ro("queries", [](const Candidates& c) {
+      .def_prop_ro("queries", [](Candidates& c) {
             const HeadCandidates& h = c.head();
-            return view<float, 3>(c, h.queries, {static_cast<size_t>(h.n_queries), static_cast<size_t>(h.group_size),
+            return view<float, 3>(c, 4, h.queries, {static_cast<size_t>(h.n_queries), static_cast<size_t>(h.group_size),
                                                  static_cast<size_t>(h.head_dim)}, "queries");
           }, "[n_queries, group_size, head_dim] float32: the layer's last `window` post-RoPE queries of this "
              "group, oldest first (needs 'queries').")
-      .def_prop_ro("queries_pre", [](const Candidates& c) {
+      .def_prop_ro("queries_pre", [](Candidates& c) {
             const HeadCandidates& h = c.head();
-            return view<float, 3>(c, h.queries_pre, {static_cast<size_t>(h.n_queries), static_cast<size_t>(h.group_size),
+            return view<float, 3>(c, 5, h.queries_pre, {static_cast<size_t>(h.n_queries), static_cast<size_t>(h.group_size),
                                                      static_cast<size_t>(h.head_dim)}, "queries_pre");
           }, "The same queries un-rotated to their pre-RoPE form (needs 'queries_pre').")
-      .def_prop_ro("query_positions", [](const Candidates& c) {
+      .def_prop_ro("query_positions", [](Candidates& c) {
             const HeadCandidates& h = c.head();
-            return view<int64_t, 1>(c, h.query_positions, {static_cast<size_t>(h.n_queries)}, "queries");
+            return view<int64_t, 1>(c, 6, h.query_positions, {static_cast<size_t>(h.n_queries)}, "queries");
           }, "[n_queries] int64 logical positions of the held queries.");
 
   nb::class_<PyPolicy>(m, "PythonPolicy", "A Python selector registered for one run (made by kvevict.Selector).");
+  m.attr("MAX_QUERY_WINDOW") = kMaxQueryWindow;
   m.def("_python_policy", &make_py_policy, "name"_a, "adapter"_a, "queries"_a, "queries_pre"_a, "attention"_a,
         "window"_a, "protect_prompt"_a, "sinks"_a, nb::rv_policy::take_ownership);
 

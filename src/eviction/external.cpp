@@ -57,7 +57,10 @@ class ExternalState final : public SelectorState {
 }  // namespace
 
 ExternalSelector::ExternalSelector(ExternalNeeds needs) : needs_(needs) {
-  if (needs_.window < 1) throw Error(fmt::format("selector window {}: must be >= 1", needs_.window));
+  // Checked before make_state allocates the window's ring (n_layers * window queries).
+  if (needs_.window < 1 || needs_.window > kMaxQueryWindow)
+    throw Error(fmt::format("selector window {}: must be in [1, {}] (as snapkv's window)", needs_.window,
+                            kMaxQueryWindow));
 }
 
 SelectorNeeds ExternalSelector::needs() const {

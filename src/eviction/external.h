@@ -26,7 +26,7 @@ struct ExternalNeeds {
   bool queries = false;      ///< the last `window` post-RoPE queries of the layer
   bool queries_pre = false;  ///< the same queries un-rotated to their pre-RoPE form (needs the model's RoPE)
   bool attention = false;    ///< attention accumulated per slot since it entered the cache (H2O's)
-  int window = 64;           ///< queries held per layer (>= 1)
+  int window = 64;           ///< queries held per layer, in [1, kMaxQueryWindow]
 };
 
 /// The candidates of one (layer, KV head) in one round, as an external selector reads them.
@@ -51,7 +51,7 @@ struct HeadCandidates {
 /// and calls score_round once, on the thread that runs the round (a binding takes its lock once).
 class ExternalSelector : public Selector {
  public:
-  /// Throws kvevict::Error for window < 1.
+  /// Throws kvevict::Error for a window outside [1, kMaxQueryWindow] (eviction/query_window.h).
   explicit ExternalSelector(ExternalNeeds needs);
   SelectorNeeds needs() const override;
   std::unique_ptr<SelectorState> make_state(const KvShape& shape) const override;

@@ -98,7 +98,7 @@ void snapkv_scores(const RoundInput& in, const QueryWindowState& window, int lay
 
 SnapKvParams SnapKvParams::read(const SelectorParams& params) {
   SnapKvParams p;
-  p.window = static_cast<int>(params.get_int("window", p.window, 1, 1 << 16));
+  p.window = static_cast<int>(params.get_int("window", p.window, 1, kMaxQueryWindow));
   p.kernel = static_cast<int>(params.get_int("kernel", p.kernel, 1, 1023));
   if (p.kernel % 2 == 0)
     throw FieldError(Field::Param, "",

@@ -16,6 +16,10 @@
 
 namespace kvevict {
 
+/// Largest query window a selector may hold (snapkv's `window` parameter, a Python selector's
+/// `window`): the ring is allocated up front, n_layers * window * n_heads * head_dim floats.
+inline constexpr int kMaxQueryWindow = 1 << 16;
+
 /// Per-sequence ring buffer of the last `window` post-RoPE queries of every layer.
 ///
 /// Every query token is recorded, prefill included: as in the released Random Attention code the
