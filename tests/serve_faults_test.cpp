@@ -95,7 +95,9 @@ TEST(ServeFaults, LoadTestCompletesWhileSlowMalformedAndHangingUpClientsAreActiv
     };
     for (size_t k = 0; !stop; k = (k + 1) % (cases.size() + 1)) {
       if (k == cases.size()) {  // not HTTP at all: a 400 or a closed connection
-        const std::string got = test::raw_http(port, std::string("\x16\x03\x01\x02\x00garbage\r\n\r\n", 18), "127.0.0.3");
+        // A TLS-like hello (its NUL byte included): sizeof, not a counted length (18 read past it).
+        static constexpr char kNotHttp[] = "\x16\x03\x01\x02\x00garbage\r\n\r\n";
+        const std::string got = test::raw_http(port, std::string(kNotHttp, sizeof kNotHttp - 1), "127.0.0.3");
         bad_sent += 1;
         if (!got.empty() && (test::status_of(got) < 400 || test::status_of(got) >= 500)) bad_wrong += 1;
         continue;
