@@ -23,6 +23,9 @@ fi
 T=$(mktemp -d "${TMPDIR:-/tmp}/kvevict-nginx.XXXXXX")
 PIDS=()
 cleanup() {
+  # Replicas start inside $(...) subshells, so their pids reach us through $T/*.pid, not PIDS
+  # (a replica left running after every run was seen).
+  for f in "$T"/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true; done
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$T"
