@@ -185,7 +185,10 @@ def main(doc, wall):
       "(reasoner, 20 held-out problems per family, greedy, B = 128 and 256, r = 32; `docs/reports/q1-protection.md`, "
       "`docs/reports/q4-beacons.md`). Scored selectors are run with the prompt pinned (`+prompt`), as `random` is: "
       "unpinned they score 0.00–0.20 (Q1), so only the pinned rows are at equal accuracy. "
-      "\"≈ random\" below = every family within 0.10 (2 of 20 problems) of random at that budget.")
+      "\"≈ random\" below = every family within 0.10 (2 of 20 problems) of random at that budget: with 20 problems "
+      "per cell a ceiling, not an equivalence test (an exact paired sign test has 80% power only for gaps of about "
+      "37 points), and measured on the reasoner only: the SmolLM2-135M-shape model has synthetic weights, so no "
+      "accuracy is measured at the main runs' shape and B = 1024.")
     P(f"- **Wall time** of this run: {wall} s.\n")
 
     P("## Load averages (1, 5, 15 min) around each bench\n")
