@@ -54,7 +54,7 @@ if [ "$QUICK" = 1 ]; then
   DEC_STEPS=16 PREFILL=512 TP_STEPS=16 BATCHES="1,16" NTG=16
 else
   SHAPES="${SHAPES:-smollm2-360m,tinyllama-1.1b,qwen3-0.6b}" TYPES="${TYPES:-q8_0,q4_0,q4_k_m}" ROUNDS="${ROUNDS:-3}"
-  DEC_STEPS=64 PREFILL=512 TP_STEPS=32 BATCHES="1,4,16" NTG=32
+  DEC_STEPS=64 PREFILL=512 TP_STEPS=64 BATCHES="1,4,16" NTG=32
 fi
 case "$ROUNDS" in ''|*[!0-9]*|0) echo "bench-vs-llamacpp: --rounds must be a positive integer" >&2; exit 2 ;; esac
 
