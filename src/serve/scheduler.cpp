@@ -215,6 +215,12 @@ void Scheduler::admit_locked() {
       key = PromptCacheKey::make(req->params.prompt, req->params.kv, kvb.capacity);
       hit = cache_.peek(*key);
     }
+    // The same key's prefill is running and will fill the cache: wait for it (a hit then)
+    // instead of prefilling the same prompt again. Prefill is one chunk per step in admission
+    // order, so this request's own prefill could not have started before that one ends anyway.
+    if (key && !hit)
+      for (const auto& ap : active_)
+        if (!ap->done && ap->req->cache_key_ && *ap->req->cache_key_ == *key) return;
     // A segment that a running request already reads is already in the pool: counted once.
     std::shared_ptr<const void> lease = hit ? hit->in_use.lock() : nullptr;
     const int64_t need = kvb.total(n) - (lease ? kvb.shared : 0);
