@@ -34,6 +34,7 @@ struct ServeArgs {
   int64_t max_tokens = 0;      ///< 0 = the model's context length
   int64_t prefill_chunk = 64;  // SchedulerOptions::prefill_chunk says why
   bool no_share_prompt = false;
+  std::string prompt_cache = "0";  ///< --prompt-cache: bytes or "0" (off)
   double shutdown_grace_s = 5;
   PolicyArgs policy;
   std::string max_body = "4MiB";
@@ -134,6 +135,15 @@ int run_serve(const ServeArgs& a) {
   so.max_queue = a.max_queue;
   so.prefill_chunk = a.prefill_chunk;
   so.share_prompt = !a.no_share_prompt;
+  // 0 (the default) turns the prompt cache off; any other value must be a positive size.
+  try {
+    so.prompt_cache_bytes = a.prompt_cache == "0" ? 0 : parse_bytes("--prompt-cache", a.prompt_cache);
+  } catch (const Error&) {
+    throw Error(fmt::format("--prompt-cache '{}': expected 0 (off) or a positive size such as 268435456, 256MiB or 2GiB",
+                            a.prompt_cache));
+  }
+  if (so.prompt_cache_bytes > 0 && a.no_share_prompt)
+    throw Error("--prompt-cache needs shared prompt KV: it cannot be combined with --no-share-prompt");
   serve::ApiOptions ao;
   std::string chat_name = "none";
   ao.model_name = a.alias.empty() ? model_display_name(a.model) : a.alias;
@@ -187,13 +197,14 @@ int run_serve(const ServeArgs& a) {
   fmt::print(
       "kvevict serve: listening on http://{}:{} | model {} ({} layers, {} KV heads) | policy {}{} | KV pool {} bytes "
       "({:.1f} MiB{}) | admits up to {} concurrent sequences ({} slots x {} bytes/slot each; --max-seqs {}) | chat "
-      "template {} | KV {} | defaults temperature {} top_p {} top_k {} min_p {} seed {} max_tokens {} (chat: {})\n",
+      "template {} | KV {} | defaults temperature {} top_p {} top_k {} min_p {} seed {} max_tokens {} (chat: {}) | prompt cache {}\n",
       a.host, port, ao.model_name, mc.n_layers, mc.n_kv_heads, policy.name,
       policy.evicts ? fmt::format(" B={} r={}", cfg.budget, cfg.recent) : std::string(), pool_bytes,
       static_cast<double>(pool_bytes) / (1024.0 * 1024.0), a.kv_memory.empty() ? ", half of MemAvailable" : "", fit,
       slots, shape.bytes_per_token(), a.max_seqs, chat_name, kv_type_name(kv_type), a.sampling.temperature,
       a.sampling.top_p, a.sampling.top_k, a.sampling.min_p, settings.seed, std::min<int64_t>(16, ao.max_tokens_limit),
-      ao.max_tokens_limit);
+      ao.max_tokens_limit,
+      so.prompt_cache_bytes > 0 ? fmt::format("{} bytes", so.prompt_cache_bytes) : std::string("off"));
   std::fflush(stdout);
 
   std::thread stopper([&] {
@@ -245,6 +256,11 @@ void add_serve(CLI::App& root, std::vector<Command>& out) {
   cmd->add_flag("--no-share-prompt", s->no_share_prompt,
                 "Give each of a request's n choices its own copy of the prompt's KV (default: choices share "
                 "the slots their policy never evicts, outputs unchanged)");
+  cmd->add_option("--prompt-cache", s->prompt_cache,
+                  "Prefix cache of pinned prompts: byte budget (K/M/G suffix allowed) on top of --kv-memory; a "
+                  "request whose prompt and KV settings equal a cached one skips its prefill, outputs unchanged "
+                  "(0 = off)")
+      ->capture_default_str();
   cmd->add_option("--api-key", s->api_key, "Require Authorization: Bearer KEY on every endpoint but /health");
   cmd->add_option("--alias", s->alias, "Model name in responses and /v1/models (default: the file name)");
   cmd->add_option("-t,--threads", s->threads, "Engine threads (0 = all cores)")

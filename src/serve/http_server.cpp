@@ -255,8 +255,9 @@ struct ApiServer::Impl {
 
   json usage_json(const Job& job, const std::vector<ChoiceOutcome>& out) const {
     const ParsedRequest& p = job.p;
-    int64_t completion = 0, rounds = 0, peak = 0, bytes = 0, shared = 0;
+    int64_t completion = 0, rounds = 0, peak = 0, bytes = 0, shared = 0, cached = 0;
     for (const auto& o : out) {
+      cached += o.cached_prompt_tokens;
       completion += o.completion_tokens;
       rounds += o.eviction_rounds;
       peak = std::max(peak, o.peak_slots);
@@ -273,6 +274,8 @@ struct ApiServer::Impl {
                {"kv_bytes_reserved", bytes},
                {"kv_shared_prompt_bytes", shared}};
     json u = {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+    // OpenAI's field for prompt tokens served from a prompt cache (--prompt-cache).
+    u["prompt_tokens_details"] = {{"cached_tokens", cached}};
     if (p.chat) u["completion_tokens_details"] = reasoning_usage(out);
     u["kv"] = kv;
     return u;

@@ -64,12 +64,26 @@ std::string render_metrics(const ServerMetrics& m, const MetricsGauges& g) {
   gauge(out, "kvevict:num_sequences_running_peak", "Most sequences ever running at once.", g.peak_sequences_running);
   gauge(out, "kvevict:kv_pool_used_bytes", "KV memory pool bytes reserved by running sequences.", g.kv_pool_used_bytes);
   gauge(out, "kvevict:kv_shared_prompt_bytes",
-        "Part of kv_pool_used_bytes held by prompt KV segments that the choices of one request share.",
+        "Part of kv_pool_used_bytes held by shared prompt KV segments (the choices of a request, or requests "
+        "served from the prompt cache; each segment counted once).",
         g.kv_shared_prompt_bytes);
   gauge(out, "kvevict:kv_pool_free_bytes", "KV memory pool bytes free.", g.kv_pool_free_bytes);
   gauge(out, "kvevict:kv_pool_capacity_bytes", "KV memory pool size in bytes (--kv-memory).", g.kv_pool_capacity_bytes);
   gauge(out, "kvevict:http_connections_open", "HTTP connections open (idle, reading, waiting or streaming).",
         g.http_connections_open);
+  gauge(out, "kvevict:prompt_cache_entries", "Prefilled prompts held by the prompt cache (--prompt-cache).",
+        g.prompt_cache_entries);
+  gauge(out, "kvevict:prompt_cache_bytes",
+        "Bytes the prompt cache holds (its own budget, not part of kv_pool_used_bytes).", g.prompt_cache_bytes);
+  gauge(out, "kvevict:prompt_cache_capacity_bytes", "Prompt cache budget in bytes (--prompt-cache; 0 = off).",
+        g.prompt_cache_capacity_bytes);
+  counter(out, "kvevict:prompt_cache_hits_total",
+          "Requests whose prompt was served from the prompt cache (no prefill).", g.prompt_cache_hits);
+  counter(out, "kvevict:prompt_cache_misses_total",
+          "Requests that could use the prompt cache (policy pins the prompt) but found no entry.",
+          g.prompt_cache_misses);
+  counter(out, "kvevict:prompt_cache_evictions_total", "Prompt cache entries evicted (least recently used first).",
+          g.prompt_cache_evictions);
   counter(out, "kvevict:prompt_tokens_total", "Prompt tokens prefilled.", m.prompt_tokens.load());
   counter(out, "kvevict:prefill_chunks_total", "Prefill calls (chunks of at most --prefill-chunk tokens).",
           m.prefill_chunks.load());

@@ -63,6 +63,11 @@ struct MetricsGauges {
   int64_t kv_pool_capacity_bytes = 0;
   int64_t peak_sequences_running = 0;
   int64_t http_connections_open = 0;  ///< filled in by the HTTP layer
+  /// Prefix cache of pinned prompts (serve/prompt_cache.h): lookups that found an entry, that
+  /// found none (both only for requests that may use the cache), entries evicted (counters);
+  /// entries and bytes held now, the budget (--prompt-cache) in bytes (gauges).
+  uint64_t prompt_cache_hits = 0, prompt_cache_misses = 0, prompt_cache_evictions = 0;
+  int64_t prompt_cache_entries = 0, prompt_cache_bytes = 0, prompt_cache_capacity_bytes = 0;
 };
 
 /// The whole /metrics page.

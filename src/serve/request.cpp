@@ -463,6 +463,9 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
         if (auto it = body.find(f); it != body.end() && !it->is_null())
           throw bad(f, fmt::format("is unused: policy '{}' keeps every token (set kv_policy to an evicting policy)",
                                    policy.name));
+    // A selector built for this request is an object no other request shares, so no other
+    // request's prompt-cache key could ever match it (serve/prompt_cache.h): keep it out.
+    g.prompt_cache = policy.selector == nullptr || policy.selector == opt.policy.selector;
     g.kv = build_schedule(s, policy);
   } catch (const FieldError& e) {
     throw api_error(e);

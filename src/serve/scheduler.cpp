@@ -44,6 +44,25 @@ void Request::push(RequestEvent e) {
   if (listener_) listener_();
 }
 
+namespace {
+// The pool reservation of one shared prompt segment. Every running request that reads the
+// segment holds it (Request::segment_lease_), so the pool counts the segment once however many
+// requests read it; the last one to end releases it. A cache entry only observes it (weak_ptr):
+// what the cache holds is counted in the cache's own budget, not in the pool.
+struct PoolLease {
+  PoolLease(KvMemoryPool& p, std::atomic<int64_t>& g, int64_t b) : pool(p), gauge(g), bytes(b) { gauge += bytes; }
+  ~PoolLease() {
+    pool.release(bytes);
+    gauge -= bytes;
+  }
+  PoolLease(const PoolLease&) = delete;
+  PoolLease& operator=(const PoolLease&) = delete;
+  KvMemoryPool& pool;
+  std::atomic<int64_t>& gauge;  // Scheduler::shared_bytes_
+  const int64_t bytes;
+};
+}  // namespace
+
 // One running sequence (one choice of one request).
 struct Scheduler::Active {
   std::shared_ptr<Request> req;
@@ -55,6 +74,9 @@ struct Scheduler::Active {
   int64_t prefilled = 0;  // prompt tokens already run
   bool decoding = false;  // gen.tokens().back() is appended by the next decode step
   bool follower = false;  // forked from choice 0 once its prefill ends (seq is null until then)
+  // A prompt-cache hit: forked from the cached template, samples its first token from these
+  // logits at the start of the next step (no prefill).
+  std::shared_ptr<const std::vector<float>> first_logits;
   bool done = false;
   Clock::time_point last_token;
   Active(std::shared_ptr<Request> r, int c, std::unique_ptr<Sequence> s, int64_t b, const Tokenizer& tok)
@@ -66,7 +88,13 @@ struct Scheduler::Active {
 };
 
 Scheduler::Scheduler(const Model& model, SchedulerOptions opt)
-    : model_(model), opt_(opt), engine_(model, opt.threads, opt.kv_type), pool_(opt.kv_memory_bytes) {
+    : model_(model),
+      opt_(opt),
+      engine_(model, opt.threads, opt.kv_type),
+      pool_(opt.kv_memory_bytes),
+      cache_(opt.prompt_cache_bytes) {
+  if (opt.prompt_cache_bytes > 0 && !opt.share_prompt)
+    throw Error("--prompt-cache needs shared prompt KV: it cannot be combined with --no-share-prompt");
   if (opt.max_seqs < 1) throw Error(fmt::format("--max-seqs {}: must be >= 1", opt.max_seqs));
   // Every request passes through the queue, so 0 would refuse everything.
   if (opt.max_queue < 1) throw Error(fmt::format("--max-queue {}: must be >= 1", opt.max_queue));
@@ -89,13 +117,15 @@ int64_t Scheduler::sequence_bytes(const GenerationParams& p) const {
 Scheduler::RequestKvBytes Scheduler::request_bytes(const GenerationParams& p) const {
   RequestKvBytes b;
   b.per_choice = sequence_bytes(p);
-  if (!opt_.share_prompt || p.n < 2) return b;
   const auto prompt_len = static_cast<int64_t>(p.prompt.size());
   const int64_t cap = required_capacity(p.kv.eviction(), p.kv.policy(), prompt_len,
                                         std::max<int64_t>(0, generation_limit(p.generation, prompt_len)));
+  b.capacity = cap;
+  // One choice shares with nobody unless the prompt cache may hand its segment on.
+  if (!opt_.share_prompt || (p.n < 2 && !cache_.enabled())) return b;
   // As Engine::new_shared_sequence: at most capacity - 1 slots.
   b.shared_slots = std::min(engine_.shared_prompt_slots(p.kv, prompt_len), cap - 1);
-  if (b.shared_slots < 1) return RequestKvBytes{0, b.per_choice, 0};
+  if (b.shared_slots < 1) return RequestKvBytes{0, b.per_choice, 0, cap};
   b.shared = shared_prompt_bytes(engine_.kv_shape(), b.shared_slots);
   b.per_choice = kv_bytes_for_capacity(engine_.kv_shape(), cap, b.shared_slots);
   return b;
@@ -127,6 +157,12 @@ MetricsGauges Scheduler::gauges() const {
   g.kv_shared_prompt_bytes = shared_bytes_.load();
   g.kv_pool_free_bytes = pool_.free();
   g.kv_pool_capacity_bytes = pool_.capacity();
+  g.prompt_cache_hits = cache_.hits();
+  g.prompt_cache_misses = cache_.misses();
+  g.prompt_cache_evictions = cache_.evictions();
+  g.prompt_cache_entries = cache_.entries();
+  g.prompt_cache_bytes = cache_.bytes();
+  g.prompt_cache_capacity_bytes = cache_.budget();
   return g;
 }
 
@@ -169,30 +205,57 @@ void Scheduler::admit_locked() {
     const int n = req->params.n;
     const RequestKvBytes kvb = request_bytes(req->params);
     const int64_t per_seq = kvb.per_choice;
+    const bool shared = kvb.shared > 0;
+    const auto prompt_len = static_cast<int64_t>(req->params.prompt.size());
+    // Prompt cache: only for a request whose choices would share a segment anyway (a policy
+    // that pins the prompt, Engine::shared_prompt_slots), with a key that fixes the prefill.
+    std::optional<PromptCacheKey> key;
+    PromptCacheEntry* hit = nullptr;
+    if (shared && cache_.enabled() && req->params.prompt_cache) {
+      key = PromptCacheKey::make(req->params.prompt, req->params.kv, kvb.capacity);
+      hit = cache_.peek(*key);
+    }
+    // The same key's prefill is running and will fill the cache: wait for it (a hit then)
+    // instead of prefilling the same prompt again. Prefill is one chunk per step in admission
+    // order, so this request's own prefill could not have started before that one ends anyway.
+    if (key && !hit)
+      for (const auto& ap : active_)
+        if (!ap->done && ap->req->cache_key_ && *ap->req->cache_key_ == *key) return;
+    // A segment that a running request already reads is already in the pool: counted once.
+    std::shared_ptr<const void> lease = hit ? hit->in_use.lock() : nullptr;
+    const int64_t need = kvb.total(n) - (lease ? kvb.shared : 0);
     if (running_seqs_.load() + n > opt_.max_seqs) return;
-    if (!pool_.try_reserve(kvb.total(n))) return;
+    if (!pool_.try_reserve(need)) return;
     std::shared_ptr<Request> r = req;
     waiting_.pop_front();
     // Allocate every choice's cache first, so a refusal (allocation failure) leaves nothing
     // half-started. With a shared prompt only choice 0's: the others are forked from it after
-    // its prefill (their reservation is already taken).
+    // its prefill (their reservation is already taken). On a cache hit every choice is forked
+    // from the cached template now and nothing is prefilled.
     std::vector<std::unique_ptr<Sequence>> seqs;
-    const bool shared = kvb.shared > 0;
     try {
-      const auto prompt_len = static_cast<int64_t>(r->params.prompt.size());
       const int64_t max_new = std::max<int64_t>(0, generation_limit(r->params.generation, prompt_len));
       for (int c = 0; c < n; ++c)
         // The choice index is the sequence id: random streams depend on (seed, choice), never
         // on the server's state.
-        if (!shared)
+        if (hit) {
+          auto seq = engine_.fork(*hit->tmpl, static_cast<uint64_t>(c));
+          // The request's own schedule (its seed): the key equals it in everything else.
+          seq->policy = r->params.kv.policy();
+          seq->eviction = r->params.kv.eviction();
+          seqs.push_back(std::move(seq));
+        } else if (!shared) {
           seqs.push_back(engine_.new_sequence(static_cast<uint64_t>(c), r->params.kv, prompt_len, max_new));
-        else
+        } else {
           seqs.push_back(c == 0 ? engine_.new_shared_sequence(0, r->params.kv, prompt_len, max_new) : nullptr);
+        }
       if (shared && seqs[0]->kv.shared_slots() != kvb.shared_slots)
         throw Error(fmt::format("shared prompt of {} slots, {} reserved", seqs[0]->kv.shared_slots(),
                                 kvb.shared_slots));
+      if (hit && seqs[0]->kv.capacity() != kvb.capacity)
+        throw Error(fmt::format("cached prompt of capacity {}, {} reserved", seqs[0]->kv.capacity(), kvb.capacity));
     } catch (const std::exception& e) {
-      pool_.release(kvb.total(n));
+      pool_.release(need);
       metrics_.requests_failed += 1;
       r->push({RequestEvent::Kind::Failed, 0, fmt::format("cannot start the request: {}", e.what()),
                FinishReason::Error, 500, {}});
@@ -200,7 +263,18 @@ void Scheduler::admit_locked() {
     }
     r->remaining_ = n;
     r->shared_kv_bytes_ = kvb.shared;
-    shared_bytes_ += kvb.shared;
+    if (shared) {
+      if (!lease) lease = std::make_shared<PoolLease>(pool_, shared_bytes_, kvb.shared);
+      r->segment_lease_ = lease;
+    }
+    if (hit) {
+      cache_.use(*hit);
+      hit->in_use = lease;
+      r->cached_tokens_ = prompt_len;
+    } else if (key) {
+      cache_.count_miss();
+      r->cache_key_ = std::move(key);
+    }
     {
       std::lock_guard<std::mutex> rl(r->mu_);
       r->outcomes_.assign(static_cast<size_t>(n), ChoiceOutcome{});
@@ -211,7 +285,11 @@ void Scheduler::admit_locked() {
       peak_seqs_.store(std::max(peak_seqs_.load(), running_seqs_.load()));
       active_.push_back(
           std::make_unique<Active>(r, c, std::move(seqs[static_cast<size_t>(c)]), per_seq, model_.tokenizer()));
-      active_.back()->follower = shared && c > 0;
+      active_.back()->follower = shared && c > 0 && !hit;
+      if (hit) {
+        active_.back()->first_logits = hit->logits;
+        active_.back()->prefilled = prompt_len;
+      }
     }
   }
 }
@@ -236,15 +314,18 @@ void Scheduler::finish(Active& a, FinishReason why, const std::string& error) {
     o.eviction_rounds = st.rounds;
     o.peak_slots = st.peak_slots;
     o.kv_bytes = a.bytes;
-    if (a.choice == 0) o.shared_kv_bytes = r.shared_kv_bytes_;
+    if (a.choice == 0) {
+      o.shared_kv_bytes = r.shared_kv_bytes_;
+      o.cached_prompt_tokens = r.cached_tokens_;
+    }
   }
   if (why == FinishReason::Error) r.failed_ = true;
   r.push({RequestEvent::Kind::ChoiceDone, a.choice, error, why, 200, {}});
   if (--r.remaining_ == 0) {
-    // Every choice's sequence is gone, so is the prompt segment they shared.
-    pool_.release(r.shared_kv_bytes_);
-    shared_bytes_ -= r.shared_kv_bytes_;
-    r.shared_kv_bytes_ = 0;
+    // Every choice's sequence is gone: so is this request's hold on the prompt segment (the
+    // pool releases it with the last request that reads it).
+    r.segment_lease_.reset();
+    r.cache_key_.reset();
     running_requests_ -= 1;
     metrics_.e2e_seconds.observe(std::chrono::duration<double>(Clock::now() - r.arrival).count());
     if (r.failed_) {
@@ -281,14 +362,25 @@ void Scheduler::on_step(Active& a, std::span<const float> logits) {
   a.decoding = true;
 }
 
+void Scheduler::start_cache_hits() {
+  // Each choice of a prompt-cache hit samples its first token from the cached prefill's logits,
+  // in choice order as after a prefill; then it decodes with the others.
+  for (auto& ap : active_)
+    if (ap->first_logits && !ap->done) {
+      const auto logits = std::move(ap->first_logits);
+      on_step(*ap, *logits);
+    }
+}
+
 void Scheduler::step(StepRecord& rec) {
+  start_cache_hits();
   // The next prompt chunk (first sequence still in prefill, admission order) and every decoding
   // sequence go through one forward pass, so a long prompt delays running sequences by one
   // chunk's rows per step and the weights are streamed once.
   Active* pre = nullptr;
   std::span<const int32_t> chunk;
   for (auto& ap : active_)
-    if (!ap->done && !ap->decoding && !ap->follower) {
+    if (!ap->done && !ap->decoding && !ap->follower && !ap->first_logits) {
       pre = ap.get();
       const auto& prompt = pre->req->params.prompt;
       const int64_t n = std::min<int64_t>(opt_.prefill_chunk, static_cast<int64_t>(prompt.size()) - pre->prefilled);
@@ -382,6 +474,19 @@ void Scheduler::step(StepRecord& rec) {
             finish(*ap, FinishReason::Error, e.what());
           }
         }
+      // A cache miss stores a template of this prefill (before choice 0 decodes), so later
+      // requests with the same key fork from it instead of prefilling.
+      if (a.req->cache_key_) {
+        const std::vector<float> logits(first.begin(), first.end());
+        if (cache_.fits(*a.req->cache_key_, PromptCache::entry_bytes(*a.seq, logits))) {
+          try {
+            cache_.insert(std::move(*a.req->cache_key_), engine_.fork(*a.seq, 0), logits, a.req->segment_lease_);
+          } catch (const std::exception&) {
+            // Not cached (the fork could not allocate): the request itself goes on.
+          }
+        }
+        a.req->cache_key_.reset();
+      }
       on_step(a, first);
       for (Active* f : followers) on_step(*f, first);
     }

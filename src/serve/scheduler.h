@@ -31,6 +31,7 @@
 #include "eviction/schedule.h"
 #include "kvcache/kv_pool.h"
 #include "serve/metrics.h"
+#include "serve/prompt_cache.h"
 
 namespace kvevict::serve {
 
@@ -51,6 +52,10 @@ struct GenerationParams {
   /// its index.
   GenerationConfig generation;
   CheckedPolicy kv;  ///< policy and schedule (engine/policy_settings.h); kv.eviction().seed == sampler.seed
+  /// May read and fill the prompt cache (SchedulerOptions::prompt_cache_bytes). The HTTP layer
+  /// sets false for a request whose selector object is its own (a kv_policy other than the
+  /// server's): the cache key holds the selector object, so no later request could hit it.
+  bool prompt_cache = true;
 };
 
 /// One thing that happened to a request, in order. Text events carry output text; ChoiceDone
@@ -82,6 +87,10 @@ struct ChoiceOutcome {
   /// Bytes of the prompt segment the request's choices share: on choice 0 only (0 on the
   /// others and without sharing), so a sum over choices counts it once.
   int64_t shared_kv_bytes = 0;
+  /// Prompt tokens served from the prompt cache (PromptCache) instead of being prefilled: the
+  /// whole prompt on a hit, else 0; on choice 0 only, as shared_kv_bytes (OpenAI's
+  /// usage.prompt_tokens_details.cached_tokens).
+  int64_t cached_prompt_tokens = 0;
 };
 
 /// A request shared between the HTTP thread that submitted it and the scheduler thread.
@@ -116,8 +125,17 @@ class Request {
   std::atomic<bool> cancelled_{false};
   std::function<void()> listener_;
   int remaining_ = 0;  ///< choices not yet finished (scheduler thread only)
-  /// Pool bytes of the prompt segment its choices share (released with the last choice).
+  /// Bytes of the prompt segment its choices read (reported in ChoiceOutcome::shared_kv_bytes).
   int64_t shared_kv_bytes_ = 0;
+  /// The pool reservation of that segment, shared with every running request that reads the
+  /// same segment (a prompt-cache hit while another request still runs): the pool counts a
+  /// segment once, and releases it when the last of them ends (reset with the last choice).
+  std::shared_ptr<const void> segment_lease_;
+  /// Prompt tokens served from the prompt cache (ChoiceOutcome::cached_prompt_tokens).
+  int64_t cached_tokens_ = 0;
+  /// Set on a prompt-cache miss that may fill the cache: the template is stored under this key
+  /// when choice 0's prefill ends.
+  std::optional<PromptCacheKey> cache_key_;
   bool failed_ = false;
 };
 
@@ -159,6 +177,12 @@ struct SchedulerOptions {
   /// (Engine::shared_prompt_slots): choice 0 is prefilled, the others are forked from it and
   /// the shared segment is reserved once. Outputs do not change (Engine::fork).
   bool share_prompt = true;
+  /// Byte budget of the prefix cache of pinned prompts (serve/prompt_cache.h, --prompt-cache):
+  /// requests whose prompt and policy settings equal an earlier request's fork their choices
+  /// from its cached prefill and skip their own. 0 = off (the default). Needs share_prompt.
+  /// These bytes are on top of kv_memory_bytes: cached entries that no running request reads
+  /// are not in the pool.
+  int64_t prompt_cache_bytes = 0;
   /// Called on the scheduler thread after every iteration that ran anything (may be empty).
   std::function<void(const StepRecord&)> on_step;
 };
@@ -169,7 +193,8 @@ enum class Admission { Queued, QueueFull, TooLarge, ShuttingDown };
 /// Owns the engine and its thread. Thread-safe: any thread may submit, cancel and read gauges.
 class Scheduler {
  public:
-  /// Starts the scheduler thread. Throws kvevict::Error on invalid options.
+  /// Starts the scheduler thread. Throws kvevict::Error on invalid options (prompt_cache_bytes
+  /// < 0, or > 0 with share_prompt off).
   Scheduler(const Model& model, SchedulerOptions opt);
   ~Scheduler();  ///< shutdown(0) when still running
 
@@ -180,8 +205,10 @@ class Scheduler {
   /// What a request of `p` reserves in the pool: `shared` bytes of the prompt segment its
   /// choices share (0 when they do not: n = 1, sharing off, or a policy that does not allow it)
   /// and `per_choice` bytes each of its n choices owns.
+  /// `capacity`: slots per (layer, KV head) of each choice's cache. A request shares a segment
+  /// when n >= 2 or the prompt cache is on (so a later request can reuse it).
   struct RequestKvBytes {
-    int64_t shared = 0, per_choice = 0, shared_slots = 0;
+    int64_t shared = 0, per_choice = 0, shared_slots = 0, capacity = 0;
     int64_t total(int n) const { return shared + per_choice * n; }
   };
   RequestKvBytes request_bytes(const GenerationParams& p) const;
@@ -203,6 +230,8 @@ class Scheduler {
   const Model& model() const { return model_; }
   /// The options the scheduler was started with.
   const SchedulerOptions& options() const { return opt_; }
+  /// The prefix cache of pinned prompts (its counters may be read from any thread).
+  const PromptCache& prompt_cache() const { return cache_; }
 
  private:
   struct Active;
@@ -212,12 +241,14 @@ class Scheduler {
   void on_step(Active& a, std::span<const float> logits);
   void finish(Active& a, FinishReason why, const std::string& error = {});
   void drop_finished();
+  void start_cache_hits();
 
   const Model& model_;
   SchedulerOptions opt_;
   Engine engine_;
   KvMemoryPool pool_;
   ServerMetrics metrics_;
+  PromptCache cache_;  ///< scheduler thread only (but its counters)
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
