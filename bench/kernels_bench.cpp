@@ -9,6 +9,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "engine/sampler.h"
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "kernels/x16.h"
@@ -156,6 +157,23 @@ void BM_Compact(benchmark::State& st) {
   }
 }
 BENCHMARK(BM_Compact)->ArgsProduct({{320, 1088, 4160}, {0, 1}})->ArgNames({"capacity", "f16"});
+
+// Args: vocabulary size (SmolLM2 49,152; Qwen 151,936), top_k (0 = off). One draw at
+// temperature 0.6, top-p 0.95 (the serve default of many clients) from near-flat logits (a
+// random-weight model's: top-p keeps most of the vocabulary, the worst case for the sort).
+void BM_SampleToken(benchmark::State& st) {
+  const auto n = static_cast<size_t>(st.range(0));
+  std::vector<float> logits(n);
+  Rng rng(7);
+  for (float& v : logits) v = static_cast<float>(rng.uniform() * 0.5);
+  SamplerConfig cfg{.temperature = 0.6f, .top_p = 0.95f, .top_k = static_cast<int>(st.range(1))};
+  uint64_t i = 0;
+  for (auto _ : st) {
+    Rng r(stream_id({1, i++}));
+    benchmark::DoNotOptimize(sample_token(logits, cfg, r));
+  }
+}
+BENCHMARK(BM_SampleToken)->ArgsProduct({{49152, 151936}, {0, 40}})->ArgNames({"vocab", "top_k"});
 
 }  // namespace
 }  // namespace kvevict

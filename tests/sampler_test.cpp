@@ -2,7 +2,9 @@
 // (Holtzman et al. §3.1) evaluated in the test; thread-pool determinism from its contract.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -47,6 +49,114 @@ TEST(Sampler, FrequenciesMatchTruncatedSoftmax) {
     const double expected = k < keep ? p[k] / cum : 0.0;
     EXPECT_NEAR(counts[static_cast<int>(k)] / double(n), expected, 0.01) << "token " << k;
   }
+}
+
+// The ordering sample_token draws in, written out with a comparison sort (the definition:
+// probability desc, id asc), against order_by_probability's radix sort / partial sort.
+std::vector<int32_t> reference_order(const std::vector<float>& l) {
+  std::vector<int32_t> idx(l.size());
+  for (size_t i = 0; i < l.size(); ++i) idx[i] = static_cast<int32_t>(i);
+  std::sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) {
+    return l[static_cast<size_t>(a)] > l[static_cast<size_t>(b)] ||
+        (l[static_cast<size_t>(a)] == l[static_cast<size_t>(b)] && a < b);
+  });
+  return idx;
+}
+
+// Logits with what a sort can get wrong: ties, -0.0 next to +0.0, -inf (masked tokens),
+// negative and positive values of every magnitude, a vocabulary of SmolLM2's size.
+std::vector<float> awkward_logits(uint64_t seed, size_t n) {
+  Rng rng(seed);
+  std::vector<float> l(n);
+  for (float& v : l) {
+    const double u = rng.uniform();
+    if (u < 0.05) v = 0.0f;
+    else if (u < 0.10) v = -0.0f;
+    else if (u < 0.12) v = -std::numeric_limits<float>::infinity();
+    else if (u < 0.30) v = static_cast<float>(static_cast<int>(rng.uniform() * 8) - 4);  // integer ties
+    else v = static_cast<float>((rng.uniform() * 2 - 1) * std::pow(10.0, rng.uniform() * 6 - 3));
+  }
+  return l;
+}
+
+TEST(Sampler, OrderByProbabilityIsTheComparisonSortOrder) {
+  for (uint64_t seed = 1; seed <= 6; ++seed)
+    for (const size_t n : {size_t{1}, size_t{7}, size_t{1000}, size_t{49152}}) {
+      const std::vector<float> l = awkward_logits(seed, n);
+      const std::vector<int32_t> ref = reference_order(l);
+      EXPECT_EQ(order_by_probability(l), ref) << "seed " << seed << " n " << n;
+      for (const int32_t k : {1, 40, 3000}) {
+        const std::vector<int32_t> got = order_by_probability(l, k);
+        const size_t m = std::min(ref.size(), static_cast<size_t>(k));
+        ASSERT_GE(got.size(), m);
+        EXPECT_TRUE(std::equal(ref.begin(), ref.begin() + static_cast<std::ptrdiff_t>(m), got.begin()))
+            << "top_k " << k << " seed " << seed << " n " << n;
+      }
+    }
+}
+
+// sample_token's draw written out over the comparison-sort order (the implementation before
+// order_by_probability): the same tokens for the same streams, whatever the settings.
+int32_t reference_sample(const std::vector<float>& l, const SamplerConfig& cfg, Rng& rng) {
+  const std::vector<int32_t> idx = reference_order(l);
+  auto keep = static_cast<int32_t>(l.size());
+  if (cfg.top_k > 0) keep = std::min(keep, cfg.top_k);
+  const double maxl = l[static_cast<size_t>(idx[0])];
+  std::vector<double> p(static_cast<size_t>(keep));
+  double sum = 0;
+  for (int32_t i = 0; i < keep; ++i) {
+    p[static_cast<size_t>(i)] = std::exp((l[static_cast<size_t>(idx[static_cast<size_t>(i)])] - maxl) / cfg.temperature);
+    sum += p[static_cast<size_t>(i)];
+  }
+  if (cfg.top_p < 1.0f) {
+    double cum = 0;
+    int32_t cut = keep;
+    for (int32_t i = 0; i < keep; ++i) {
+      cum += p[static_cast<size_t>(i)] / sum;
+      if (cum >= cfg.top_p) {
+        cut = i + 1;
+        break;
+      }
+    }
+    keep = cut;
+    sum = 0;
+    for (int32_t i = 0; i < keep; ++i) sum += p[static_cast<size_t>(i)];
+  }
+  if (cfg.min_p > 0.0f) {
+    int32_t cut = 1;
+    while (cut < keep && p[static_cast<size_t>(cut)] >= static_cast<double>(cfg.min_p)) ++cut;
+    keep = cut;
+    sum = 0;
+    for (int32_t i = 0; i < keep; ++i) sum += p[static_cast<size_t>(i)];
+  }
+  const double r = rng.uniform() * sum;
+  double cum = 0;
+  for (int32_t i = 0; i < keep; ++i) {
+    cum += p[static_cast<size_t>(i)];
+    if (r < cum) return idx[static_cast<size_t>(i)];
+  }
+  return idx[static_cast<size_t>(keep - 1)];
+}
+
+TEST(Sampler, DrawsTheTokensOfTheComparisonSortDefinition) {
+  const std::vector<SamplerConfig> cfgs = {
+      {.temperature = 1.0f, .top_p = 1.0f},  {.temperature = 0.6f, .top_p = 0.95f},
+      {.temperature = 0.8f, .top_p = 0.9f, .top_k = 40}, {.temperature = 1.3f, .top_p = 1.0f, .top_k = 3000},
+      {.temperature = 0.7f, .top_p = 1.0f, .min_p = 0.05f}, {.temperature = 2.0f, .top_p = 0.5f}};
+  int compared = 0;
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    std::vector<float> l = awkward_logits(100 + seed, 49152);
+    for (float& v : l)  // finite, peaked enough that top-p cuts inside the vocabulary
+      if (std::isinf(v)) v = -30.0f;
+    for (size_t c = 0; c < cfgs.size(); ++c)
+      for (uint64_t draw = 0; draw < 25; ++draw) {
+        Rng a(stream_id({seed, c, draw})), b(stream_id({seed, c, draw}));
+        ASSERT_EQ(sample_token(l, cfgs[c], a), reference_sample(l, cfgs[c], b))
+            << "seed " << seed << " config " << c << " draw " << draw;
+        ++compared;
+      }
+  }
+  EXPECT_EQ(compared, 4 * 6 * 25);
 }
 
 TEST(Sampler, RejectsBadSettings) {

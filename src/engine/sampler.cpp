@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 
@@ -41,16 +42,58 @@ int32_t argmax(std::span<const float> logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-int32_t sample_token(std::span<const float> logits, const SamplerConfig& cfg, Rng& rng) {
-  if (cfg.temperature == 0.0f) return argmax(logits);
+namespace {
+
+// Order key of a logit: unsigned, increasing as the logit decreases (so an ascending sort gives
+// probability desc). -0.0 is folded into +0.0 because the two compare equal.
+uint32_t descending_key(float l) {
+  uint32_t b;
+  const float f = l == 0.0f ? 0.0f : l;
+  std::memcpy(&b, &f, sizeof b);
+  const uint32_t ascending = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  return ~ascending;
+}
+
+}  // namespace
+
+std::vector<int32_t> order_by_probability(std::span<const float> logits, int32_t top_k) {
   const auto n = static_cast<int32_t>(logits.size());
   std::vector<int32_t> idx(static_cast<size_t>(n));
   std::iota(idx.begin(), idx.end(), 0);
+  if (top_k > 0 && top_k < n / 16) {
+    // Only the first top_k places are read: select them, then order them (same order as a full
+    // sort's prefix: the comparison is a strict total order).
+    std::partial_sort(idx.begin(), idx.begin() + top_k, idx.end(), [&](int32_t a, int32_t b) {
+      return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
+          (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+    });
+    idx.resize(static_cast<size_t>(top_k));
+    return idx;
+  }
+  // LSD radix sort of (key, id) on the 32-bit key, 4 passes of 8 bits: stable, so ids that tie
+  // stay ascending. ~10x faster than a comparison sort of a 50k-150k vocabulary, and the same
+  // permutation.
+  std::vector<uint64_t> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i)
+    a[static_cast<size_t>(i)] = (uint64_t{descending_key(logits[static_cast<size_t>(i)])} << 32) | static_cast<uint32_t>(i);
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 32 + 8 * pass;
+    size_t count[257] = {0};
+    for (const uint64_t v : a) ++count[((v >> shift) & 0xFF) + 1];
+    if (count[((a[0] >> shift) & 0xFF) + 1] == a.size()) continue;  // every key has this digit
+    for (int d = 0; d < 256; ++d) count[d + 1] += count[d];
+    for (const uint64_t v : a) b[count[(v >> shift) & 0xFF]++] = v;
+    a.swap(b);
+  }
+  for (int32_t i = 0; i < n; ++i) idx[static_cast<size_t>(i)] = static_cast<int32_t>(a[static_cast<size_t>(i)] & 0xFFFFFFFFu);
+  return idx;
+}
+
+int32_t sample_token(std::span<const float> logits, const SamplerConfig& cfg, Rng& rng) {
+  if (cfg.temperature == 0.0f) return argmax(logits);
+  const auto n = static_cast<int32_t>(logits.size());
   // Stable order: probability desc, then id asc, so the draw is reproducible.
-  std::sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) {
-    return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
-        (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
-  });
+  const std::vector<int32_t> idx = order_by_probability(logits, cfg.top_k);
   int32_t keep = n;
   if (cfg.top_k > 0) keep = std::min(keep, cfg.top_k);
   const double maxl = logits[static_cast<size_t>(idx[0])];

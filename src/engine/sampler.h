@@ -58,6 +58,12 @@ void validate_sampler(const SamplerConfig& cfg, int32_t n_vocab = 0);
 /// Index of the largest logit (lowest index on ties).
 int32_t argmax(std::span<const float> logits);
 
+/// Token ids ordered by (logit desc, id asc) — the order sample_token draws in. With
+/// 0 < top_k < n_vocab / 16 only the first top_k ids are returned (a partial sort), else all
+/// n_vocab (a stable radix sort on the logits' order keys; -0.0 ties with +0.0). Logits must not
+/// be NaN.
+std::vector<int32_t> order_by_probability(std::span<const float> logits, int32_t top_k = 0);
+
 /// Draws one token from logits[n_vocab] with the stream `rng` (seed it per (seed, sequence, step)
 /// for reproducibility): greedy when temperature is 0, else temperature, top-k, top-p and min-p
 /// over the distribution sorted by (probability desc, id asc). logit_bias and the penalties are
