@@ -170,6 +170,13 @@ TEST(ServeProcess, BadOptionsExitWithOneLineError) {
   const test::CliResult r = test::run_shell(cmd);
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "kvevict: error: --kv-memory 'lots': expected a positive size such as 268435456, 256MiB or 2GiB\n");
+  // No silent truncation or other number syntaxes: a fraction of a byte, hex, an exponent.
+  for (const char* v : {"1.5", "1.3k", "0x10", "1e6", "-5", ".5M", "5."}) {
+    const test::CliResult q =
+        test::run_shell(test::kvevict_binary() + " serve -m '" + reasoner_path() + "' --port 0 --kv-memory " + v + " 2>&1");
+    EXPECT_EQ(q.code, 2) << v;
+    EXPECT_NE(q.out.find(std::string("--kv-memory '") + v + "': expected a positive size"), std::string::npos) << q.out;
+  }
   // An origin with a path could never match a browser's Origin header: refused before the model loads.
   const test::CliResult c = test::run_shell(test::kvevict_binary() + " serve -m '" + reasoner_path() +
                                             "' --port 0 --cors-origin http://localhost:3000/ 2>&1");

@@ -5,7 +5,9 @@
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <cctype>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -54,15 +56,21 @@ void on_signal(int sig) {
   (void)n;
 }
 
-// "268435456", "256MiB", "256M", "1.5GiB", "512k" -> bytes (K/M/G and KiB/MiB/GiB are powers of 1024).
+// "268435456", "256MiB", "256M", "1.5GiB", "512k" -> bytes (K/M/G and KiB/MiB/GiB are powers of
+// 1024). Digits with at most one decimal point, then a unit: no sign, hex or exponent, and a
+// value that is not a whole number of bytes ("1.5", "1.3k") is refused rather than truncated.
 int64_t parse_bytes(const std::string& flag, const std::string& s) {
+  const auto bad = [&](const char* why) {
+    return Error(fmt::format("{} '{}': expected a positive size such as 268435456, 256MiB or 2GiB{}", flag, s, why));
+  };
   size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
+  bool dot = false;
+  while (used < s.size() && (std::isdigit(static_cast<unsigned char>(s[used])) || (s[used] == '.' && !dot))) {
+    dot = dot || s[used] == '.';
+    ++used;
   }
+  if (used == 0 || s[0] == '.' || s[used - 1] == '.') throw bad("");
+  const double v = std::stod(s.substr(0, used));
   std::string unit = s.substr(used);
   for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   double mult = 0;
@@ -74,8 +82,8 @@ int64_t parse_bytes(const std::string& flag, const std::string& s) {
     mult = 1024.0 * 1024;
   else if (unit == "g" || unit == "gib" || unit == "gb")
     mult = 1024.0 * 1024 * 1024;
-  if (used == 0 || mult == 0 || !(v > 0) || v * mult > 1e15)
-    throw Error(fmt::format("{} '{}': expected a positive size such as 268435456, 256MiB or 2GiB", flag, s));
+  if (mult == 0 || !(v > 0) || v * mult > 1e15) throw bad("");
+  if (v * mult != std::floor(v * mult)) throw bad(" (not a whole number of bytes)");
   return static_cast<int64_t>(v * mult);
 }
 
