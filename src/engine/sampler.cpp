@@ -59,8 +59,8 @@ uint32_t descending_key(float l) {
 std::vector<int32_t> order_by_probability(std::span<const float> logits, int32_t top_k) {
   const auto n = static_cast<int32_t>(logits.size());
   std::vector<int32_t> idx(static_cast<size_t>(n));
-  std::iota(idx.begin(), idx.end(), 0);
   if (top_k > 0 && top_k < n / 16) {
+    std::iota(idx.begin(), idx.end(), 0);
     // Only the first top_k places are read: select them, then order them (same order as a full
     // sort's prefix: the comparison is a strict total order).
     std::partial_sort(idx.begin(), idx.begin() + top_k, idx.end(), [&](int32_t a, int32_t b) {
