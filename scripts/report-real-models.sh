@@ -13,8 +13,11 @@
 # held-out tasks, seed 7100).
 #
 # Usage: scripts/report-real-models.sh [model...]   (models: stories260k tinystories656k reasoner;
-# default all; CORPORA="wikitext pg19 tinystories" picks the text corpora of the stories models). Needs ./build/kvevict and python3 (stdlib only). Sizes below are kept small so the
-# whole run is a few CPU-minutes at -t 1 on a 2-core machine; raise WIKI/BOOK/TASKS for tighter CIs.
+# default all; CORPORA="wikitext pg19 tinystories" picks the text corpora of the stories models). Needs ./build/kvevict
+# and python3 (stdlib only). The defaults give each stories model 101 texts (50 wikitext + 3 x 16
+# PG-19 + 3 TinyStories windows); one stories model then takes 4-5 wall minutes at -t 1
+# (measured at load ~3 on 2 cores, one of them busy), the reasoner about 19 minutes (measured at load ~10 with 6 tasks
+# per family); raise WIKI/BOOK/TASKS for tighter CIs.
 # Writes docs/reports/data/real-models/<model>/<corpus>/{divergence.csv,summary.json,sink_mass.csv}
 # (committed) and regenerates docs/reports/real-models.md. Seed 1 everywhere.
 set -euo pipefail
@@ -22,15 +25,18 @@ cd "$(dirname "$0")/.."
 KV=./build/kvevict
 SHARED="${KVEVICT_SHARED:-../shared}"
 DATA=${DATA:-docs/reports/data/real-models}
+REPORT=${REPORT:-docs/reports/real-models.md}  # set it too when DATA is not the committed folder
 TMP=${TMP:-out/real-models}
 mkdir -p "$DATA" "$TMP"
 LEN=${LEN:-256}      # tokens per window (BOS included)
 R=${R:-8}            # recent buffer: B = 26 > r at 10% of 256
 PROMPT=${PROMPT:-8}  # leading tokens pinned as the prompt: at 10% (B = 26) K_sel = B - r = 18 leaves 10 slots
                      # for the trace (with P = 32 > K_sel every pinned policy kept the same slots)
-WIKI=${WIKI:-24}     # wikitext-2 windows per model
-BOOK=${BOOK:-8}      # windows per PG-19 book (3 books)
-TINY=${TINY:-3}      # TinyStories sample windows (the file is ~3.8 KB, so windows overlap)
+# Windows are disjoint --length-token slices spread evenly over a file (kvevict divergence --texts);
+# a file holding fewer asks kvevict to warn, and run_div copies that warning into run.txt.
+WIKI=${WIKI:-50}     # wikitext-2 test windows per model (the 1.3 MB file holds hundreds of 256-token windows)
+BOOK=${BOOK:-16}     # windows per PG-19 book (3 books of 275-346 KB, each holding hundreds)
+TINY=${TINY:-3}      # TinyStories sample windows: the 3.8 KB file holds only 3 for TinyStories-656K (7 for stories260K)
 TASKS=${TASKS:-6}    # reasoner tasks per family
 FRACS=0.1,0.2,0.4
 CORPORA=${CORPORA:-wikitext pg19 tinystories}
@@ -60,7 +66,12 @@ run_div() { # model corpus texts length extra-args...
   $KV divergence -m "$m" --texts "$texts" --length "$len" --prompt-tokens "$PROMPT" --policies "$POLICIES" \
     --budget-fractions "$FRACS" -r "$R" --sink-mass --seed 1 -t 1 \
     --param "triattention:stats=$TMP/$name-tri.json" -o "$out" "$@" > "$out/stdout.txt" 2> "$TMP/$name-$corpus.log"
-  echo "$name $corpus: wall $(( $(date +%s) - start )) s, load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$DATA/run.txt"
+  # run.txt keeps one entry per (model, corpus): this run's replaces the previous one.
+  { grep -v "^$name $corpus: " "$DATA/run.txt" 2> /dev/null || true; } > "$TMP/run.txt"
+  echo "$name $corpus: $texts texts asked, wall $(( $(date +%s) - start )) s, load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$TMP/run.txt"
+  # A file with fewer windows than asked is not an error to kvevict: keep its warning visible.
+  { grep -h 'warning' "$TMP/$name-$corpus.log" || true; } | sed "s/^/$name $corpus: /" | tee -a "$TMP/run.txt"
+  mv "$TMP/run.txt" "$DATA/run.txt"
 }
 
 for name in "${models[@]}"; do
@@ -100,4 +111,4 @@ for name in "${models[@]}"; do
       ;;
   esac
 done
-python3 scripts/report-real-models.py "$DATA" docs/reports/real-models.md
+python3 scripts/report-real-models.py "$DATA" "$REPORT"
