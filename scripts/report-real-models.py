@@ -8,12 +8,20 @@ nll are per-token means over the text's scored tokens), summary.json (kvevict's 
 summary with its own percentile-bootstrap CIs) and sink_mass.csv (per query head: mean attention
 mass on the first 4 positions under the full cache, and what uniform attention would give).
 Pooled numbers here are means over texts with a percentile bootstrap over texts (seed 1, 4000
-resamples); paired differences resample texts jointly, so both policies see the same texts.
+resamples, the same resamples for every interval of a given n, so an interval does not depend on
+the order in which the report computes them); paired differences resample texts jointly, so both
+policies see the same texts.
+
+DATA_DIR/reading.md is the hand-written reading. Its figures are not typed in: each {{...}} is
+computed here from the data (see `Reading.FIELDS` for the forms), and a paired difference can
+carry a claim (>0, <0, ~0: its 95% CI lies above 0, below 0, or includes 0). A claim the data do
+not bear out is marked in the report and makes this script exit 1.
 """
 import csv
 import math
 import os
 import random
+import re
 import sys
 
 MODELS = [("stories260k", "stories260K (GGUF, 260K parameters, trained on TinyStories)"),
@@ -25,10 +33,25 @@ SCORED = ["snapkv", "snapkv+prompt", "rkv", "rkv+prompt", "vase", "vase+prompt",
 BOOT = 4000
 
 
-def boot_ci(values, rng):
+_RESAMPLES = {}
+
+
+def boot_ci(values):
+    """95% percentile-bootstrap interval of the mean of `values` (BOOT resamples, seed 1)."""
     n = len(values)
-    means = sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(BOOT))
+    if n not in _RESAMPLES:
+        rng = random.Random(1)
+        _RESAMPLES[n] = [[rng.randrange(n) for _ in range(n)] for _ in range(BOOT)]
+    means = sorted(sum(values[i] for i in idx) / n for idx in _RESAMPLES[n])
     return means[int(0.025 * BOOT)], means[int(0.975 * BOOT) - 1]
+
+
+def paired(cells, a, b, budget):
+    """Paired KL(a) - KL(b) at `budget` over the texts both cells hold: (mean, lo, hi, n)."""
+    keys = sorted(set(cells[(a, budget)]) & set(cells[(b, budget)]))
+    d = [float(cells[(a, budget)][k]["kl"]) - float(cells[(b, budget)][k]["kl"]) for k in keys]
+    lo, hi = boot_ci(d)
+    return sum(d) / len(d), lo, hi, len(d)
 
 
 def load(data, model):
@@ -51,11 +74,10 @@ def fmt_ci(m, lo, hi, sign=False):
     return (f + " [" + f + ", " + f + "]").format(m, lo, hi)
 
 
-def model_section(data, model, title, out, headline):
+def model_section(data, model, title, out, headline, ctx):
     rows, sinks, corpora = load(data, model)
     if not rows:
         return None
-    rng = random.Random(1)
     cells = {}
     for r in rows:
         key = (r["policy"], int(r["budget"]))
@@ -113,9 +135,9 @@ def model_section(data, model, title, out, headline):
             t1 = sum(float(r["top1"]) for r in c.values()) / len(c)
             m = sum(kl) / len(kl)
             means[(p, b)] = m
-            lo, hi = boot_ci(kl, rng)
+            lo, hi = boot_ci(kl)
             dm = sum(dn) / len(dn)
-            dlo, dhi = boot_ci(dn, rng)
+            dlo, dhi = boot_ci(dn)
             ppl = math.exp(sum(nll) / len(nll))
             out.append(f"| {p} | {b} | {b/length:.2f} | {fmt_ci(m, lo, hi)} | {ppl:.3f} | "
                        f"{fmt_ci(dm, dlo, dhi, True)} | {t1:.3f} | {len(c)} |")
@@ -135,14 +157,11 @@ def model_section(data, model, title, out, headline):
     for b in budgets:
         present = [p for p in SCORED if (p, b) in means]
         best = min(present, key=lambda p: means[(p, b)])
-        keys = sorted(cells[("random", b)])
-        d = [float(cells[("random", b)][k]["kl"]) - float(cells[(best, b)][k]["kl"]) for k in keys]
-        dm = sum(d) / len(d)
-        lo, hi = boot_ci(d, rng)
+        dm, lo, hi, _ = paired(cells, "random", best, b)
         out.append(f"| {b} | {b/length:.2f} | {means[('random', b)]:.4f} | {best} | {means[(best, b)]:.4f} | "
                    f"{fmt_ci(dm, lo, hi, True)} | {means[('random-unprotected', b)]:.4f} | "
                    f"{means[('recency+prompt', b)]:.4f} |")
-        headline.append((model, b, b / length, means[("random", b)], best, means[(best, b)], dm, lo, hi))
+        headline.append((model, b, b / length, means[("random", b)], best, means[(best, b)], dm, lo, hi, n_texts))
     out.append("")
     # Pinned vs unpinned pairs: does pinning the prompt change KL?
     out.append("Pinning the prompt (paired Δ KL = KL(policy+prompt) − KL(policy), 95% CI over texts):\n")
@@ -153,10 +172,8 @@ def model_section(data, model, title, out, headline):
     for a, pb in pairs:
         cols = []
         for b in budgets:
-            keys = sorted(cells[(a, b)])
-            d = [float(cells[(pb, b)][k]["kl"]) - float(cells[(a, b)][k]["kl"]) for k in keys]
-            lo, hi = boot_ci(d, rng)
-            cols.append(fmt_ci(sum(d) / len(d), lo, hi, True))
+            dm, lo, hi, _ = paired(cells, pb, a, b)
+            cols.append(fmt_ci(dm, lo, hi, True))
         out.append(f"| {pb} vs {a} | " + " | ".join(cols) + " |")
     out.append("")
 
@@ -166,6 +183,8 @@ def model_section(data, model, title, out, headline):
     out.append("| corpus | heads | uniform | median head | max head (layer, head) | max / uniform | heads ≥ 0.3 |")
     out.append("|---|---:|---:|---:|---|---:|---:|")
     model_max = 0.0
+    ctx[model] = {"rows": rows, "cells": cells, "budgets": budgets, "length": length, "n": n_texts,
+                  "prompt": prompt, "sinks": sinks, "corpora": corpora, "means": means}
     for c in corpora:
         s = sinks[c]
         m = sorted(float(r["mass_first_4"]) for r in s)
@@ -178,13 +197,174 @@ def model_section(data, model, title, out, headline):
     return model_max
 
 
+class Reading:
+    """Fills the {{...}} fields of reading.md from the data. Forms (MODEL a model directory, b1/b2/b3
+    its budgets in increasing order, P a policy, src=X keeps the texts of corpus X or of source
+    file X / *-X.jsonl; NAME:k sets k decimals):
+
+      n MODEL [src]              texts              prompt MODEL        prompt tokens, lo–hi
+      B MODEL bI                 budget (slots)     pct MODEL bI        B / longest text, in %
+      kl MODEL P bI [src]        mean KL (3)        best MODEL bI       scored policy of lowest mean KL
+      range MODEL bI P,P,...     lo–hi of mean KLs  ppl MODEL [src]     full-cache perplexity (2)
+      d MODEL P Q bI [src] [C]   paired KL(P) - KL(Q) and 95% CI (3); C = >0 | <0 | ~0 is a claim
+                                 (P or Q = best: the scored policy of lowest mean KL at bI, also in kl)
+      dm MODEL P Q bI            KL(P) - KL(Q), difference of means only
+      up / down MODEL P bI bJ [src]   "KL(bI) → KL(bJ)", with the claim that it rises / falls
+      nneg MODEL [src]           "k of N": (policy, budget) cells whose ΔNLL vs full has a 95% CI below 0
+      sink MODEL (3), sinkx MODEL (1), uniform MODEL (3), heads MODEL, heads03 MODEL: the largest
+        per-head attention mass on the first 4 positions over the corpora, it over uniform, uniform,
+        heads per model, and the most heads at >= 0.3 in any corpus.
+    """
+
+    def __init__(self, ctx):
+        self.ctx, self.failed = ctx, []
+
+    def fill(self, text):
+        return re.sub(r"\{\{([^{}]+)\}\}", lambda m: self.field(m.group(1)), text)
+
+    def field(self, spec):
+        args = spec.split()
+        name, _, prec = args[0].partition(":")
+        claim = args.pop() if args[-1] in (">0", "<0", "~0") else None
+        src = None
+        if args[-1].startswith("src="):
+            src = args.pop()[4:]
+        m = self.ctx.get(args[1]) if len(args) > 1 else None
+        if m is None:
+            raise SystemExit(f"reading.md: {{{{{spec}}}}}: unknown model (have {', '.join(self.ctx)})")
+        fn = getattr(self, "f_" + name, None)
+        if fn is None:
+            raise SystemExit(f"reading.md: {{{{{spec}}}}}: unknown field {name!r}")
+        try:
+            value, check = fn(m, args[2:], src, int(prec) if prec else None, claim)
+        except (KeyError, IndexError, ValueError) as e:
+            raise SystemExit(f"reading.md: {{{{{spec}}}}}: {e!r}")
+        value = re.sub(r"-(?=\d)", "−", value)  # a minus sign in prose; policy names keep their hyphens
+        if check is not None:
+            self.failed.append(f"{{{{{spec}}}}} = {value}: {check}")
+            return f"{value} (**claim not borne out by the data: {check}**)"
+        return value
+
+    @staticmethod
+    def budget(m, tag):
+        if not (tag.startswith("b") and tag[1:].isdigit() and 1 <= int(tag[1:]) <= len(m["budgets"])):
+            raise ValueError(f"budget {tag!r} is not b1..b{len(m['budgets'])}")
+        return m["budgets"][int(tag[1:]) - 1]
+
+    @staticmethod
+    def keep(r, src):
+        if src is None:
+            return True
+        stem = os.path.splitext(r["source"])[0]
+        return src in (r["corpus"], r["source"], stem) or stem.endswith("-" + src)
+
+    def cell(self, m, p, b, src):
+        if p == "best":
+            p = self.f_best(m, [f"b{m['budgets'].index(b) + 1}"], None, None, None)[0]
+        c = {k: r for k, r in m["cells"][(p, b)].items() if self.keep(r, src)}
+        if not c:
+            raise ValueError(f"no texts for {p} at B = {b} (src={src})")
+        return c
+
+    def kl(self, m, p, b, src):
+        c = self.cell(m, p, b, src)
+        return sum(float(r["kl"]) for r in c.values()) / len(c)
+
+    def f_n(self, m, a, src, prec, claim):
+        return str(len({(r["corpus"], r["source"], r["text"]) for r in m["rows"] if self.keep(r, src)})), None
+
+    def f_prompt(self, m, a, src, prec, claim):
+        lo, hi = m["prompt"][0], m["prompt"][-1]
+        return (str(lo) if lo == hi else f"{lo}–{hi}"), None
+
+    def f_B(self, m, a, src, prec, claim):
+        return str(self.budget(m, a[0])), None
+
+    def f_pct(self, m, a, src, prec, claim):
+        return f"{100 * self.budget(m, a[0]) / m['length']:.{0 if prec is None else prec}f}%", None
+
+    def f_kl(self, m, a, src, prec, claim):
+        return f"{self.kl(m, a[0], self.budget(m, a[1]), src):.{3 if prec is None else prec}f}", None
+
+    def f_best(self, m, a, src, prec, claim):
+        b = self.budget(m, a[0])
+        return min((p for p in SCORED if (p, b) in m["means"]), key=lambda p: m["means"][(p, b)]), None
+
+    def f_range(self, m, a, src, prec, claim):
+        b = self.budget(m, a[0])
+        v = [self.kl(m, p, b, src) for p in a[1].split(",")]
+        f = "{:." + str(3 if prec is None else prec) + "f}"
+        return f.format(min(v)) + "–" + f.format(max(v)), None
+
+    def f_ppl(self, m, a, src, prec, claim):
+        per_text = {(r["corpus"], r["source"], r["text"]): float(r["full_nll"]) for r in m["rows"] if self.keep(r, src)}
+        if not per_text:
+            raise ValueError(f"no texts for src={src}")
+        return f"{math.exp(sum(per_text.values()) / len(per_text)):.{2 if prec is None else prec}f}", None
+
+    def f_d(self, m, a, src, prec, claim):
+        b = self.budget(m, a[2])
+        cells = {(p, b): self.cell(m, p, b, src) for p in (a[0], a[1])}  # "best" as a name of its own
+        dm, lo, hi, _ = paired(cells, a[0], a[1], b)
+        f = "{:+." + str(3 if prec is None else prec) + "f}"
+        value = f.format(dm) + " [" + f.format(lo) + ", " + f.format(hi) + "]"
+        ok = {None: True, ">0": lo > 0, "<0": hi < 0, "~0": lo <= 0 <= hi}[claim]
+        return value, None if ok else {">0": "its CI is not above 0", "<0": "its CI is not below 0",
+                                       "~0": "its CI excludes 0"}[claim]
+
+    def f_nneg(self, m, a, src, prec, claim):
+        cells = [(p, b) for (p, b) in m["cells"]]
+        neg = 0
+        for p, b in cells:
+            c = self.cell(m, p, b, src)
+            _, hi = boot_ci([float(r["nll"]) - float(r["full_nll"]) for r in c.values()])
+            neg += hi < 0
+        return f"{neg} of {len(cells)}", None
+
+    def f_dm(self, m, a, src, prec, claim):
+        b = self.budget(m, a[2])
+        return f"{self.kl(m, a[0], b, src) - self.kl(m, a[1], b, src):+.{3 if prec is None else prec}f}", None
+
+    def _updown(self, m, a, src, prec, rise):
+        x, y = (self.kl(m, a[0], self.budget(m, t), src) for t in a[1:3])
+        f = "{:." + str(3 if prec is None else prec) + "f}"
+        value = f.format(x) + " → " + f.format(y)
+        return value, None if (y > x) == rise else ("KL does not rise" if rise else "KL does not fall")
+
+    def f_up(self, m, a, src, prec, claim):
+        return self._updown(m, a, src, prec, True)
+
+    def f_down(self, m, a, src, prec, claim):
+        return self._updown(m, a, src, prec, False)
+
+    @staticmethod
+    def top(m):
+        return max(((c, r) for c, rs in m["sinks"].items() for r in rs), key=lambda cr: float(cr[1]["mass_first_4"]))[1]
+
+    def f_sink(self, m, a, src, prec, claim):
+        return f"{float(self.top(m)['mass_first_4']):.{3 if prec is None else prec}f}", None
+
+    def f_sinkx(self, m, a, src, prec, claim):
+        t = self.top(m)
+        return f"{float(t['mass_first_4']) / float(t['uniform']):.{1 if prec is None else prec}f}", None
+
+    def f_uniform(self, m, a, src, prec, claim):
+        return f"{float(self.top(m)['uniform']):.{3 if prec is None else prec}f}", None
+
+    def f_heads(self, m, a, src, prec, claim):
+        return str(max(len(rs) for rs in m["sinks"].values())), None
+
+    def f_heads03(self, m, a, src, prec, claim):
+        return str(max(sum(1 for r in rs if float(r["mass_first_4"]) >= 0.3) for rs in m["sinks"].values())), None
+
+
 def main():
     data, out_md = sys.argv[1], sys.argv[2]
-    out, headline, maxes = [], [], {}
+    out, headline, maxes, ctx = [], [], {}, {}
     body = []
     for model, title in MODELS:
         if os.path.isdir(os.path.join(data, model)):
-            m = model_section(data, model, title, body, headline)
+            m = model_section(data, model, title, body, headline, ctx)
             if m is not None:
                 maxes[model] = m
     run = open(os.path.join(data, "run.txt")).read().strip() if os.path.exists(os.path.join(data, "run.txt")) else ""
@@ -201,10 +381,14 @@ def main():
                "`streaming+prompt` is not run: with a prompt of P ≥ 4 tokens its 4 sinks lie inside the pinned prompt, so it keeps what `recency+prompt` keeps. "
                "Intervals are 95% percentile bootstraps over texts (n texts per cell, given).\n")
     out.append("## Headline: Random Attention vs the best scored policy\n")
-    out.append("| model | B | B/len | random KL | best scored | its KL | Δ KL [95% CI] |")
-    out.append("|---|---:|---:|---:|---|---:|---|")
-    for model, b, f, rk, best, bk, dm, lo, hi in headline:
-        out.append(f"| {model} | {b} | {f:.2f} | {rk:.4f} | {best} | {bk:.4f} | {fmt_ci(dm, lo, hi, True)} |")
+    out.append("Texts per model: " + ", ".join(f"{m} {c['n']}" for m, c in ctx.items()) + " (n below; every "
+               "cell of a model holds all of its texts). KL in nats/token; Δ KL = KL(random) − KL(best), "
+               "paired over texts; the best scored policy is picked after the fact among "
+               f"{len(SCORED)}, so its Δ is optimistic for the scored side.\n")
+    out.append("| model | n | B | B/len | random KL | best scored | its KL | Δ KL [95% CI] |")
+    out.append("|---|---:|---:|---:|---:|---|---:|---|")
+    for model, b, f, rk, best, bk, dm, lo, hi, n in headline:
+        out.append(f"| {model} | {n} | {b} | {f:.2f} | {rk:.4f} | {best} | {bk:.4f} | {fmt_ci(dm, lo, hi, True)} |")
     out.append("")
     out.append("Largest per-head attention mass on the first 4 positions: " +
                ", ".join(f"{m} {v:.3f}" for m, v in maxes.items()) + ".\n")
@@ -217,8 +401,12 @@ def main():
     reading_path = os.path.join(data, "reading.md")
     reading = open(reading_path).read().strip() if os.path.exists(reading_path) else \
         "(no reading yet: write docs/reports/data/real-models/reading.md)"
-    text = text.replace("READING_PLACEHOLDER", "## Reading\n\n" + reading)
+    filler = Reading(ctx)
+    text = text.replace("READING_PLACEHOLDER", "## Reading\n\n" + filler.fill(reading))
     open(out_md, "w").write(text)
+    if filler.failed:
+        sys.exit("report-real-models.py: claims in reading.md not borne out by the data (marked in "
+                 f"{out_md}):\n  " + "\n  ".join(filler.failed))
 
 
 if __name__ == "__main__":
