@@ -16,6 +16,7 @@
 #include "model_fixture.h"
 #include "util/error.h"
 #include "util/rng.h"
+#include "test_paths.h"
 
 namespace kvevict {
 namespace {
@@ -114,7 +115,7 @@ TEST(EnginePrefillChunk, AnyChunkingIsBitIdenticalToOneCallOnStories260K) {
 }
 
 TEST(EnginePrefillChunk, AnyChunkingIsBitIdenticalToOneCallOnReasoner) {
-  const auto m = Model::load(std::string(KVEVICT_SOURCE_DIR) + "/models/reasoner/reasoner.gguf");
+  const auto m = Model::load(std::string(kvevict::test::source_dir()) + "/models/reasoner/reasoner.gguf");
   check_model(*m);
 }
 

@@ -1,4 +1,4 @@
-// Helpers for tests that run the kvevict binary (KVEVICT_BINARY) as a child process and read an
+// Helpers for tests that run the kvevict binary (test_paths.h: kvevict::test::binary_path()) as a child process and read an
 // eval output directory.
 #pragma once
 

@@ -16,11 +16,12 @@
 #include "eviction/registry.h"
 #include "model/model.h"
 #include "tasks/generator.h"
+#include "test_paths.h"
 
 namespace kvevict {
 namespace {
 
-std::string reasoner() { return std::string(KVEVICT_SOURCE_DIR) + "/models/reasoner/reasoner.gguf"; }
+std::string reasoner() { return std::string(kvevict::test::source_dir()) + "/models/reasoner/reasoner.gguf"; }
 
 EvalCell cell(const std::string& name, int64_t budget) {
   EvalCell c;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "test_tmp.h"
+#include "test_paths.h"
 
 namespace kvevict {
 namespace {
@@ -87,7 +88,7 @@ std::vector<std::string> layering_violations(const fs::path& src, const std::map
   return out;
 }
 
-const std::string kSource = KVEVICT_SOURCE_DIR;
+const std::string kSource = kvevict::test::source_dir();
 
 TEST(Layering, OrderIsReadFromContributing) {
   const auto rank = layer_ranks(kSource + "/CONTRIBUTING.md");

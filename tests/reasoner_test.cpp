@@ -11,11 +11,12 @@
 #include "eval/solve.h"
 #include "model/model.h"
 #include "tasks/generator.h"
+#include "test_paths.h"
 
 namespace kvevict {
 namespace {
 
-std::string shipped_model() { return std::string(KVEVICT_SOURCE_DIR) + "/models/reasoner/reasoner.gguf"; }
+std::string shipped_model() { return std::string(kvevict::test::source_dir()) + "/models/reasoner/reasoner.gguf"; }
 
 TEST(Reasoner, ShippedModelLoadsWithItsTokenizer) {
   ASSERT_TRUE(std::filesystem::exists(shipped_model())) << shipped_model();

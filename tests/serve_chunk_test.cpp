@@ -15,6 +15,7 @@
 #include "serve/scheduler.h"
 #include "util/error.h"
 #include "util/rng.h"
+#include "test_paths.h"
 
 namespace kvevict {
 namespace {
@@ -27,7 +28,7 @@ using serve::SchedulerOptions;
 using serve::StepRecord;
 
 std::unique_ptr<Model> reasoner() {
-  return Model::load(std::string(KVEVICT_SOURCE_DIR) + "/models/reasoner/reasoner.gguf");
+  return Model::load(std::string(kvevict::test::source_dir()) + "/models/reasoner/reasoner.gguf");
 }
 
 GenerationParams params(std::vector<int32_t> prompt, int64_t max_tokens, const std::string& policy, uint64_t seed) {

@@ -15,11 +15,12 @@
 #include "serve/http_server.h"
 #include "serve/load_client.h"
 #include "serve/scheduler.h"
+#include "test_paths.h"
 
 namespace kvevict {
 
 /// The model the serving tests run: the committed reasoner (loads in milliseconds).
-inline std::string reasoner_path() { return std::string(KVEVICT_SOURCE_DIR) + "/models/reasoner/reasoner.gguf"; }
+inline std::string reasoner_path() { return std::string(kvevict::test::source_dir()) + "/models/reasoner/reasoner.gguf"; }
 
 // An in-process server on an ephemeral loopback port.
 class TestServer {

@@ -83,7 +83,7 @@ class ServerProcess {
   bool reaped_ = false;
 };
 
-std::string reasoner_path() { return std::string(KVEVICT_SOURCE_DIR) + "/models/reasoner/reasoner.gguf"; }
+std::string reasoner_path() { return std::string(kvevict::test::source_dir()) + "/models/reasoner/reasoner.gguf"; }
 
 void run_openai_client(const std::string& model_path, const std::string& name, std::vector<std::string> extra = {}) {
   std::vector<std::string> args = {"serve", "-m",          model_path, "--port",  "0", "-t",
@@ -92,7 +92,7 @@ void run_openai_client(const std::string& model_path, const std::string& name, s
   ServerProcess s(args);
   ASSERT_GT(s.port(), 0) << "no ready line: " << s.ready_line();
   EXPECT_NE(s.ready_line().find("admits up to"), std::string::npos) << s.ready_line();
-  const std::string script = std::string(KVEVICT_SOURCE_DIR) + "/tests/serve_openai_client.py";
+  const std::string script = std::string(kvevict::test::source_dir()) + "/tests/serve_openai_client.py";
   const std::string cmd =
       "python3 '" + script + "' http://127.0.0.1:" + std::to_string(s.port()) + "/v1 '" + name + "'";
   const int rc = std::system(cmd.c_str());

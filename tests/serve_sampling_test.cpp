@@ -18,11 +18,12 @@
 #include "model/model.h"
 #include "serve/request.h"
 #include "serve/scheduler.h"
+#include "test_paths.h"
 
 namespace kvevict {
 namespace {
 
-std::string reasoner_path() { return std::string(KVEVICT_SOURCE_DIR) + "/models/reasoner/reasoner.gguf"; }
+std::string reasoner_path() { return std::string(kvevict::test::source_dir()) + "/models/reasoner/reasoner.gguf"; }
 
 // Parses completions bodies on the reasoner's vocabulary with --max-tokens 32.
 struct Parser {

@@ -32,6 +32,7 @@
 #include "util/utf8.h"
 #include "raw_http.h"
 #include "serve_fixture.h"
+#include "test_paths.h"
 
 namespace kvevict {
 namespace {
@@ -96,7 +97,7 @@ TEST(ServePool, ReservesOnlyWhatFitsAndRefusesOverRelease) {
 // values: the limits passed in, and the reasoner tokenizer's own encoding of the prompt.
 // The request parser alone, on the default model's vocabulary, with --max-tokens 32.
 struct RequestParser {
-  GgufFile file = GgufFile::open(std::string(KVEVICT_SOURCE_DIR) + "/models/reasoner/reasoner.gguf");
+  GgufFile file = GgufFile::open(std::string(kvevict::test::source_dir()) + "/models/reasoner/reasoner.gguf");
   Tokenizer tok = Tokenizer::from_gguf(file);
   serve::ApiOptions opt = [] {
     serve::ApiOptions o;

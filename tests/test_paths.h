@@ -1,5 +1,8 @@
-// Where tests find ../shared: the KVEVICT_SHARED environment variable, else the CMake default
-// (<source>/../shared). One place, so every test reads shared files the same way.
+// Where tests find ../shared (the KVEVICT_SHARED environment variable, else the CMake default
+// <source>/../shared), the source tree and the built kvevict binary. One place, so every test
+// reads shared files the same way. The three configured paths live in one file CMake generates
+// (test_paths_generated.cpp in the build folder), not in compile definitions: the test sources'
+// compile commands are then the same in every clone, so ccache serves a fresh clone's build.
 #pragma once
 
 #include <cstdlib>
@@ -8,13 +11,20 @@
 
 namespace kvevict::test {
 
+/// The CMake default for shared_dir() (KVEVICT_SHARED_DIR), absolute. Generated.
+const char* shared_default_dir();
+/// The repository root (CMAKE_SOURCE_DIR), absolute. Generated.
+const char* source_dir();
+/// The built kvevict binary (the kvevict target's file), absolute. Generated.
+const char* binary_path();
+
 inline std::string shared_dir() {
   if (const char* env = std::getenv("KVEVICT_SHARED"); env && *env) return env;
-  return KVEVICT_SHARED_DEFAULT;
+  return shared_default_dir();
 }
 inline std::string shared_path(const std::string& rel) { return shared_dir() + "/" + rel; }
 inline std::string stories260k() { return shared_path("models/stories260K/stories260K.gguf"); }
-inline std::string kvevict_binary() { return KVEVICT_BINARY; }
+inline std::string kvevict_binary() { return binary_path(); }
 
 /// True under CI (environment CI=true or CI=1, as GitHub Actions and most runners set it).
 inline bool in_ci() {
