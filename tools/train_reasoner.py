@@ -87,7 +87,7 @@ STAGES_V2 = [
 ]
 # Every trace stage draws the depth K from a range (facts >= K + 4, steps > K): two runs whose first
 # trace stage had K = 3 only learned to end phase A after a fixed 3 lines instead of at the letter
-# e the question names (greedy recall 0/20 at depth 6; models/trace-reasoner/MODEL_CARD.md).
+# e the question names (greedy recall 0/20 at depth 6; models/reasoner/MODEL_CARD.md).
 STAGES = STAGES_V2
 
 
@@ -123,8 +123,10 @@ KIND_NAMES = ["other", "lookup", "digit", "sum", "pass", "answer", "memo", "copy
 # Kinds whose accuracy gates a stage (a kind seen fewer than GATE_MIN_COUNT times in a log window
 # counts as passed).
 GATE_MIN_COUNT = 20
-GATE_KINDS = [KIND_LOOKUP, KIND_DIGIT, KIND_PASS, KIND_MEMO, KIND_COPY, KIND_RECALL, KIND_REVISIT, KIND_RESTATE, KIND_JUMP,
-              KIND_END]
+# The few tokens a task that recall or re-read a far value or make a one-off decision: weighted by
+# --skill-weight, and gated with the lookup and the letter value.
+SKILL_KINDS = [KIND_PASS, KIND_MEMO, KIND_COPY, KIND_RECALL, KIND_REVISIT, KIND_RESTATE, KIND_JUMP, KIND_END]
+GATE_KINDS = [KIND_LOOKUP, KIND_DIGIT] + SKILL_KINDS
 
 
 def token_kinds(trace, family=None):
@@ -137,8 +139,8 @@ def token_kinds(trace, family=None):
     letter value); recall = V inside recall's final \\boxed{} (after '&'); pass = once's code P
     inside the final \\boxed{}; answer = the other characters inside the final \\boxed{}; jump = X of
     recall/revisit's first phase-B line (the start letter b, read after '+' in the question: one token
-    a task, which teacher-forced accuracy hides but a greedy run needs); end = the '&' of that
-    phase-A line, the decision that phase A ends because Y is the letter e after '>' in the question
+    a task, which teacher-forced accuracy hides but a greedy run needs); end = the '&' of phase A's
+    last line "cccX=Yd&V", the decision that phase A ends because Y is the letter e after '>' in the question
     (one token a task: a run that never tracked it ended phase A after a fixed number of lines)."""
     kinds = [KIND_OTHER] * len(trace)
     b = trace.rfind("\\boxed{")
@@ -392,7 +394,7 @@ def main():
     win = {"loss": 0.0, "n": 0, "right": torch.zeros(len(KIND_NAMES)), "count": torch.zeros(len(KIND_NAMES)), "steps": 0}
     recent = []  # (skill acc, all acc) of the last log windows, for the stage gate
     weights = torch.ones(len(KIND_NAMES))
-    for k in (KIND_PASS, KIND_MEMO, KIND_COPY, KIND_RECALL, KIND_REVISIT, KIND_RESTATE, KIND_JUMP, KIND_END):
+    for k in SKILL_KINDS:
         weights[k] = args.skill_weight
     weights[KIND_LOOKUP] = args.lookup_weight
 
@@ -450,7 +452,6 @@ def main():
             with open(curve_path, "a", newline="") as f:
                 csv.writer(f).writerow(row)
             print(" ".join(str(x) for x in row), flush=True)
-            # tokens of a kind absent from the window (e.g. digits in the chain-only stage) count as passed
             # A kind seen fewer than GATE_MIN_COUNT times in the window counts as passed: stage 4's
             # restate decisions (phase B <= 37 lines, so only R = 8 restates, once) were too rare to
             # learn there, and gating on them held a run in that stage for its whole 3,000 steps.
