@@ -117,15 +117,15 @@ def stage_spec(stage, family):
 
 
 (KIND_OTHER, KIND_LOOKUP, KIND_DIGIT, KIND_SUM, KIND_PASS, KIND_ANSWER, KIND_MEMO, KIND_COPY, KIND_RECALL,
- KIND_REVISIT, KIND_RESTATE, KIND_JUMP, KIND_END) = range(13)
+ KIND_REVISIT, KIND_RESTATE, KIND_JUMP, KIND_END, KIND_GO, KIND_HOLD) = range(15)
 KIND_NAMES = ["other", "lookup", "digit", "sum", "pass", "answer", "memo", "copy", "recall", "revisit", "restate",
-              "jump", "end"]
+              "jump", "end", "go", "hold"]
 # Kinds whose accuracy gates a stage (a kind seen fewer than GATE_MIN_COUNT times in a log window
 # counts as passed).
 GATE_MIN_COUNT = 20
 # The few tokens a task that recall or re-read a far value or make a one-off decision: weighted by
 # --skill-weight, and gated with the lookup and the letter value.
-SKILL_KINDS = [KIND_PASS, KIND_MEMO, KIND_COPY, KIND_RECALL, KIND_REVISIT, KIND_RESTATE, KIND_JUMP, KIND_END]
+SKILL_KINDS = [KIND_PASS, KIND_MEMO, KIND_COPY, KIND_RECALL, KIND_REVISIT, KIND_RESTATE, KIND_JUMP, KIND_END, KIND_GO, KIND_HOLD]
 GATE_KINDS = [KIND_LOOKUP, KIND_DIGIT] + SKILL_KINDS
 
 
@@ -139,17 +139,29 @@ def token_kinds(trace, family=None):
     letter value); recall = V inside recall's final \\boxed{} (after '&'); pass = once's code P
     inside the final \\boxed{}; answer = the other characters inside the final \\boxed{}; jump = X of
     recall/revisit's first phase-B line (the start letter b, read after '+' in the question: one token
-    a task, which teacher-forced accuracy hides but a greedy run needs); end = the '&' of phase A's
-    last line "cccX=Yd&V", the decision that phase A ends because Y is the letter e after '>' in the question
-    (one token a task: a run that never tracked it ended phase A after a fixed number of lines)."""
+    a task, which teacher-forced accuracy hides but a greedy run needs); end = the '&' of phase A's last
+    line "cccX=Yd&V" (Y is the letter e after '>' in the question: phase A ends); go = the s of the
+    phase-A lines before it (`family` given; Y is not e: phase A goes on); hold = the first countdown
+    digit of a phase-B line that follows a step line (no restatement here: the negative outcome of
+    'restate', which teacher-forced 'restate' accuracy alone does not see). A run that tracked only
+    'end' had it at 0.95 while ending phase A after 3 lines of 5 in greedy runs; with both tracked
+    and weighted alike, a run sat at 0.83 over both, what the count prior "end after 3-6 lines"
+    scores in stage 4."""
     kinds = [KIND_OTHER] * len(trace)
     b = trace.rfind("\\boxed{")
     pos = 0
     after_memo = False
+    in_phase_a = family in TRACE_FAMILIES
+    in_phase_b = prev_step = False
     for line in trace[:b].split("\n"):
         if after_memo and len(line) >= 6 and line[:3].isdigit():
             kinds[pos + 3] = KIND_JUMP
+        elif in_phase_b and prev_step and line[:3].isdigit():
+            kinds[pos] = KIND_HOLD  # no restatement or checkpoint after the previous step line
+        prev_step = len(line) >= 6 and line[:3].isdigit()
+        in_phase_b = in_phase_b or after_memo
         after_memo = len(line) == 9 and line[:3].isdigit() and line[7] == "&"
+        in_phase_a = in_phase_a and not after_memo
         if len(line) == 5 and line[:3].isdigit() and line[3:].isalpha():  # warm-up "cccXY"
             kinds[pos + 4] = KIND_LOOKUP
         elif len(line) >= 2 and line.isalpha() and line.isupper():  # warm-up chain-dense "XYZ..."
@@ -160,7 +172,9 @@ def token_kinds(trace, family=None):
             if len(line) >= 8:
                 kinds[pos + 6] = KIND_DIGIT
                 if len(line) == 8:
-                    kinds[pos + 7] = KIND_SUM
+                    # In recall/revisit's phase A, s is also the decision that phase A goes on (Y is not
+                    # e): tracked as 'go', so a model that ends phase A early fails it.
+                    kinds[pos + 7] = KIND_GO if in_phase_a else KIND_SUM
                 elif len(line) == 9 and line[7] == "&":
                     kinds[pos + 7] = KIND_END
                     kinds[pos + 8] = KIND_MEMO
@@ -240,17 +254,21 @@ def task_tokens(t):
     return len(t["problem"]) + len(t["trace"]) + 2
 
 
-def sample_batch(data, stage, gen, batch_tokens, queue):
-    """Next batch of the stage: instances (family uniform per instance among the stage's
-    families) are drawn in pools of ~8 batches' worth, sorted by length and cut into batches whose
+def sample_batch(data, stage, gen, batch_tokens, queue, mix=None):
+    """Next batch of the stage: instances (family drawn per instance among the stage's families,
+    uniformly or in the proportions of `mix`, family -> relative weight, default 1) are drawn in pools of ~8 batches' worth, sorted by length and cut into batches whose
     padded size (longest x count) stays within batch_tokens, so similar lengths share a batch;
     the batches of a pool are served in random order. `queue` holds the pool's remaining
     batches (a plain list, saved in the checkpoint)."""
     if not queue:
         fams = stage_families(stage)
+        probs = torch.tensor([float((mix or {}).get(WARMUP.get(f, f), 1.0)) for f in fams])
         pool, total = [], 0
         while total < 8 * batch_tokens:
-            fam = fams[int(torch.randint(0, len(fams), (1,), generator=gen))]
+            if mix:
+                fam = fams[int(torch.multinomial(probs, 1, generator=gen))]
+            else:  # the original draw, so runs without --mix replay exactly
+                fam = fams[int(torch.randint(0, len(fams), (1,), generator=gen))]
             t = data.take(stage, fam, 1)[0]
             pool.append(t)
             total += task_tokens(t)
@@ -311,7 +329,32 @@ def main():
     ap.add_argument("--lookup-weight", type=float, default=1.0,
                     help="loss weight of the lookup tokens (Y of X=Y), about 1 in 7 trace tokens; > 1 speeds up the "
                     "forming of the lookup (induction) circuit")
+    ap.add_argument("--far-weight", type=float, default=0.0,
+                    help="loss weight of the far copies alone (recall's answer V, a restated copy &V, revisit's "
+                    "re-read W), overriding --skill-weight for them; 0 = --skill-weight. A run with --skill-weight 5 "
+                    "had them at chance after 6,000 steps: ~3 such tokens in a batch of ~8,000 (models/reasoner/MODEL_CARD.md)")
+    ap.add_argument("--end-weight", type=float, default=0.0,
+                    help="loss weight of the decision that ends phase A (kind 'end', one a task); 0 = --skill-weight")
+    ap.add_argument("--go-weight", type=float, default=0.0,
+                    help="loss weight of the decisions that phase A goes on (kind 'go', depth - 1 a task); 0 = --skill-weight. "
+                    "--end-weight ~ (depth - 1) x --go-weight balances the two outcomes, so the count prior no longer pays")
+    ap.add_argument("--hold-weight", type=float, default=1.0,
+                    help="loss weight of phase B's 'no restatement here' decisions (kind 'hold', every phase-B line); "
+                    "the restate decisions themselves weigh --skill-weight (or --restate-weight)")
+    ap.add_argument("--restate-weight", type=float, default=0.0,
+                    help="loss weight of the restate decisions (kind 'restate'); 0 = --skill-weight")
+    ap.add_argument("--mix", default="",
+                    help="family proportions, e.g. recall=3,revisit=3 (a family not named weighs 1; default uniform)")
     args = ap.parse_args()
+    mix = {}
+    for item in filter(None, args.mix.split(",")):
+        fam, _, w = item.partition("=")
+        try:
+            mix[fam] = float(w)
+        except ValueError:
+            sys.exit(f"--mix {args.mix}: '{item}' is not family=weight")
+        if fam not in FAMILIES or not mix[fam] > 0:
+            sys.exit(f"--mix {args.mix}: '{item}': family must be one of {FAMILIES}, weight > 0")
     if args.heads < 1 or (not args.head_dim and args.dim % args.heads != 0):
         sys.exit(f"--heads {args.heads}: must divide --dim {args.dim} (or give --head-dim)")
     if args.kv_heads < 1 or args.heads % args.kv_heads != 0:
@@ -397,6 +440,16 @@ def main():
     for k in SKILL_KINDS:
         weights[k] = args.skill_weight
     weights[KIND_LOOKUP] = args.lookup_weight
+    if args.end_weight > 0:
+        weights[KIND_END] = args.end_weight
+    if args.go_weight > 0:
+        weights[KIND_GO] = args.go_weight
+    weights[KIND_HOLD] = args.hold_weight
+    if args.restate_weight > 0:
+        weights[KIND_RESTATE] = args.restate_weight
+    if args.far_weight > 0:
+        for k in (KIND_COPY, KIND_RECALL, KIND_REVISIT):
+            weights[k] = args.far_weight
 
     def save(path=ckpt_path):
         state["cpu_s"] = cpu_base + time.process_time() - cpu0
@@ -420,7 +473,7 @@ def main():
             lr = args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = lr
-        tasks = sample_batch(data, st, gen, int(batch_tokens * args.batch_scale), state["queue"])
+        tasks = sample_batch(data, st, gen, int(batch_tokens * args.batch_scale), state["queue"], mix)
         ids, tgt, msk, knd = make_batch(tasks)
         logits = model(ids)
         ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), reduction="none").view_as(msk)
