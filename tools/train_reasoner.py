@@ -297,6 +297,9 @@ def main():
     ap.add_argument("--stop-after-min", type=float, default=0, help="checkpoint and exit after this many wall minutes (0 = off)")
     ap.add_argument("--stop-after-cpu-min", type=float, default=0,
                     help="checkpoint and exit once the run's CPU time (all sessions) passes this many minutes (0 = off)")
+    ap.add_argument("--stop-after-steps", type=int, default=0,
+                    help="checkpoint and exit once the run's step count reaches this (0 = off; the model card's "
+                    "restarts happened at given steps)")
     ap.add_argument("--force-stage", type=int, default=-1, help="with --resume: restart the curriculum at this stage")
     ap.add_argument("--batch-scale", type=float, default=1.0,
                     help="multiply every stage's batch tokens by this (a cheaper fine-tune on a busy machine)")
@@ -525,7 +528,8 @@ def main():
         if time.time() - last_ckpt > args.ckpt_every_s:
             save()
             last_ckpt = time.time()
-        if (args.stop_after_min and time.time() - wall0 > 60 * args.stop_after_min) or (
+        if (args.stop_after_steps and state["step"] >= args.stop_after_steps) or (
+                args.stop_after_min and time.time() - wall0 > 60 * args.stop_after_min) or (
                 args.stop_after_cpu_min and cpu_base + time.process_time() - cpu0 > 60 * args.stop_after_cpu_min):
             save()
             print("stopping (time limit); resume with --resume", flush=True)
