@@ -256,10 +256,11 @@ def task_tokens(t):
 
 def sample_batch(data, stage, gen, batch_tokens, queue, mix=None):
     """Next batch of the stage: instances (family drawn per instance among the stage's families,
-    uniformly or in the proportions of `mix`, family -> relative weight, default 1) are drawn in pools of ~8 batches' worth, sorted by length and cut into batches whose
-    padded size (longest x count) stays within batch_tokens, so similar lengths share a batch;
-    the batches of a pool are served in random order. `queue` holds the pool's remaining
-    batches (a plain list, saved in the checkpoint)."""
+    uniformly or in the proportions of `mix`, family -> relative weight, default 1) are drawn in
+    pools of ~8 batches' worth, sorted by length and cut into batches whose padded size (longest x
+    count) stays within batch_tokens, so similar lengths share a batch; the batches of a pool are
+    served in random order. `queue` holds the pool's remaining batches (a plain list, saved in the
+    checkpoint)."""
     if not queue:
         fams = stage_families(stage)
         probs = torch.tensor([float((mix or {}).get(WARMUP.get(f, f), 1.0)) for f in fams])
@@ -443,16 +444,12 @@ def main():
     for k in SKILL_KINDS:
         weights[k] = args.skill_weight
     weights[KIND_LOOKUP] = args.lookup_weight
-    if args.end_weight > 0:
-        weights[KIND_END] = args.end_weight
-    if args.go_weight > 0:
-        weights[KIND_GO] = args.go_weight
     weights[KIND_HOLD] = args.hold_weight
-    if args.restate_weight > 0:
-        weights[KIND_RESTATE] = args.restate_weight
-    if args.far_weight > 0:
-        for k in (KIND_COPY, KIND_RECALL, KIND_REVISIT):
-            weights[k] = args.far_weight
+    # Per-kind overrides of --skill-weight (0 = keep it).
+    for kinds_of, w in (((KIND_END,), args.end_weight), ((KIND_GO,), args.go_weight),
+                        ((KIND_RESTATE,), args.restate_weight), ((KIND_COPY, KIND_RECALL, KIND_REVISIT), args.far_weight)):
+        for k in kinds_of:
+            weights[k] = w if w > 0 else weights[k]
 
     def save(path=ckpt_path):
         state["cpu_s"] = cpu_base + time.process_time() - cpu0
@@ -532,7 +529,7 @@ def main():
                 args.stop_after_min and time.time() - wall0 > 60 * args.stop_after_min) or (
                 args.stop_after_cpu_min and cpu_base + time.process_time() - cpu0 > 60 * args.stop_after_cpu_min):
             save()
-            print("stopping (time limit); resume with --resume", flush=True)
+            print(f"stopping at step {state['step']} (a --stop-after limit); resume with --resume", flush=True)
             return
     save()
     torch.save({"config": cfg.to_dict(), "model": model.state_dict(), "state": state}, os.path.join(args.out, "final.pt"))
