@@ -75,7 +75,7 @@ std::vector<std::string> jinja_render(const GgufFile& g, const std::vector<Case>
   const fs::path dir = test::fresh_dir("chat_" + tag);
   const fs::path in_path = dir / (tag + "_in.json"), out_path = dir / (tag + "_out.json");
   std::ofstream(in_path) << in.dump();
-  const std::string script = std::string(kvevict::test::source_dir()) + "/tests/chat_template_jinja.py";
+  const std::string script = kvevict::test::source_path("tests/chat_template_jinja.py");
   const std::string cmd = "python3 '" + script + "' '" + in_path.string() + "' '" + out_path.string() + "'";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream out(out_path);

@@ -156,7 +156,7 @@ TEST_F(CliVocab, EvalDefaultsRun) {
 // TriAttention statistics of another model (the shipped reasoner: 2 layers) are refused before
 // the first rollout, and the output directory is never created.
 TEST_F(CliVocab, EvalRefusesAnotherModelsStatisticsBeforeWriting) {
-  const std::string reasoner = std::string(kvevict::test::source_dir()) + "/models/reasoner/reasoner.gguf";
+  const std::string reasoner = kvevict::test::reasoner_model();
   const std::string stats = root_ + "/reasoner.stats.json";
   const test::RunResult c =
       run({"calibrate", "-m", reasoner, "-f", test::shared_path("data/tinystories/tinystories_sample.txt"), "-o", stats,

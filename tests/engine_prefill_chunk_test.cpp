@@ -115,7 +115,7 @@ TEST(EnginePrefillChunk, AnyChunkingIsBitIdenticalToOneCallOnStories260K) {
 }
 
 TEST(EnginePrefillChunk, AnyChunkingIsBitIdenticalToOneCallOnReasoner) {
-  const auto m = Model::load(std::string(kvevict::test::source_dir()) + "/models/reasoner/reasoner.gguf");
+  const auto m = Model::load(kvevict::test::reasoner_model());
   check_model(*m);
 }
 

@@ -1,5 +1,5 @@
-// Helpers for tests that run the kvevict binary (test_paths.h: kvevict::test::binary_path()) as a child process and read an
-// eval output directory.
+// Helpers for tests that run the kvevict binary (test_paths.h: kvevict::test::kvevict_binary()) as a
+// child process and read an eval output directory.
 #pragma once
 
 #include <fcntl.h>

@@ -115,7 +115,7 @@ TEST(EvalGraderReference, AgreesWithMathVerify) {
     std::ofstream out(dir / "pairs.jsonl");
     for (const Pair& p : pairs) out << nlohmann::json::array({p.first, p.second}).dump() << "\n";
   }
-  const std::string script = std::string(kvevict::test::source_dir()) + "/tests/grader_reference.py";
+  const std::string script = kvevict::test::source_path("tests/grader_reference.py");
   const std::string cmd =
       "python3 '" + script + "' '" + (dir / "pairs.jsonl").string() + "' '" + (dir / "ref.json").string() + "'";
   const int rc = std::system(cmd.c_str());

@@ -21,8 +21,6 @@
 namespace kvevict {
 namespace {
 
-std::string reasoner() { return std::string(kvevict::test::source_dir()) + "/models/reasoner/reasoner.gguf"; }
-
 EvalCell cell(const std::string& name, int64_t budget) {
   EvalCell c;
   c.spec = {name, budget};
@@ -35,8 +33,8 @@ EvalCell cell(const std::string& name, int64_t budget) {
 }
 
 TEST(FactKept, PositionOfTheOnceCodeAndKeptOrLostAtTheEnd) {
-  ASSERT_TRUE(std::filesystem::exists(reasoner())) << reasoner();
-  const auto model = Model::load(reasoner());
+  ASSERT_TRUE(std::filesystem::exists(test::reasoner_model())) << test::reasoner_model();
+  const auto model = Model::load(test::reasoner_model());
   const Task once = generate_task(TaskFamily::Once, {12, 20}, 5000, 3);
   const PromptBuilder prompts(*model, {TemplateChoice::Plain, false});
   const std::vector<int32_t> prompt = prompts.tokens(once.problem);

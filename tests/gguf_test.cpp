@@ -288,7 +288,7 @@ std::string hex(const uint8_t* p, size_t n) {
 
 // Runs tests/gguf_dump_reference.py (gguf-py) on `gguf` and returns its JSON.
 json python_dump(const std::string& gguf, const fs::path& dir) {
-  const fs::path script = fs::path(kvevict::test::source_dir()) / "tests" / "gguf_dump_reference.py";
+  const fs::path script = fs::path(kvevict::test::source_path("tests/gguf_dump_reference.py"));
   const fs::path out = dir / "reference.json";
   const std::string cmd = "python3 '" + script.string() + "' '" + gguf + "' '" + out.string() + "'";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;

@@ -29,7 +29,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 inline std::string tinystories_dir() { return shared_path("models/tinystories-656k"); }
-inline std::string reference_script() { return std::string(kvevict::test::source_dir()) + "/tests/hf_reference.py"; }
+inline std::string reference_script() { return kvevict::test::source_path("tests/hf_reference.py"); }
 
 /// The test program's temporary folder (test_tmp.h), removed when the program ends.
 inline fs::path temp_root() { return fs::path(test::tmp_dir()); }
@@ -156,7 +156,7 @@ inline std::string converted_dir(const std::string& stem) {
   std::ifstream script(reference_script());
   std::stringstream ss;
   ss << script.rdbuf() << fs::file_size(gguf);
-  const fs::path cache = fs::path(kvevict::test::binary_path()).parent_path() / "test-fixtures" /
+  const fs::path cache = fs::path(kvevict::test::kvevict_binary()).parent_path() / "test-fixtures" /
       (stem + "-" + std::to_string(std::hash<std::string>{}(ss.str()) % 1000000007));
   if (fs::exists(cache / "config.json")) return cache.string();
   fs::create_directories(cache.parent_path());

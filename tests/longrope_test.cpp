@@ -554,7 +554,7 @@ TEST_F(LongRope, NamesAndValuesAgreeWithTheGgufPackage) {
     KVEVICT_SKIP_UNLESS_CI("python3 with the `gguf` package not found (pip install gguf numpy)");
   const std::string path = write_phi3("pyref", phi3_shape(true));
   const std::string out = temp_path("pyref.json");
-  const std::string script = std::string(kvevict::test::source_dir()) + "/tests/longrope_gguf_reference.py";
+  const std::string script = kvevict::test::source_path("tests/longrope_gguf_reference.py");
   const std::string cmd = "python3 '" + script + "' '" + path + "' '" + out + "'";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream in(out);

@@ -59,7 +59,7 @@ bool python_gguf(std::string& why) {
     }                           \
   } while (0)
 
-fs::path script() { return fs::path(kvevict::test::source_dir()) / "tests" / "quant_reference.py"; }
+fs::path script() { return fs::path(kvevict::test::source_path("tests/quant_reference.py")); }
 
 void run_script(const std::string& args) {
   const std::string cmd = "python3 '" + script().string() + "' " + args;

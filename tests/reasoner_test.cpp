@@ -16,15 +16,13 @@
 namespace kvevict {
 namespace {
 
-std::string shipped_model() { return std::string(kvevict::test::source_dir()) + "/models/reasoner/reasoner.gguf"; }
-
 TEST(Reasoner, ShippedModelLoadsWithItsTokenizer) {
-  ASSERT_TRUE(std::filesystem::exists(shipped_model())) << shipped_model();
-  const auto model = Model::load(shipped_model());
+  ASSERT_TRUE(std::filesystem::exists(test::reasoner_model())) << test::reasoner_model();
+  const auto model = Model::load(test::reasoner_model());
   const ModelConfig& c = model->config();
   EXPECT_GE(c.context_length, 2048);
   EXPECT_GT(c.n_heads, c.n_kv_heads);  // grouped-query attention
-  EXPECT_LT(std::filesystem::file_size(shipped_model()), 20u * 1024 * 1024);
+  EXPECT_LT(std::filesystem::file_size(test::reasoner_model()), 20u * 1024 * 1024);
   // One token per character of the task alphabet, so prompts map 1:1 to tokens.
   const Task t = generate_task(TaskFamily::Running, {10, 20}, 5000, 0);
   const auto ids = model->tokenizer().encode(t.problem + t.trace, false);
@@ -33,8 +31,8 @@ TEST(Reasoner, ShippedModelLoadsWithItsTokenizer) {
 }
 
 TEST(Reasoner, SolvesHeldOutTasksWithFullCache) {
-  ASSERT_TRUE(std::filesystem::exists(shipped_model())) << shipped_model();
-  const auto model = Model::load(shipped_model());
+  ASSERT_TRUE(std::filesystem::exists(test::reasoner_model())) << test::reasoner_model();
+  const auto model = Model::load(test::reasoner_model());
   Engine engine(*model, 1);
   // Seed 5000 is never used for training (training seeds are < 1000). Lengths: a short task and
   // one at the default evaluation's longest trace length (~600 tokens). The model's measured

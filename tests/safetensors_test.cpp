@@ -99,7 +99,7 @@ TEST(Safetensors, ReadsReferenceWriterOutput) {
   }
   const std::string path = temp_file("ref.safetensors");
   const std::string cmd =
-      "python3 '" + std::string(kvevict::test::source_dir()) + "/tests/safetensors_reference.py' write '" + path + "'";
+      "python3 '" + kvevict::test::source_path("tests/safetensors_reference.py") + "' write '" + path + "'";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   const SafetensorsFile st = SafetensorsFile::open(path);
   EXPECT_EQ(st.metadata().at("writer"), "safetensors_reference.py");

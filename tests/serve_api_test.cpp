@@ -34,7 +34,7 @@ json post(const TestServer& s, const std::string& path, const std::string& body,
 // The reasoner's tokenizer (every server here runs the reasoner) tokenises a thinking template's
 // end-of-thinking text.
 const Tokenizer& reasoner_tokenizer() {
-  static const std::unique_ptr<Model> m = Model::load(reasoner_path());
+  static const std::unique_ptr<Model> m = Model::load(test::reasoner_model());
   return m->tokenizer();
 }
 
@@ -48,7 +48,7 @@ TEST(ServeApi, SamplingDefaultsApplyUnlessTheRequestGivesTheField) {
   serve::ApiOptions ao;
   ao.sampling = {0.6, 0.95, 20, 0.05};
   ao.max_tokens_limit = 64;
-  const auto model = Model::load(reasoner_path());
+  const auto model = Model::load(test::reasoner_model());
   std::atomic<uint64_t> counter{0};
   auto parse = [&](const std::string& fields) {
     return serve::parse_generation_request(R"({"prompt": "AB")" + fields + "}", serve::Endpoint::Completions,
@@ -70,7 +70,7 @@ TEST(ServeApi, SamplingDefaultsApplyUnlessTheRequestGivesTheField) {
   // seed gives the text of an explicit temperature 0.
   serve::ApiOptions greedy;
   greedy.sampling.temperature = 0;
-  TestServer s(reasoner_path(), small_opts(), greedy);
+  TestServer s(test::reasoner_model(), small_opts(), greedy);
   const json a = post(s, "/v1/completions", R"({"prompt": "AB\nBC\n?", "max_tokens": 8, "ignore_eos": true})");
   const json b = post(s, "/v1/completions",
                       R"({"prompt": "AB\nBC\n?", "max_tokens": 8, "ignore_eos": true, "temperature": 0, "seed": 9})");
@@ -84,7 +84,7 @@ TEST(ServeApi, PropsReportsContextTemplateDefaultsAndKv) {
   ao.policy_settings.seed = 42;
   serve::SchedulerOptions so = small_opts();
   so.kv_type = KvType::F16;
-  TestServer s(reasoner_path(), so, ao);
+  TestServer s(test::reasoner_model(), so, ao);
   for (const char* path : {"/props", "/v1/props"}) {
     auto r = s.client()->Get(path);
     ASSERT_TRUE(r);
@@ -110,7 +110,7 @@ TEST(ServeApi, PropsReportsContextTemplateDefaultsAndKv) {
 }
 
 TEST(ServeApi, TokenizeAndDetokenizeInLlamaServersShape) {
-  TestServer s(reasoner_path(), small_opts(), {});
+  TestServer s(test::reasoner_model(), small_opts(), {});
   const Tokenizer& tok = s.model().tokenizer();
   const std::string text = "AB\nBC\n? 12";
   const std::vector<int32_t> plain = tok.encode(text, false, true), bos = tok.encode(text, true, true);
@@ -141,7 +141,7 @@ TEST(ServeApi, TokenizeAndDetokenizeInLlamaServersShape) {
 }
 
 TEST(ServeApi, PromptArraysGiveOneChoicePerPromptTimesNInOpenAIsOrder) {
-  TestServer s(reasoner_path(), small_opts(), {});
+  TestServer s(test::reasoner_model(), small_opts(), {});
   const Tokenizer& tok = s.model().tokenizer();
   const std::vector<int32_t> ids = tok.encode("BC\nCD\n?", true);
   const std::string common = R"(, "max_tokens": 6, "n": 2, "seed": 5, "temperature": 1, "ignore_eos": true})";
@@ -197,7 +197,7 @@ TEST(ServeApi, PromptArraysGiveOneChoicePerPromptTimesNInOpenAIsOrder) {
 
 TEST(ServeApi, DroppedSystemMessageAndUselessThinkingSwitchAreWarned) {
   // phi3 (Phi-3-mini's template) renders no system message; chatml has no thinking switch.
-  TestServer phi(reasoner_path(), small_opts(), with_template("phi3"));
+  TestServer phi(test::reasoner_model(), small_opts(), with_template("phi3"));
   const std::string sys = R"({"role": "system", "content": "You answer in French. Always. Every time."})";
   const std::string user = R"({"role": "user", "content": "AB"})";
   testing::internal::CaptureStderr();
@@ -220,14 +220,14 @@ TEST(ServeApi, DroppedSystemMessageAndUselessThinkingSwitchAreWarned) {
   EXPECT_EQ(first["warnings"], with["warnings"]);
 
   // chatml renders the system message (no warning) and has no thinking switch (a warning).
-  TestServer chatml(reasoner_path(), small_opts(), with_template("chatml"));
+  TestServer chatml(test::reasoner_model(), small_opts(), with_template("chatml"));
   const json c = post(chatml, "/v1/chat/completions",
                       R"({"max_tokens": 2, "chat_template_kwargs": {"enable_thinking": false}, "messages": [)" + sys +
                           "," + user + "]}");
   ASSERT_EQ(c["warnings"].size(), 1u) << c.dump();
   EXPECT_NE(c["warnings"][0].get<std::string>().find("enable_thinking has no effect"), std::string::npos);
   // qwen3 has the switch: no warning.
-  TestServer qwen(reasoner_path(), small_opts(), with_template("qwen3"));
+  TestServer qwen(test::reasoner_model(), small_opts(), with_template("qwen3"));
   const json q = post(qwen, "/v1/chat/completions",
                       R"({"max_tokens": 2, "chat_template_kwargs": {"enable_thinking": false}, "messages": [)" + sys +
                           "," + user + "]}");
@@ -277,7 +277,7 @@ TEST(ServeApi, SpecialTokenTextInACompletionsPromptIsTheSpecialToken) {
 TEST(ServeApi, APoolTooSmallForThePromptSaysThePromptSetsTheSize) {
   // The reproducer: a 1,500-token prompt at kv_budget 64 was told to "lower kv_budget", which
   // cannot help: the prompt is held whole until the first eviction round.
-  TestServer s(reasoner_path(), small_opts(/*pool=*/256 << 10), {});
+  TestServer s(test::reasoner_model(), small_opts(/*pool=*/256 << 10), {});
   json body = {{"prompt", std::vector<int>(1500, 5)}, {"max_tokens", 2}, {"n", 4},
                {"kv_policy", "random-unprotected"}, {"kv_budget", 64}, {"kv_buffer", 8}};
   const json r = post(s, "/v1/completions", body.dump(), 400);
@@ -293,7 +293,7 @@ TEST(ServeApi, APoolTooSmallForThePromptSaysThePromptSetsTheSize) {
 }
 
 TEST(ServeApi, DuplicateKeysAreA400NamingTheKey) {
-  TestServer s(reasoner_path(), small_opts(), with_template("chatml"));
+  TestServer s(test::reasoner_model(), small_opts(), with_template("chatml"));
   json e = post(s, "/v1/completions", R"({"prompt": "A", "max_tokens": 2, "max_tokens": 3})", 400);
   EXPECT_EQ(e["error"]["param"], "max_tokens");
   EXPECT_NE(e["error"]["message"].get<std::string>().find("repeats the key \"max_tokens\""), std::string::npos);
@@ -317,7 +317,7 @@ TEST(ServeApi, CorsOriginsAreCheckedAtStartUp) {
   EXPECT_THROW(serve::check_cors_origins({"*", "http://example.com/"}), Error);
   serve::ApiOptions ao;
   ao.cors_origins = {"example.com"};
-  const auto model = Model::load(reasoner_path());
+  const auto model = Model::load(test::reasoner_model());
   serve::Scheduler sched(*model, small_opts());
   ao.max_tokens_limit = 16;
   EXPECT_THROW(serve::ApiServer(sched, ao), Error);
@@ -325,7 +325,7 @@ TEST(ServeApi, CorsOriginsAreCheckedAtStartUp) {
 }
 
 TEST(ServeApi, FullPlusPromptIsRefused) {
-  TestServer s(reasoner_path(), small_opts(), {});
+  TestServer s(test::reasoner_model(), small_opts(), {});
   const json e = post(s, "/v1/completions", R"({"prompt": "A", "kv_policy": "full+prompt"})", 400);
   EXPECT_EQ(e["error"]["param"], "kv_policy");
   EXPECT_NE(e["error"]["message"].get<std::string>().find("keeps every token"), std::string::npos) << e.dump();

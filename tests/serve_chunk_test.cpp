@@ -27,9 +27,7 @@ using serve::Scheduler;
 using serve::SchedulerOptions;
 using serve::StepRecord;
 
-std::unique_ptr<Model> reasoner() {
-  return Model::load(std::string(kvevict::test::source_dir()) + "/models/reasoner/reasoner.gguf");
-}
+std::unique_ptr<Model> reasoner() { return Model::load(kvevict::test::reasoner_model()); }
 
 GenerationParams params(std::vector<int32_t> prompt, int64_t max_tokens, const std::string& policy, uint64_t seed) {
   GenerationParams p;

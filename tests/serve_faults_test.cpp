@@ -36,7 +36,7 @@ TEST(ServeFaults, LoadTestCompletesWhileSlowMalformedAndHangingUpClientsAreActiv
   ao.http.timeout_s = 1;
   ao.http.max_connections_per_client = 100;
   ao.http.max_body_bytes = 64 << 10;
-  TestServer s(reasoner_path(), small_opts(), ao);
+  TestServer s(test::reasoner_model(), small_opts(), ao);
   const int port = s.port();
   std::atomic<bool> stop{false};
   std::atomic<int64_t> slow_opened{0}, bad_sent{0}, bad_wrong{0}, hangups{0};

@@ -19,9 +19,6 @@
 
 namespace kvevict {
 
-/// The model the serving tests run: the committed reasoner (loads in milliseconds).
-inline std::string reasoner_path() { return std::string(kvevict::test::source_dir()) + "/models/reasoner/reasoner.gguf"; }
-
 // An in-process server on an ephemeral loopback port.
 class TestServer {
  public:

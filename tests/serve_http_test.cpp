@@ -139,7 +139,7 @@ TEST(ServeHttpJson, QuotesAreShortAndCutOnCharacterBoundaries) {
 TEST(ServeHttp, HundredThousandNestedArraysAre400AndTheServerLives) {
   // The reproducer: {"prompt":"Hi","model": + 100,000 '[' + 100,000 ']' + } (about 200 KB) crashed
   // the server (the 400 message copied the nested value; the copy overflowed the stack).
-  TestServer s(reasoner_path(), small_opts(), {});
+  TestServer s(test::reasoner_model(), small_opts(), {});
   const std::string body = R"({"prompt":"Hi","model":)" + std::string(100000, '[') + std::string(100000, ']') + "}";
   const std::string got = raw_http(s.port(), post_raw("/v1/completions", body, "Connection: close\r\n"));
   EXPECT_EQ(status_of(got), 400) << got.substr(0, 300);
@@ -149,7 +149,7 @@ TEST(ServeHttp, HundredThousandNestedArraysAre400AndTheServerLives) {
 }
 
 TEST(ServeHttp, ErrorMessagesQuoteAShortPrefixOfABadValue) {
-  TestServer s(reasoner_path(), small_opts(), {});
+  TestServer s(test::reasoner_model(), small_opts(), {});
   auto message = [&](const json& body) {
     const std::string got = raw_http(s.port(), post_raw("/v1/completions", body.dump(), "Connection: close\r\n"));
     EXPECT_EQ(status_of(got), 400) << got.substr(0, 300);
@@ -170,7 +170,7 @@ TEST(ServeHttp, ErrorMessagesQuoteAShortPrefixOfABadValue) {
 TEST(ServeHttp, ChunkedBodyOverTheLimitIs413InBoundedMemory) {
   // The reproducer: a 64 MiB chunked body got 200 at a peak RSS of 354 MB (Content-Length
   // bodies of the same size already got 413). The limit here is the default 4 MiB.
-  TestServer s(reasoner_path(), small_opts(), {});
+  TestServer s(test::reasoner_model(), small_opts(), {});
   const long long rss0 = test::peak_rss_bytes();
   const std::string head =
       "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
@@ -203,7 +203,7 @@ TEST(ServeHttp, ChunkedBodyOverTheLimitIs413InBoundedMemory) {
 TEST(ServeHttp, LongRequestLineIs414AndLargeOrManyHeadersAre431) {
   // The reproducers: a 256 MiB request line peaked at 562 MB (four 128 MiB lines at 1.03 GB);
   // 64 MiB of headers. The per-connection buffer is 32 KiB (HttpLimits::max_header_bytes).
-  TestServer s(reasoner_path(), small_opts(), {});
+  TestServer s(test::reasoner_model(), small_opts(), {});
   const long long rss0 = test::peak_rss_bytes();
   const std::string mib(1 << 20, 'a');
   const std::string line = send_huge(s.port(), "GET /", mib, 256, " HTTP/1.1\r\nHost: t\r\n\r\n");
@@ -236,7 +236,7 @@ TEST(ServeHttp, SlowClientsHoldNoWorkerAndStalledOnesAreClosed) {
   ao.http.timeout_s = 1;
   ao.http.read_timeout_s = 3;
   ao.http.max_connections_per_client = 1000;  // this test is about workers; caps have their own
-  TestServer s(reasoner_path(), small_opts(), ao);
+  TestServer s(test::reasoner_model(), small_opts(), ao);
   ASSERT_GE(test::raise_fd_limit(2048), 1024) << "cannot open enough descriptors";
   std::vector<int> slow;
   for (int i = 0; i < 340; ++i) {
@@ -288,7 +288,7 @@ TEST(ServeHttp, ThousandIdleConnectionsAndHealthAnswersWithinASecond) {
     GTEST_SKIP() << "the open-file hard limit is below 2300 (ulimit -Hn); this test needs 2 x 1000 descriptors";
   serve::ApiOptions ao;
   ao.http.max_connections = 1100;
-  TestServer s(reasoner_path(), small_opts(), ao);
+  TestServer s(test::reasoner_model(), small_opts(), ao);
   std::vector<int> idle;
   const char* from[] = {"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"};
   for (int i = 0; i < 1000; ++i) {
@@ -309,7 +309,7 @@ TEST(ServeHttp, PerClientAndTotalConnectionCaps) {
   serve::ApiOptions ao;
   ao.http.max_connections = 20;
   ao.http.max_connections_per_client = 8;
-  TestServer s(reasoner_path(), small_opts(), ao);
+  TestServer s(test::reasoner_model(), small_opts(), ao);
   std::vector<int> held;
   for (int i = 0; i < 8; ++i) held.push_back(connect_from(s.port(), "127.0.0.2"));
   for (int i = 0; i < 200 && s.metric("kvevict:http_connections_open") < 8; ++i)
@@ -343,7 +343,7 @@ TEST(ServeHttp, PerClientAndTotalConnectionCaps) {
 
 TEST(ServeHttp, PipelinedRequestsAreAnsweredInOrder) {
   // The reproducer: the second of two requests sent in one write was never answered.
-  TestServer s(reasoner_path(), small_opts(), {});
+  TestServer s(test::reasoner_model(), small_opts(), {});
   const std::string two = post_raw("/v1/completions", kSmall.dump()) + get_raw("/v1/models");
   const std::string got = raw_http(s.port(), two);
   const size_t second = got.find("HTTP/1.1 ", 1);
@@ -371,7 +371,7 @@ TEST(ServeHttp, ClientsThatHangUpWhileTheirRequestWaitsOrRunsCancelIt) {
   // first, then A's: B must never run (its prompt is never prefilled), A must stop early.
   serve::ApiOptions ao;
   ao.http.disconnect_check_ms = 10;
-  TestServer s(reasoner_path(), small_opts(256 << 20, /*max_seqs=*/16), ao);
+  TestServer s(test::reasoner_model(), small_opts(256 << 20, /*max_seqs=*/16), ao);
   const json a = {{"prompt", "AB\n"}, {"max_tokens", 2000}, {"ignore_eos", true}, {"n", 16}};
   const int a_fd = connect_from(s.port());
   ASSERT_TRUE(send_all(a_fd, post_raw("/v1/completions", a.dump())));
@@ -414,7 +414,7 @@ TEST(ServeHttp, ClientsThatHangUpWhileTheirRequestWaitsOrRunsCancelIt) {
 TEST(ServeHttp, ResponseIdsNeverRepeat) {
   // The reproducer: 20 chat calls gave 17 distinct ids (the id hashed a pointer and the time in
   // seconds). Here 40 requests on 4 keep-alive connections at once, streamed and not.
-  TestServer s(reasoner_path(), small_opts(), {});
+  TestServer s(test::reasoner_model(), small_opts(), {});
   std::vector<std::string> ids(40);
   std::vector<std::thread> th;
   for (int t = 0; t < 4; ++t)
@@ -440,7 +440,7 @@ TEST(ServeHttp, ResponseIdsNeverRepeat) {
 // The route table.
 
 TEST(ServeHttp, RoutesAnswerWithAndWithoutV1AndErrorsComeFromTheTable) {
-  TestServer s(reasoner_path(), small_opts(), {});
+  TestServer s(test::reasoner_model(), small_opts(), {});
   auto status = [&](const std::string& raw) { return status_of(raw_http(s.port(), raw)); };
   const std::string close = "Connection: close\r\n";
   EXPECT_EQ(status(post_raw("/completions", kSmall.dump(), close)), 200);
@@ -473,7 +473,7 @@ TEST(ServeHttp, OptionsPreflightAndCorsOrigins) {
       "\r\nAccess-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: authorization, content-type\r\n";
   {
     // Without --cors-origin: OPTIONS is answered (204 with Allow, not 405) but grants nothing.
-    TestServer s(reasoner_path(), small_opts(), {});
+    TestServer s(test::reasoner_model(), small_opts(), {});
     const std::string got = raw_http(s.port(), get_raw("/v1/chat/completions", preflight, "OPTIONS"));
     EXPECT_EQ(status_of(got), 204) << got;
     EXPECT_NE(got.find("Allow: POST, OPTIONS\r\n"), std::string::npos) << got;
@@ -482,7 +482,7 @@ TEST(ServeHttp, OptionsPreflightAndCorsOrigins) {
   serve::ApiOptions ao;
   ao.cors_origins = {origin};
   ao.api_key = "k";
-  TestServer s(reasoner_path(), small_opts(), ao);
+  TestServer s(test::reasoner_model(), small_opts(), ao);
   // The preflight carries no credentials (Fetch: CORS-preflight request): no API key needed.
   const std::string got = raw_http(s.port(), get_raw("/v1/chat/completions", preflight, "OPTIONS"));
   EXPECT_EQ(status_of(got), 204) << got;

@@ -103,7 +103,7 @@ void report(const std::string& name, const std::string& model_path, const std::s
 TEST(ServeKvType, F16AgainstF32OnTheDefaultModel) {
   const Task t = generate_task(TaskFamily::Chain, TaskSize{steps_for_trace_length(TaskFamily::Chain, 520), 20, 0, 1},
                                0, 0);
-  report("reasoner", std::string(kvevict::test::source_dir()) + "/models/reasoner/reasoner.gguf", t.problem + t.trace);
+  report("reasoner", kvevict::test::reasoner_model(), t.problem + t.trace);
 }
 
 TEST(ServeKvType, F16AgainstF32OnStories260K) { report("stories260K", test::stories260k(), tinystories()); }

@@ -67,11 +67,11 @@ std::vector<RefStep> reference(const Model& m, const std::vector<int32_t>& promp
 struct LogprobsServer : ::testing::Test {
   static serve::ApiOptions chat_opts() {
     serve::ApiOptions ao;
-    static const std::unique_ptr<Model> m = Model::load(reasoner_path());  // its tokenizer
+    static const std::unique_ptr<Model> m = Model::load(test::reasoner_model());  // its tokenizer
     serve::use_chat_template(ao, ChatTemplate::by_name("chatml"), m->tokenizer());
     return ao;
   }
-  TestServer srv{reasoner_path(), small_opts(), chat_opts()};
+  TestServer srv{test::reasoner_model(), small_opts(), chat_opts()};
   const Tokenizer& tok() const { return srv.model().tokenizer(); }
   json post(const std::string& path, const std::string& body, int want = 200) {
     auto r = srv.client()->Post(path, body, kJson);

@@ -83,8 +83,6 @@ class ServerProcess {
   bool reaped_ = false;
 };
 
-std::string reasoner_path() { return std::string(kvevict::test::source_dir()) + "/models/reasoner/reasoner.gguf"; }
-
 void run_openai_client(const std::string& model_path, const std::string& name, std::vector<std::string> extra = {}) {
   std::vector<std::string> args = {"serve", "-m",          model_path, "--port",  "0", "-t",
                                    "1",     "--kv-memory", "64MiB",    "--alias", name};
@@ -92,7 +90,7 @@ void run_openai_client(const std::string& model_path, const std::string& name, s
   ServerProcess s(args);
   ASSERT_GT(s.port(), 0) << "no ready line: " << s.ready_line();
   EXPECT_NE(s.ready_line().find("admits up to"), std::string::npos) << s.ready_line();
-  const std::string script = std::string(kvevict::test::source_dir()) + "/tests/serve_openai_client.py";
+  const std::string script = kvevict::test::source_path("tests/serve_openai_client.py");
   const std::string cmd =
       "python3 '" + script + "' http://127.0.0.1:" + std::to_string(s.port()) + "/v1 '" + name + "'";
   const int rc = std::system(cmd.c_str());
@@ -107,7 +105,7 @@ void run_openai_client(const std::string& model_path, const std::string& name, s
   EXPECT_EQ(s.signal_and_wait(SIGINT), 0);
 }
 
-TEST(ServeProcess, OpenAIClientOnTheDefaultModel) { run_openai_client(reasoner_path(), "reasoner"); }
+TEST(ServeProcess, OpenAIClientOnTheDefaultModel) { run_openai_client(test::reasoner_model(), "reasoner"); }
 
 TEST(ServeProcess, OpenAIClientOnStories260K) {
   if (!std::filesystem::exists(test::stories260k())) GTEST_SKIP() << "missing " << test::stories260k();
@@ -122,8 +120,8 @@ TEST(ServeProcess, OpenAIClientChatWithTemplateOverride) {
 }
 
 TEST(ServeProcess, SigtermFinishesInFlightRequestsAndExitsZero) {
-  ServerProcess s(
-      {"serve", "-m", reasoner_path(), "--port", "0", "-t", "1", "--kv-memory", "64MiB", "--shutdown-grace", "0.5"});
+  ServerProcess s({"serve", "-m", test::reasoner_model(), "--port", "0", "-t", "1", "--kv-memory", "64MiB",
+                   "--shutdown-grace", "0.5"});
   ASSERT_GT(s.port(), 0) << s.ready_line();
   // Four long streaming requests in flight; SIGTERM lands while they run. Each must end with an
   // answer: a complete stream, or an error event followed by [DONE] (never a silent cut).
@@ -166,36 +164,39 @@ TEST(ServeProcess, SigtermFinishesInFlightRequestsAndExitsZero) {
 }
 
 TEST(ServeProcess, BadOptionsExitWithOneLineError) {
-  const std::string cmd = test::kvevict_binary() + " serve -m '" + reasoner_path() + "' --port 0 --kv-memory lots 2>&1";
+  const std::string cmd =
+      test::kvevict_binary() + " serve -m '" + test::reasoner_model() + "' --port 0 --kv-memory lots 2>&1";
   const test::CliResult r = test::run_shell(cmd);
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "kvevict: error: --kv-memory 'lots': expected a positive size such as 268435456, 256MiB or 2GiB\n");
   // No silent truncation or other number syntaxes: a fraction of a byte, hex, an exponent.
   for (const char* v : {"1.5", "1.3k", "0x10", "1e6", "-5", ".5M", "5."}) {
-    const test::CliResult q =
-        test::run_shell(test::kvevict_binary() + " serve -m '" + reasoner_path() + "' --port 0 --kv-memory " + v + " 2>&1");
+    const test::CliResult q = test::run_shell(test::kvevict_binary() + " serve -m '" + test::reasoner_model() +
+                                              "' --port 0 --kv-memory " + v + " 2>&1");
     EXPECT_EQ(q.code, 2) << v;
     EXPECT_NE(q.out.find(std::string("--kv-memory '") + v + "': expected a positive size"), std::string::npos) << q.out;
   }
   // An origin with a path could never match a browser's Origin header: refused before the model loads.
-  const test::CliResult c = test::run_shell(test::kvevict_binary() + " serve -m '" + reasoner_path() +
+  const test::CliResult c = test::run_shell(test::kvevict_binary() + " serve -m '" + test::reasoner_model() +
                                             "' --port 0 --cors-origin http://localhost:3000/ 2>&1");
   EXPECT_EQ(c.code, 2);
   EXPECT_EQ(c.out, "kvevict: error: --cors-origin 'http://localhost:3000/': an origin is scheme://host[:port] (no "
                    "path, no trailing '/'; e.g. http://localhost:3000) or *\n");
   // f16 cannot hold keys re-rotated in float32: refused with the way out.
-  const test::CliResult f = test::run_shell(test::kvevict_binary() + " serve -m '" + reasoner_path() +
+  const test::CliResult f = test::run_shell(test::kvevict_binary() + " serve -m '" + test::reasoner_model() +
                                             "' --port 0 --kv-type f16 --position-mode cache 2>&1");
   EXPECT_EQ(f.code, 2) << f.out;
   EXPECT_NE(f.out.find("--position-mode cache"), std::string::npos) << f.out;
-  EXPECT_EQ(test::run_shell(test::kvevict_binary() + " serve -m '" + reasoner_path() + "' --port 0 --temp -1 2>&1").code,
-            2);
+  EXPECT_EQ(
+      test::run_shell(test::kvevict_binary() + " serve -m '" + test::reasoner_model() + "' --port 0 --temp -1 2>&1")
+          .code,
+      2);
 }
 
 TEST(ServeProcess, PoolThatHoldsNoSequenceIsRefusedAtStart) {
   // 10 bytes cannot hold one (B + r)-slot sequence: refuse to start (exit 2, one line) instead of
   // reporting healthy and answering every request with 400.
-  const std::string cmd = test::kvevict_binary() + " serve -m '" + reasoner_path() +
+  const std::string cmd = test::kvevict_binary() + " serve -m '" + test::reasoner_model() +
       "' --port 0 --policy random --budget 64 --buffer 16 --kv-memory 10 2>&1";
   const test::CliResult r = test::run_shell(cmd);
   const std::string& out = r.out;
@@ -208,7 +209,7 @@ TEST(ServeProcess, ReasoningBudgetWithoutAThinkingTemplateIsRefusedAtStart) {
   // The default model has no chat template (and chatml has no thinking trace): a budget would
   // bound nothing, so the server refuses to start rather than ignore it.
   for (const std::string extra : {"", " --chat-template chatml"}) {
-    const std::string cmd = test::kvevict_binary() + " serve -m '" + reasoner_path() + "' --port 0" + extra +
+    const std::string cmd = test::kvevict_binary() + " serve -m '" + test::reasoner_model() + "' --port 0" + extra +
         " --reasoning-budget 3 2>&1";
     const test::CliResult r = test::run_shell(cmd);
     EXPECT_EQ(r.code, 2) << r.out;

@@ -85,11 +85,11 @@ TEST(ServePromptCache, HitsGiveTheSameTokensAndLogprobsAsNoCache) {
   const std::vector<Case> cases = {{kLong, 0.0, 1}, {kLong, 1.0, 1}, {kLong, 1.0, 3}, {kShort, 1.0, 3}};
   std::vector<json> ref;
   {
-    TestServer off(reasoner_path(), opts(0), api());
+    TestServer off(test::reasoner_model(), opts(0), api());
     for (const Case& c : cases) ref.push_back(ok(off, request(c.prompt, 9, c.temperature, c.n)));
   }
   for (const auto& [threads, chunk] : {std::pair<int, int64_t>{1, 64}, {2, 3}}) {
-    TestServer on(reasoner_path(), opts(64 << 20, threads, chunk), api());
+    TestServer on(test::reasoner_model(), opts(64 << 20, threads, chunk), api());
     std::set<std::string> seen;
     for (size_t i = 0; i < cases.size(); ++i) {
       const Case& c = cases[i];
@@ -121,10 +121,10 @@ TEST(ServePromptCache, ConcurrentSamePromptRequestsAreUnchanged) {
   const json req = request(kLong, 5, 1.0, 2);
   json ref;
   {
-    TestServer off(reasoner_path(), opts(0), api());
+    TestServer off(test::reasoner_model(), opts(0), api());
     ref = ok(off, req);
   }
-  TestServer on(reasoner_path(), opts(64 << 20), api());
+  TestServer on(test::reasoner_model(), opts(64 << 20), api());
   json got[2];
   std::thread t0([&] { got[0] = ok(on, req); });
   std::thread t1([&] { got[1] = ok(on, req); });
@@ -161,7 +161,7 @@ json short_request(const std::string& prompt) {
 // third evicts the least recently used one; pool bytes return to 0 while the cache holds its
 // entries (counted in its own budget).
 TEST(ServePromptCache, HitsMissesAndLruEvictionUnderTheBudget) {
-  const auto m = Model::load(reasoner_path());
+  const auto m = Model::load(test::reasoner_model());
   const std::vector<std::string> prompts = {"AB", "BA", "AA"};
   std::vector<int64_t> P;
   for (const auto& p : prompts) P.push_back(static_cast<int64_t>(m->tokenizer().encode(p, true).size()));
@@ -169,7 +169,7 @@ TEST(ServePromptCache, HitsMissesAndLruEvictionUnderTheBudget) {
   ASSERT_EQ(P[0], P[2]);
   ASSERT_LT(P[0], 11);  // wholly pinned: S = P, capacity = B + r = 20
   const int64_t one = entry_bytes(*m, 20, P[0]);
-  TestServer s(reasoner_path(), opts(2 * one + one / 2), api());
+  TestServer s(test::reasoner_model(), opts(2 * one + one / 2), api());
   auto metric = [&](const char* name) { return s.metric(std::string("kvevict:prompt_cache_") + name); };
   EXPECT_EQ(cached_tokens(ok(s, short_request("AB"))), 0);  // miss, stored
   EXPECT_EQ(metric("bytes"), one);
@@ -195,7 +195,7 @@ TEST(ServePromptCache, HitsMissesAndLruEvictionUnderTheBudget) {
 // own slots (the segment is in the pool once). The long request is a stream held open until the
 // other requests are done, then dropped.
 TEST(ServePromptCache, AnEntryInUseIsNotEvictedAndItsSegmentIsCountedOnce) {
-  const auto m = Model::load(reasoner_path());
+  const auto m = Model::load(test::reasoner_model());
   const int64_t P = static_cast<int64_t>(m->tokenizer().encode("AB", true).size());
   const int64_t one = entry_bytes(*m, 20, P);
   std::atomic<int64_t> max_used{0};
@@ -204,7 +204,7 @@ TEST(ServePromptCache, AnEntryInUseIsNotEvictedAndItsSegmentIsCountedOnce) {
   so.on_step = [&](const serve::StepRecord&) {
     if (TestServer* p = srv.load()) max_used.store(std::max(max_used.load(), p->sched().pool().used()));
   };
-  TestServer s(reasoner_path(), so, api());
+  TestServer s(test::reasoner_model(), so, api());
   srv = &s;
   const ModelConfig& c = m->config();
   const int64_t heads = int64_t{c.n_layers} * c.n_kv_heads;
@@ -262,7 +262,7 @@ TEST(ServePromptCache, AnEntryInUseIsNotEvictedAndItsSegmentIsCountedOnce) {
 // prompt, so it never reads or fills the cache: every request prefills. Nor does a request that
 // names a policy other than the server's (its selector is its own object).
 TEST(ServePromptCache, APolicyWithoutAPromptPinNeverUsesTheCache) {
-  TestServer s(reasoner_path(), opts(64 << 20), api("h2o"));
+  TestServer s(test::reasoner_model(), opts(64 << 20), api("h2o"));
   json req = short_request("AB AB AB");
   req.erase("kv_policy");  // the server's h2o
   const json a = ok(s, req);
@@ -278,7 +278,7 @@ TEST(ServePromptCache, APolicyWithoutAPromptPinNeverUsesTheCache) {
   EXPECT_EQ(s.metric("kvevict:prompt_cache_entries"), 0);
   // The same on a server whose policy is random: a hit skips the prefill, the prompt tokens
   // counter does not grow.
-  TestServer r(reasoner_path(), opts(64 << 20), api("random"));
+  TestServer r(test::reasoner_model(), opts(64 << 20), api("random"));
   ok(r, short_request("AB AB AB"));
   const double before = r.metric("kvevict:prompt_tokens_total");
   const json r2 = ok(r, short_request("AB AB AB"));
@@ -287,7 +287,7 @@ TEST(ServePromptCache, APolicyWithoutAPromptPinNeverUsesTheCache) {
 }
 
 TEST(ServePromptCache, BadSettingsAreRefused) {
-  const auto m = Model::load(reasoner_path());
+  const auto m = Model::load(test::reasoner_model());
   serve::SchedulerOptions so = opts(-1);
   EXPECT_THROW((serve::Scheduler{*m, so}), Error);
   so = opts(1 << 20);

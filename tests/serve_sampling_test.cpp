@@ -23,11 +23,9 @@
 namespace kvevict {
 namespace {
 
-std::string reasoner_path() { return std::string(kvevict::test::source_dir()) + "/models/reasoner/reasoner.gguf"; }
-
 // Parses completions bodies on the reasoner's vocabulary with --max-tokens 32.
 struct Parser {
-  std::unique_ptr<Model> model = Model::load(reasoner_path());
+  std::unique_ptr<Model> model = Model::load(test::reasoner_model());
   serve::ApiOptions opt = [] {
     serve::ApiOptions o;
     o.max_tokens_limit = 32;

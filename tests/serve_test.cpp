@@ -97,7 +97,7 @@ TEST(ServePool, ReservesOnlyWhatFitsAndRefusesOverRelease) {
 // values: the limits passed in, and the reasoner tokenizer's own encoding of the prompt.
 // The request parser alone, on the default model's vocabulary, with --max-tokens 32.
 struct RequestParser {
-  GgufFile file = GgufFile::open(std::string(kvevict::test::source_dir()) + "/models/reasoner/reasoner.gguf");
+  GgufFile file = GgufFile::open(kvevict::test::reasoner_model());
   Tokenizer tok = Tokenizer::from_gguf(file);
   serve::ApiOptions opt = [] {
     serve::ApiOptions o;
@@ -270,7 +270,7 @@ std::string reference_text(const Model& m, const std::string& prompt, const Poli
 }
 
 TEST(Serve, SameSeedSameTokensAloneAndAmong15ConcurrentRequests) {
-  TestServer s(reasoner_path(), small_opts(), {});
+  TestServer s(test::reasoner_model(), small_opts(), {});
   // random with B = 24, r = 8 over 120 tokens: several eviction rounds with seeded draws.
   const json target = {
       {"prompt", "AB\nCD\nEF\n"}, {"max_tokens", 120}, {"temperature", 0.9}, {"top_k", 20},       {"seed", 4242},
@@ -311,7 +311,7 @@ TEST(Serve, SameSeedSameTokensAloneAndAmong15ConcurrentRequests) {
 }
 
 TEST(Serve, StreamedTextEqualsNonStreamedAndStopStringsAreCut) {
-  TestServer s(reasoner_path(), small_opts(), {});
+  TestServer s(test::reasoner_model(), small_opts(), {});
   const json b = {{"prompt", "QR\nST\n"}, {"max_tokens", 60}, {"temperature", 0.8}, {"seed", 9}, {"ignore_eos", true}};
   const json full = post(s, "/v1/completions", b);
   const Streamed st = post_stream(s.port(), b);
@@ -335,10 +335,10 @@ TEST(Serve, StreamedTextEqualsNonStreamedAndStopStringsAreCut) {
 TEST(Serve, PoolAdmitsExactlyNBoundedSequencesAndTheNextWaits) {
   // B = 32, r = 8, prompt <= B: each sequence reserves (B + r) slots x layers x KV heads x
   // (2 x head_dim x 4 + 4) bytes (the issue's formula, computed here from the model's shape).
-  const auto m = Model::load(reasoner_path());
+  const auto m = Model::load(test::reasoner_model());
   const ModelConfig& c = m->config();
   const int64_t per_seq = int64_t{40} * c.n_layers * c.n_kv_heads * (2 * c.head_dim * 4 + 4);
-  TestServer s(reasoner_path(), small_opts(3 * per_seq + per_seq / 2), {});
+  TestServer s(test::reasoner_model(), small_opts(3 * per_seq + per_seq / 2), {});
   const json b = {{"prompt", "AB\n"},      {"max_tokens", 2000}, {"ignore_eos", true},
                   {"kv_policy", "random"}, {"kv_budget", 32},    {"kv_buffer", 8}};
   std::vector<Streamed> res(4);
@@ -383,10 +383,10 @@ TEST(Serve, FullReservesPromptPlusMaxTokensSoFewerSequencesFit) {
   // Pool of 4 bounded sequences (B = 32, r = 8: 40 slots each). `full` with prompt 3 +
   // max_tokens 77 needs 80 slots per sequence (prompt + max_tokens), so 2 fit; and a `full`
   // request of 2000 tokens is larger than the whole pool: 400 at once.
-  const auto m = Model::load(reasoner_path());
+  const auto m = Model::load(test::reasoner_model());
   const ModelConfig& c = m->config();
   const int64_t slot = int64_t{c.n_layers} * c.n_kv_heads * (2 * c.head_dim * 4 + 4);
-  TestServer s(reasoner_path(), small_opts(4 * 40 * slot), {});
+  TestServer s(test::reasoner_model(), small_opts(4 * 40 * slot), {});
   EXPECT_EQ(s.sched().pool().capacity() / (80 * slot), 2);
   int st = 0;
   const json big = post(s, "/v1/completions", {{"prompt", "AB"}, {"max_tokens", 2000}, {"kv_policy", "full"}}, &st);
@@ -442,7 +442,7 @@ TEST(Serve, ChoicesShareThePinnedPromptKvWithUnchangedOutputs) {
   for (const bool share : {false, true}) {
     serve::SchedulerOptions so = small_opts();
     so.share_prompt = share;
-    TestServer s(reasoner_path(), so, {});
+    TestServer s(test::reasoner_model(), so, {});
     int st = 0;
     got[share] = post(s, "/v1/completions", req, &st);
     ASSERT_EQ(st, 200) << got[share].dump();
@@ -457,7 +457,7 @@ TEST(Serve, ChoicesShareThePinnedPromptKvWithUnchangedOutputs) {
   }
   EXPECT_NE(on["choices"][0]["text"], on["choices"][1]["text"]);
   EXPECT_GT(on["usage"]["kv"]["eviction_rounds"].get<int64_t>(), 0);
-  const auto m = Model::load(reasoner_path());
+  const auto m = Model::load(test::reasoner_model());
   const ModelConfig& c = m->config();
   const int64_t slot = int64_t{c.n_layers} * c.n_kv_heads * (2 * c.head_dim * 4 + 4);
   const int64_t kv_slot = int64_t{c.n_layers} * c.n_kv_heads * 2 * c.head_dim * 4;
@@ -473,7 +473,7 @@ TEST(Serve, ChoicesShareThePinnedPromptKvWithUnchangedOutputs) {
 }
 
 TEST(Serve, DisconnectMidStreamFreesTheReservation) {
-  TestServer s(reasoner_path(), small_opts(), {});
+  TestServer s(test::reasoner_model(), small_opts(), {});
   const json b = {{"prompt", "AB\n"}, {"max_tokens", 2000}, {"ignore_eos", true}};
   const Streamed st = post_stream(s.port(), b, 5);  // hang up after 5 events
   EXPECT_FALSE(st.done);
@@ -502,7 +502,7 @@ TEST(Serve, EveryBadRequestGetsItsStatusAndErrorObject) {
   serve::ApiOptions ao;
   ao.max_tokens_limit = 512;
   ao.http.max_body_bytes = 4096;
-  TestServer s(reasoner_path(), small_opts(), ao);
+  TestServer s(test::reasoner_model(), small_opts(), ao);
   auto c = s.client();
   const std::string J = "application/json";
   expect_error(c->Post("/v1/completions", "{\"prompt\": ", J), 400, "not valid JSON");
@@ -573,7 +573,7 @@ TEST(Serve, EveryBadRequestGetsItsStatusAndErrorObject) {
 // a prompt longer than the model's context (reasoner: 2048, the GGUF's llama.context_length)
 // was run. Expected: RFC 9110's 405 with Allow, and OpenAI error objects naming the problem.
 TEST(Serve, EmptyBodyWrongMethodAndPromptOverTheContext) {
-  TestServer s(reasoner_path(), small_opts(), {});
+  TestServer s(test::reasoner_model(), small_opts(), {});
   auto c = s.client();
   const std::string J = "application/json";
   expect_error(c->Post("/v1/completions", "", J), 400, "the request body is empty");
@@ -625,7 +625,7 @@ TEST(Serve, EmptyBodyWrongMethodAndPromptOverTheContext) {
 TEST(Serve, ApiKeyAndQueueLimit) {
   serve::ApiOptions ao;
   ao.api_key = "sekrit";
-  TestServer s(reasoner_path(), small_opts(64 << 20, /*max_seqs=*/1, /*max_queue=*/1), ao);
+  TestServer s(test::reasoner_model(), small_opts(64 << 20, /*max_seqs=*/1, /*max_queue=*/1), ao);
   auto c = s.client();
   expect_error(c->Post("/v1/completions", R"({"prompt": "A"})", "application/json"), 401, "API key");
   expect_error(c->Get("/v1/models"), 401, "API key");
@@ -662,7 +662,7 @@ TEST(Serve, ApiKeyAndQueueLimit) {
 }
 
 TEST(Serve, LoadTest64ConcurrentStreamingClients) {
-  TestServer s(reasoner_path(), small_opts(), {});
+  TestServer s(test::reasoner_model(), small_opts(), {});
   serve::LoadOptions lo;
   lo.port = s.port();
   lo.clients = 64;

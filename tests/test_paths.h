@@ -15,7 +15,8 @@ namespace kvevict::test {
 const char* shared_default_dir();
 /// The repository root (CMAKE_SOURCE_DIR), absolute. Generated.
 const char* source_dir();
-/// The built kvevict binary (the kvevict target's file), absolute. Generated.
+/// The built kvevict binary (the kvevict target's file), absolute. Generated; tests call
+/// kvevict_binary().
 const char* binary_path();
 
 inline std::string shared_dir() {
@@ -24,6 +25,11 @@ inline std::string shared_dir() {
 }
 inline std::string shared_path(const std::string& rel) { return shared_dir() + "/" + rel; }
 inline std::string stories260k() { return shared_path("models/stories260K/stories260K.gguf"); }
+/// A file of the source tree, by its path from the repository root ("tests/x.py").
+inline std::string source_path(const std::string& rel) { return std::string(source_dir()) + "/" + rel; }
+/// The committed default reasoner (models/reasoner/MODEL_CARD.md): the small model that engine,
+/// serving and eval tests load (in milliseconds).
+inline std::string reasoner_model() { return source_path("models/reasoner/reasoner.gguf"); }
 inline std::string kvevict_binary() { return binary_path(); }
 
 /// True under CI (environment CI=true or CI=1, as GitHub Actions and most runners set it).

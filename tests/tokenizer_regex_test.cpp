@@ -47,7 +47,7 @@ void check(tok::BpePre pre, const std::string& name) {
   const std::vector<std::string> ts = texts();
   const fs::path dir = test::fresh_dir("regex_" + name);
   std::ofstream(dir / "in.json") << json{{"pre", name}, {"texts", ts}}.dump();
-  const std::string cmd = "python3 '" + std::string(kvevict::test::source_dir()) + "/tests/bpe_regex_reference.py' '" +
+  const std::string cmd = "python3 '" + kvevict::test::source_path("tests/bpe_regex_reference.py") + "' '" +
       (dir / "in.json").string() + "' '" + (dir / "out.json").string() + "'";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream out(dir / "out.json");

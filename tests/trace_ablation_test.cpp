@@ -47,7 +47,7 @@ struct AblationModel {
 void PrintTo(const AblationModel& m, std::ostream* os) { *os << m.path; }
 
 std::vector<AblationModel> ablation_models() {
-  const std::string dir = std::string(kvevict::test::source_dir()) + "/models/";
+  const std::string dir = kvevict::test::source_path("models/");
   std::vector<AblationModel> out = {
       // models/reasoner/MODEL_CARD.md: chain, running, once (not recall: its recall test is skipped).
       {"shipped", dir + "reasoner/reasoner.gguf", {TaskFamily::Chain, TaskFamily::Running, TaskFamily::Once}},
