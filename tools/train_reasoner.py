@@ -117,9 +117,9 @@ def stage_spec(stage, family):
 
 
 (KIND_OTHER, KIND_LOOKUP, KIND_DIGIT, KIND_SUM, KIND_PASS, KIND_ANSWER, KIND_MEMO, KIND_COPY, KIND_RECALL,
- KIND_REVISIT, KIND_RESTATE, KIND_JUMP, KIND_END, KIND_GO, KIND_HOLD) = range(15)
+ KIND_REVISIT, KIND_RESTATE, KIND_JUMP, KIND_END, KIND_GO, KIND_HOLD, KIND_START) = range(16)
 KIND_NAMES = ["other", "lookup", "digit", "sum", "pass", "answer", "memo", "copy", "recall", "revisit", "restate",
-              "jump", "end", "go", "hold"]
+              "jump", "end", "go", "hold", "start"]
 # Kinds whose accuracy gates a stage (a kind seen fewer than GATE_MIN_COUNT times in a log window
 # counts as passed).
 GATE_MIN_COUNT = 20
@@ -143,11 +143,15 @@ def token_kinds(trace, family=None):
     line "cccX=Yd&V" (Y is the letter e after '>' in the question: phase A ends); go = the s of the
     phase-A lines before it (`family` given; Y is not e: phase A goes on); hold = the first countdown
     digit of a phase-B line that follows a step line (no restatement here: the negative outcome of
-    'restate', which teacher-forced 'restate' accuracy alone does not see). A run that tracked only
+    'restate', which teacher-forced 'restate' accuracy alone does not see); start = the countdown
+    digits of the first trace line (the question's count less one: 3 tokens a task, the only
+    countdown not copied from the line above). A run that tracked only
     'end' had it at 0.95 while ending phase A after 3 lines of 5 in greedy runs; with both tracked
     and weighted alike, a run sat at 0.83 over both, what the count prior "end after 3-6 lines"
     scores in stage 4."""
     kinds = [KIND_OTHER] * len(trace)
+    if trace[:3].isdigit():
+        kinds[0:3] = [KIND_START] * 3
     b = trace.rfind("\\boxed{")
     pos = 0
     after_memo = False
@@ -342,6 +346,11 @@ def main():
     ap.add_argument("--go-weight", type=float, default=0.0,
                     help="loss weight of the decisions that phase A goes on (kind 'go', depth - 1 a task); 0 = --skill-weight. "
                     "--end-weight ~ (depth - 1) x --go-weight balances the two outcomes, so the count prior no longer pays")
+    ap.add_argument("--start-weight", type=float, default=0.0,
+                    help="loss weight of the first trace line's countdown (kind 'start'); > 0 also gates the stages "
+                    "on it. 0 = plain weight 1 and no gate, as the earlier runs had it: greedy failures of chain and "
+                    "once at ~600 tokens were 7 of 7 a wrong first countdown (084 or 007 for 083), then one step "
+                    "too many (models/trace-reasoner/MODEL_CARD.md)")
     ap.add_argument("--hold-weight", type=float, default=1.0,
                     help="loss weight of phase B's 'no restatement here' decisions (kind 'hold', every phase-B line); "
                     "the restate decisions themselves weigh --skill-weight (or --restate-weight)")
@@ -445,6 +454,9 @@ def main():
         weights[k] = args.skill_weight
     weights[KIND_LOOKUP] = args.lookup_weight
     weights[KIND_HOLD] = args.hold_weight
+    if args.start_weight > 0:
+        weights[KIND_START] = args.start_weight
+    gate_kinds = GATE_KINDS + ([KIND_START] if args.start_weight > 0 else [])
     # Per-kind overrides of --skill-weight (0 = keep it).
     for kinds_of, w in (((KIND_END,), args.end_weight), ((KIND_GO,), args.go_weight),
                         ((KIND_RESTATE,), args.restate_weight), ((KIND_COPY, KIND_RECALL, KIND_REVISIT), args.far_weight)):
@@ -508,7 +520,7 @@ def main():
             # A kind seen fewer than GATE_MIN_COUNT times in the window counts as passed: stage 4's
             # restate decisions (phase B <= 37 lines, so only R = 8 restates, once) were too rare to
             # learn there, and gating on them held a run in that stage for its whole 3,000 steps.
-            skill = min(acc_k[k] if win["count"][k] >= GATE_MIN_COUNT else 1.0 for k in GATE_KINDS)
+            skill = min(acc_k[k] if win["count"][k] >= GATE_MIN_COUNT else 1.0 for k in gate_kinds)
             recent.append((skill, acc_all))
             recent = recent[-3:]
             win = {"loss": 0.0, "n": 0, "right": torch.zeros(len(KIND_NAMES)), "count": torch.zeros(len(KIND_NAMES)), "steps": 0}
