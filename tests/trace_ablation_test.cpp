@@ -3,9 +3,12 @@
 // machinery's compaction; logical RoPE positions, so nothing is re-rotated), so no later token
 // attends to them at any layer: an attention mask over those keys. Then the model's next-token
 // prediction (teacher-forced trace) or its greedy answer is scored.
-//   - recall, R = 1: hiding the value's one copy in the trace drops the recalled digit to chance
-//     (0.1); with R = 2, hiding one copy leaves it right (the other copy serves), hiding both
-//     drops it.
+//   - recall, R = 1: hiding the value's one copy in the trace and the phase-A digits it is
+//     computed from (generator.h: V is carried only by its copies, its computation and the
+//     prompt facts) drops the recalled digit to chance (0.1); the copy alone hidden is printed
+//     (a model may add phase A's last sum and value again at the answer). With R = 2 and the
+//     computation hidden, hiding the first copy leaves it right (the restatement serves), hiding
+//     both drops it.
 //   - hiding the prompt's fact lines drops the greedy answers to chance.
 // The tests run on every model of kAblationModels (and on KVEVICT_ABLATION_MODEL when set, taken
 // as trained on every family); a test that needs a family the model was not trained on is
@@ -23,6 +26,7 @@
 #include <ostream>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/engine.h"
@@ -142,15 +146,35 @@ std::set<int64_t> fact_positions(const Task& t) {
   return out;
 }
 
+/// Character offsets into a recall/revisit trace of phase A's digits: d and s of each running
+/// line "cccX=Yds" and d of the last one "cccX=Yd&V" (V itself is a copy: value_copy_offsets).
+/// Phase A ends at the first line with '&' (generator.h).
+std::vector<int64_t> phase_a_digit_offsets(const std::string& trace) {
+  std::vector<int64_t> out;
+  for (size_t pos = 0; pos < trace.size();) {
+    const size_t end = std::min(trace.find('\n', pos), trace.size());
+    const std::string_view line(trace.data() + pos, end - pos);
+    if (line.size() >= 8 && std::isdigit(static_cast<unsigned char>(line[6]))) {
+      out.push_back(static_cast<int64_t>(pos + 6));
+      if (line.size() == 8) out.push_back(static_cast<int64_t>(pos + 7));
+    }
+    if (line.size() == 9 && line[7] == '&') break;
+    pos = end + 1;
+  }
+  return out;
+}
+
 struct RecallCounts {
   int full = 0, hidden = 0, n = 0;
 };
 
 /// Teacher-forced recall: BOS + problem + trace up to the answer's '&'; the prediction after it
-/// must be V. `hide(copies)` picks which copy positions (token positions of V) to hide.
-/// Phase B has `lo`..`hi` lines (R = 2 restates once when it has more than 80).
+/// must be V. `hide(copies)` picks which copy positions (token positions of V) to hide; with
+/// `computation`, phase A's digits are hidden too (phase_a_digit_offsets). Phase B has `lo`..`hi`
+/// lines (R = 2 restates once when it has more than 80).
 template <class Pick>
-RecallCounts recall_ablation(const Model& model, int64_t restate, int64_t lo, int64_t hi, int n, Pick hide) {
+RecallCounts recall_ablation(const Model& model, int64_t restate, int64_t lo, int64_t hi, int n, bool computation,
+                             Pick hide) {
   Engine engine(model, 1);
   RecallCounts c;
   for (const Task& t : generate_tasks(TaskFamily::Recall, {kDefaultDepth + lo, kDefaultDepth + hi}, {kDefaultFacts, 26},
@@ -163,7 +187,9 @@ RecallCounts recall_ablation(const Model& model, int64_t restate, int64_t lo, in
     std::vector<int64_t> copies;
     for (int64_t o : value_copy_offsets(TaskFamily::Recall, t.trace))
       copies.push_back(1 + static_cast<int64_t>(t.problem.size()) + o);
-    const std::set<int64_t> hidden = hide(copies);
+    std::set<int64_t> hidden = hide(copies);
+    if (computation)
+      for (int64_t o : phase_a_digit_offsets(t.trace)) hidden.insert(1 + static_cast<int64_t>(t.problem.size()) + o);
     c.full += argmax(logits_with_hidden(engine, tokens, answer_amp + 1, {}, 0)) == gold;
     c.hidden += argmax(logits_with_hidden(engine, tokens, answer_amp + 1, hidden, 1)) == gold;
     ++c.n;
@@ -192,6 +218,19 @@ TEST(TraceAblationBound, ChanceBoundMatchesScipy) {
   EXPECT_EQ(above_chance(200, 0.1), 35);
 }
 
+TEST(TraceAblationBound, PhaseADigitsAreTheRunningValuesAndSums) {
+  // K = 6 phase-A lines: 5 running lines (d, s) and the memo line (d): 11 digits, each d the
+  // value of the letter before it (generator.h), all before the first copy of V.
+  const Task t = generate_task(TaskFamily::Recall, {40, kDefaultFacts, kDefaultDepth, 1}, 5300, 0);
+  const std::vector<int64_t> digits = phase_a_digit_offsets(t.trace);
+  ASSERT_EQ(digits.size(), static_cast<size_t>(2 * kDefaultDepth - 1)) << t.trace;
+  EXPECT_LT(digits.back(), value_copy_offsets(TaskFamily::Recall, t.trace).at(0));
+  for (size_t i = 0; i < digits.size(); i += 2) {
+    const auto d = static_cast<size_t>(digits[i]);
+    EXPECT_EQ(t.trace[d], '0' + letter_value(t.trace[d - 1])) << t.trace.substr(0, d + 1);
+  }
+}
+
 class TraceAblation : public ::testing::TestWithParam<AblationModel> {
  protected:
   /// Whether the model was trained on every family of `needs`.
@@ -211,19 +250,22 @@ TEST_P(TraceAblation, RecallReadsItsCopiesInTheTrace) {
     GTEST_SKIP() << GetParam().path << " was not trained on recall; this test needs a model that was";
   const auto model = load();
   const auto all = [](const std::vector<int64_t>& c) { return std::set<int64_t>(c.begin(), c.end()); };
-  // R = 1, phase B of 40-60 lines: the value's only copy hidden. Chance is 0.1 (10 digits).
+  // R = 1, phase B of 40-60 lines: the value's only copy hidden, with and without phase A's
+  // digits. Chance is 0.1 (10 digits).
   const int n1 = tasks_per_condition(30);
-  const RecallCounts one = recall_ablation(*model, 1, 40, 60, n1, all);
-  std::fprintf(stderr, "recall R=1: full %d/%d, copy hidden %d/%d (chance bound %d)\n", one.full, one.n, one.hidden,
-               one.n, above_chance(one.n, 0.1));
+  const RecallCounts copy_only = recall_ablation(*model, 1, 40, 60, n1, false, all);
+  const RecallCounts one = recall_ablation(*model, 1, 40, 60, n1, true, all);
+  std::fprintf(stderr, "recall R=1: full %d/%d, copy hidden %d/%d, copy and phase-A digits hidden %d/%d (chance bound %d)\n",
+               one.full, one.n, copy_only.hidden, copy_only.n, one.hidden, one.n, above_chance(one.n, 0.1));
   EXPECT_GE(one.full, one.n * 9 / 10);
   EXPECT_LT(one.hidden, above_chance(one.n, 0.1));
-  // R = 2, phase B of 85-100 lines (a restatement after line c = 80): hiding the first copy
-  // leaves the restatement, hiding both leaves nothing.
+  // R = 2, phase B of 85-100 lines (a restatement after line c = 80), phase A's digits hidden:
+  // hiding the first copy leaves the restatement, hiding both leaves nothing.
   const int n2 = tasks_per_condition(20);
-  const RecallCounts keep_one =
-      recall_ablation(*model, 2, 85, 100, n2, [](const std::vector<int64_t>& c) { return std::set<int64_t>{c.at(0)}; });
-  const RecallCounts none = recall_ablation(*model, 2, 85, 100, n2, all);
+  const RecallCounts keep_one = recall_ablation(*model, 2, 85, 100, n2, true, [](const std::vector<int64_t>& c) {
+    return std::set<int64_t>{c.at(0)};
+  });
+  const RecallCounts none = recall_ablation(*model, 2, 85, 100, n2, true, all);
   std::fprintf(stderr, "recall R=2: full %d/%d, first copy hidden %d/%d, both hidden %d/%d\n", none.full, none.n,
                keep_one.hidden, keep_one.n, none.hidden, none.n);
   EXPECT_GE(none.full, none.n * 9 / 10);
