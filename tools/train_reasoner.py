@@ -117,9 +117,9 @@ def stage_spec(stage, family):
 
 
 (KIND_OTHER, KIND_LOOKUP, KIND_DIGIT, KIND_SUM, KIND_PASS, KIND_ANSWER, KIND_MEMO, KIND_COPY, KIND_RECALL,
- KIND_REVISIT, KIND_RESTATE, KIND_JUMP, KIND_END, KIND_GO, KIND_HOLD, KIND_START) = range(16)
+ KIND_REVISIT, KIND_RESTATE, KIND_JUMP, KIND_END, KIND_GO, KIND_HOLD, KIND_COUNT) = range(16)
 KIND_NAMES = ["other", "lookup", "digit", "sum", "pass", "answer", "memo", "copy", "recall", "revisit", "restate",
-              "jump", "end", "go", "hold", "start"]
+              "jump", "end", "go", "hold", "count"]
 # Kinds whose accuracy gates a stage (a kind seen fewer than GATE_MIN_COUNT times in a log window
 # counts as passed).
 GATE_MIN_COUNT = 20
@@ -143,21 +143,25 @@ def token_kinds(trace, family=None):
     line "cccX=Yd&V" (Y is the letter e after '>' in the question: phase A ends); go = the s of the
     phase-A lines before it (`family` given; Y is not e: phase A goes on); hold = the first countdown
     digit of a phase-B line that follows a step line (no restatement here: the negative outcome of
-    'restate', which teacher-forced 'restate' accuracy alone does not see); start = the countdown
-    digits of the first trace line (the question's count less one: 3 tokens a task, the only
-    countdown not copied from the line above). A run that tracked only
+    'restate', which teacher-forced 'restate' accuracy alone does not see); count = the countdown
+    digits of a line whose countdown is not the line above's less one: the first trace line (the
+    question's count less one) and the step line after a memo line, a restatement "&V" or a
+    checkpoint "!W" (the step line two above less one; every 10th a borrow, 159 after 160). A run that tracked only
     'end' had it at 0.95 while ending phase A after 3 lines of 5 in greedy runs; with both tracked
     and weighted alike, a run sat at 0.83 over both, what the count prior "end after 3-6 lines"
     scores in stage 4."""
     kinds = [KIND_OTHER] * len(trace)
     if trace[:3].isdigit():
-        kinds[0:3] = [KIND_START] * 3
+        kinds[0:3] = [KIND_COUNT] * 3
     b = trace.rfind("\\boxed{")
     pos = 0
     after_memo = False
     in_phase_a = family in TRACE_FAMILIES
-    in_phase_b = prev_step = False
+    in_phase_b = prev_step = prev_extra = False
     for line in trace[:b].split("\n"):
+        if (after_memo or prev_extra) and len(line) >= 6 and line[:3].isdigit():
+            kinds[pos:pos + 3] = [KIND_COUNT] * 3
+        prev_extra = len(line) == 2 and line[0] in "&!"
         if after_memo and len(line) >= 6 and line[:3].isdigit():
             kinds[pos + 3] = KIND_JUMP
         elif in_phase_b and prev_step and line[:3].isdigit():
@@ -346,11 +350,13 @@ def main():
     ap.add_argument("--go-weight", type=float, default=0.0,
                     help="loss weight of the decisions that phase A goes on (kind 'go', depth - 1 a task); 0 = --skill-weight. "
                     "--end-weight ~ (depth - 1) x --go-weight balances the two outcomes, so the count prior no longer pays")
-    ap.add_argument("--start-weight", type=float, default=0.0,
-                    help="loss weight of the first trace line's countdown (kind 'start'); > 0 also gates the stages "
-                    "on it. 0 = plain weight 1 and no gate, as the earlier runs had it: greedy failures of chain and "
-                    "once at ~600 tokens were 7 of 7 a wrong first countdown (084 or 007 for 083), then one step "
-                    "too many (models/trace-reasoner/MODEL_CARD.md)")
+    ap.add_argument("--count-weight", type=float, default=0.0,
+                    help="loss weight of the countdowns not copied from the line above (kind 'count': the first trace "
+                    "line's, and the step line's after a memo, restatement or checkpoint line); > 0 also gates the "
+                    "stages on it. 0 = plain weight 1 and no gate, as the earlier runs had it: the interim model's "
+                    "greedy chain/once failures at ~600 tokens were 7 of 7 a wrong first countdown (084 or 007 for "
+                    "083), and 9 of 20 recall R = 1 failures at 166 steps the countdown after the memo line (109, "
+                    "199 or 059 for 159) (models/trace-reasoner/MODEL_CARD.md)")
     ap.add_argument("--hold-weight", type=float, default=1.0,
                     help="loss weight of phase B's 'no restatement here' decisions (kind 'hold', every phase-B line); "
                     "the restate decisions themselves weigh --skill-weight (or --restate-weight)")
@@ -454,9 +460,9 @@ def main():
         weights[k] = args.skill_weight
     weights[KIND_LOOKUP] = args.lookup_weight
     weights[KIND_HOLD] = args.hold_weight
-    if args.start_weight > 0:
-        weights[KIND_START] = args.start_weight
-    gate_kinds = GATE_KINDS + ([KIND_START] if args.start_weight > 0 else [])
+    if args.count_weight > 0:
+        weights[KIND_COUNT] = args.count_weight
+    gate_kinds = GATE_KINDS + ([KIND_COUNT] if args.count_weight > 0 else [])
     # Per-kind overrides of --skill-weight (0 = keep it).
     for kinds_of, w in (((KIND_END,), args.end_weight), ((KIND_GO,), args.go_weight),
                         ((KIND_RESTATE,), args.restate_weight), ((KIND_COPY, KIND_RECALL, KIND_REVISIT), args.far_weight)):
