@@ -103,13 +103,26 @@ def warmup_trace(trace, family="chain-xy"):
     return re.sub(r"^(\d{3}[A-Z])=([A-Z])$", r"\1\2", trace, flags=re.M)
 
 
+# --drill: a pseudo-family of recall tasks with a short phase B (20 lines at most), mixed into every
+# stage that has recall: phase A's decisions (go / end) are ~1 token in 30 of these against ~1 in
+# 150 of a stage-6 recall task, the only failure left for R = 1 in a run whose full-length recall
+# was otherwise right (models/trace-reasoner/MODEL_CARD.md).
+DRILL = "recall-phase-a"
+DRILL_WEIGHT = 0.0  # set from --drill
+
+
 def stage_families(stage):
-    return [f for f in FAMILIES + list(WARMUP) if f in STAGES[stage][1]]
+    fams = [f for f in FAMILIES + list(WARMUP) if f in STAGES[stage][1]]
+    return fams + [DRILL] if DRILL_WEIGHT > 0 and "recall" in fams else fams
 
 
 def stage_spec(stage, family):
     """(facts, steps, depth or None) of `family` in `stage`."""
     facts, fams = STAGES[stage][0], STAGES[stage][1]
+    if family == DRILL:  # recall's facts and depths, N from the deepest K + 1 to K + 20
+        r_facts, _, r_depth = fams["recall"]
+        deepest = int(r_depth.split("-")[-1])
+        return r_facts, f"{deepest + 1}-{deepest + 20}", r_depth
     spec = fams[family]
     if isinstance(spec, str):  # v1: one facts range for the stage
         return facts, spec, None
@@ -221,9 +234,9 @@ class Data:
             n = 2000
             facts, steps, depth = stage_spec(stage, family)
             # Training seeds are 1..999 (held-out evaluation uses seed >= 1000).
-            cmd = [self.binary, "tasks", "gen", "--family", WARMUP.get(family, family), "--count", str(n), "--seed", str(100 + stage),
+            cmd = [self.binary, "tasks", "gen", "--family", "recall" if family == DRILL else WARMUP.get(family, family), "--count", str(n), "--seed", str(100 + stage),
                    "--first", str(first), "--steps", steps, "--facts", facts]
-            if family in TRACE_FAMILIES:
+            if family in TRACE_FAMILIES or family == DRILL:
                 cmd += ["--depth", depth or "6", "--restate", "1,2,4,8"]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
             tasks = [json.loads(line) for line in out.splitlines() if line]
@@ -371,6 +384,9 @@ def main():
                     "sums (greedy running 0.95 -> 0.55 in 450 steps)")
     ap.add_argument("--restate-weight", type=float, default=0.0,
                     help="loss weight of the restate decisions (kind 'restate'); 0 = --skill-weight")
+    ap.add_argument("--drill", type=float, default=0.0,
+                    help="mix weight of recall tasks with a short phase B (<= 20 lines) in every stage with recall "
+                    "(the families weigh 1 or their --mix weight); 0 = off")
     ap.add_argument("--mix", default="",
                     help="family proportions, e.g. recall=3,revisit=3 (a family not named weighs 1; default uniform)")
     args = ap.parse_args()
@@ -387,8 +403,13 @@ def main():
         sys.exit(f"--heads {args.heads}: must divide --dim {args.dim} (or give --head-dim)")
     if args.kv_heads < 1 or args.heads % args.kv_heads != 0:
         sys.exit(f"--kv-heads {args.kv_heads}: must divide the {args.heads} query heads")
-    global STAGES
+    if args.drill < 0:
+        sys.exit(f"--drill {args.drill}: must be >= 0")
+    if args.drill > 0:
+        mix[DRILL] = args.drill
+    global STAGES, DRILL_WEIGHT
     STAGES = STAGES_V1 if args.curriculum == "v1" else STAGES_V2
+    DRILL_WEIGHT = args.drill
 
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
