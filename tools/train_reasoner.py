@@ -155,10 +155,10 @@ def token_kinds(trace, family=None):
     a task, which teacher-forced accuracy hides but a greedy run needs); end = the '&' of phase A's last
     line "cccX=Yd&V" (Y is the letter e after '>' in the question: phase A ends); go = the s of the
     phase-A lines before it (`family` given; Y is not e: phase A goes on); hold = the first countdown
-    digit of a phase-B line that follows a step line whose countdown is a multiple of 20 (where
-    R = 8 would restate, and a smaller R does not: the negative outcome of 'restate', which
-    teacher-forced 'restate' accuracy alone does not see; the other phase-B lines, where no R
-    restates, are plain tokens); count = the countdown
+    digit of a phase-B line that follows a step line (no restatement here: the negative outcome of
+    'restate', which teacher-forced 'restate' accuracy alone does not see; a run that weighted it
+    only after countdowns that are multiples of 20, where a larger R would restate, learned to
+    restate after 150, where no R does: greedy recall R = 4 0.60 -> 0.28); count = the countdown
     digits of a line whose countdown is not the line above's less one: the first trace line (the
     question's count less one) and the step line after a memo line, a restatement "&V" or a
     checkpoint "!W" (the step line two above less one; every 10th a borrow, 159 after 160). A run that tracked only
@@ -173,17 +173,15 @@ def token_kinds(trace, family=None):
     after_memo = False
     in_phase_a = family in TRACE_FAMILIES
     in_phase_b = prev_step = prev_extra = False
-    prev_count = -1
     for line in trace[:b].split("\n"):
         if (after_memo or prev_extra) and len(line) >= 6 and line[:3].isdigit():
             kinds[pos:pos + 3] = [KIND_COUNT] * 3
         prev_extra = len(line) == 2 and line[0] in "&!"
         if after_memo and len(line) >= 6 and line[:3].isdigit():
             kinds[pos + 3] = KIND_JUMP
-        elif in_phase_b and prev_step and prev_count % 20 == 0 and line[:3].isdigit():
+        elif in_phase_b and prev_step and line[:3].isdigit():
             kinds[pos] = KIND_HOLD  # no restatement or checkpoint after the previous step line
         prev_step = len(line) >= 6 and line[:3].isdigit()
-        prev_count = int(line[:3]) if prev_step else -1
         in_phase_b = in_phase_b or after_memo
         after_memo = len(line) == 9 and line[:3].isdigit() and line[7] == "&"
         in_phase_a = in_phase_a and not after_memo
@@ -375,8 +373,7 @@ def main():
                     "083), and 9 of 20 recall R = 1 failures at 166 steps the countdown after the memo line (109, "
                     "199 or 059 for 159) (models/trace-reasoner/MODEL_CARD.md)")
     ap.add_argument("--hold-weight", type=float, default=1.0,
-                    help="loss weight of phase B's 'no restatement here' decisions (kind 'hold', after a step line whose "
-                    "countdown is a multiple of 20); "
+                    help="loss weight of phase B's 'no restatement here' decisions (kind 'hold', every phase-B line); "
                     "the restate decisions themselves weigh --skill-weight (or --restate-weight)")
     ap.add_argument("--kind-weight", default="",
                     help="loss weights by token kind, KIND=W[,KIND=W...] (kinds: " + ", ".join(KIND_NAMES[1:]) + "), "
