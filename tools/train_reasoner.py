@@ -104,8 +104,8 @@ def warmup_trace(trace, family="chain-xy"):
 
 
 # --drill: a pseudo-family of recall tasks with a short phase B (20 lines at most), mixed into every
-# stage that has recall: phase A's decisions (go / end) are ~1 token in 30 of these against ~1 in
-# 150 of a stage-6 recall task, the only failure left for R = 1 in a run whose full-length recall
+# stage that has recall: phase A's decisions (go / end) are ~1 token in 25 of these against ~1 in
+# 125 of a stage-6 recall task, the only failure left for R = 1 in a run whose full-length recall
 # was otherwise right (models/trace-reasoner/MODEL_CARD.md).
 DRILL = "recall-phase-a"
 DRILL_WEIGHT = 0.0  # set from --drill
@@ -161,8 +161,8 @@ def token_kinds(trace, family=None):
     restate after 150, where no R does: greedy recall R = 4 0.60 -> 0.28); count = the countdown
     digits of a line whose countdown is not the line above's less one: the first trace line (the
     question's count less one) and the step line after a memo line, a restatement "&V" or a
-    checkpoint "!W" (the step line two above less one; every 10th a borrow, 159 after 160). A run that tracked only
-    'end' had it at 0.95 while ending phase A after 3 lines of 5 in greedy runs; with both tracked
+    checkpoint "!W" (the step line two above less one; every 10th a borrow, 159 after 160). A
+    run that tracked only 'end' had it at 0.95 while ending phase A after 3 lines of 5 in greedy runs; with both tracked
     and weighted alike, a run sat at 0.83 over both, what the count prior "end after 3-6 lines"
     scores in stage 4."""
     kinds = [KIND_OTHER] * len(trace)
@@ -232,7 +232,8 @@ class Data:
             n = 2000
             facts, steps, depth = stage_spec(stage, family)
             # Training seeds are 1..999 (held-out evaluation uses seed >= 1000).
-            cmd = [self.binary, "tasks", "gen", "--family", "recall" if family == DRILL else WARMUP.get(family, family), "--count", str(n), "--seed", str(100 + stage),
+            gen_family = "recall" if family == DRILL else WARMUP.get(family, family)
+            cmd = [self.binary, "tasks", "gen", "--family", gen_family, "--count", str(n), "--seed", str(100 + stage),
                    "--first", str(first), "--steps", steps, "--facts", facts]
             if family in TRACE_FAMILIES or family == DRILL:
                 cmd += ["--depth", depth or "6", "--restate", "1,2,4,8"]
@@ -370,8 +371,8 @@ def main():
                     "line's, and the step line's after a memo, restatement or checkpoint line); > 0 also gates the "
                     "stages on it. 0 = plain weight 1 and no gate, as the earlier runs had it: the interim model's "
                     "greedy chain/once failures at ~600 tokens were 7 of 7 a wrong first countdown (084 or 007 for "
-                    "083), and 9 of 20 recall R = 1 failures at 166 steps the countdown after the memo line (109, "
-                    "199 or 059 for 159) (models/trace-reasoner/MODEL_CARD.md)")
+                    "083), and 9 of 20 recall R = 1 failures at 166 steps of a stage-6 run from it (R7) the countdown "
+                    "after the memo line (109, 199 or 059 for 159) (models/trace-reasoner/MODEL_CARD.md)")
     ap.add_argument("--hold-weight", type=float, default=1.0,
                     help="loss weight of phase B's 'no restatement here' decisions (kind 'hold', every phase-B line); "
                     "the restate decisions themselves weigh --skill-weight (or --restate-weight)")
