@@ -108,12 +108,12 @@ def warmup_trace(trace, family="chain-xy"):
 # 125 of a stage-6 recall task, the only failure left for R = 1 in a run whose full-length recall
 # was otherwise right (models/trace-reasoner/MODEL_CARD.md).
 DRILL = "recall-phase-a"
-DRILL_WEIGHT = 0.0  # set from --drill
 
 
-def stage_families(stage):
+def stage_families(stage, drill=False):
+    """The families `stage` draws from; with `drill`, DRILL too where the stage has recall."""
     fams = [f for f in FAMILIES + list(WARMUP) if f in STAGES[stage][1]]
-    return fams + [DRILL] if DRILL_WEIGHT > 0 and "recall" in fams else fams
+    return fams + [DRILL] if drill and "recall" in fams else fams
 
 
 def stage_spec(stage, family):
@@ -174,14 +174,15 @@ def token_kinds(trace, family=None):
     in_phase_a = family in TRACE_FAMILIES
     in_phase_b = prev_step = prev_extra = False
     for line in trace[:b].split("\n"):
-        if (after_memo or prev_extra) and len(line) >= 6 and line[:3].isdigit():
+        step = len(line) >= 6 and line[:3].isdigit()
+        if (after_memo or prev_extra) and step:
             kinds[pos:pos + 3] = [KIND_COUNT] * 3
         prev_extra = len(line) == 2 and line[0] in "&!"
-        if after_memo and len(line) >= 6 and line[:3].isdigit():
+        if after_memo and step:
             kinds[pos + 3] = KIND_JUMP
         elif in_phase_b and prev_step and line[:3].isdigit():
             kinds[pos] = KIND_HOLD  # no restatement or checkpoint after the previous step line
-        prev_step = len(line) >= 6 and line[:3].isdigit()
+        prev_step = step
         in_phase_b = in_phase_b or after_memo
         after_memo = len(line) == 9 and line[:3].isdigit() and line[7] == "&"
         in_phase_a = in_phase_a and not after_memo
@@ -235,7 +236,7 @@ class Data:
             gen_family = "recall" if family == DRILL else WARMUP.get(family, family)
             cmd = [self.binary, "tasks", "gen", "--family", gen_family, "--count", str(n), "--seed", str(100 + stage),
                    "--first", str(first), "--steps", steps, "--facts", facts]
-            if family in TRACE_FAMILIES or family == DRILL:
+            if gen_family in TRACE_FAMILIES:
                 cmd += ["--depth", depth or "6", "--restate", "1,2,4,8"]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
             tasks = [json.loads(line) for line in out.splitlines() if line]
@@ -286,7 +287,7 @@ def sample_batch(data, stage, gen, batch_tokens, queue, mix=None):
     served in random order. `queue` holds the pool's remaining batches (a plain list, saved in the
     checkpoint)."""
     if not queue:
-        fams = stage_families(stage)
+        fams = stage_families(stage, DRILL in (mix or {}))
         probs = torch.tensor([float((mix or {}).get(WARMUP.get(f, f), 1.0)) for f in fams])
         pool, total = [], 0
         while total < 8 * batch_tokens:
@@ -308,6 +309,21 @@ def sample_batch(data, stage, gen, batch_tokens, queue, mix=None):
         for i in torch.randperm(len(batches), generator=gen).tolist():
             queue.append(batches[i])
     return queue.pop(0)
+
+
+def parse_weights(flag, text, names, positive=False):
+    """NAME=W[,NAME=W...] -> {name: float}; exits naming the flag and the item when a name is not
+    in `names`, W is not a number, or (`positive`) W <= 0."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        name, _, w = item.partition("=")
+        try:
+            out[name] = float(w)
+        except ValueError:
+            sys.exit(f"{flag} {text}: '{item}' is not name=weight")
+        if name not in names or (positive and not out[name] > 0):
+            sys.exit(f"{flag} {text}: '{item}': name must be one of {', '.join(names)}" + (", weight > 0" if positive else ""))
+    return out
 
 
 def main():
@@ -388,15 +404,8 @@ def main():
     ap.add_argument("--mix", default="",
                     help="family proportions, e.g. recall=3,revisit=3 (a family not named weighs 1; default uniform)")
     args = ap.parse_args()
-    mix = {}
-    for item in filter(None, args.mix.split(",")):
-        fam, _, w = item.partition("=")
-        try:
-            mix[fam] = float(w)
-        except ValueError:
-            sys.exit(f"--mix {args.mix}: '{item}' is not family=weight")
-        if fam not in FAMILIES or not mix[fam] > 0:
-            sys.exit(f"--mix {args.mix}: '{item}': family must be one of {FAMILIES}, weight > 0")
+    mix = parse_weights("--mix", args.mix, FAMILIES, positive=True)
+    kind_weights = parse_weights("--kind-weight", args.kind_weight, KIND_NAMES[1:])
     if args.heads < 1 or (not args.head_dim and args.dim % args.heads != 0):
         sys.exit(f"--heads {args.heads}: must divide --dim {args.dim} (or give --head-dim)")
     if args.kv_heads < 1 or args.heads % args.kv_heads != 0:
@@ -405,9 +414,8 @@ def main():
         sys.exit(f"--drill {args.drill}: must be >= 0")
     if args.drill > 0:
         mix[DRILL] = args.drill
-    global STAGES, DRILL_WEIGHT
+    global STAGES
     STAGES = STAGES_V1 if args.curriculum == "v1" else STAGES_V2
-    DRILL_WEIGHT = args.drill
 
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
@@ -488,20 +496,15 @@ def main():
         weights[k] = args.skill_weight
     weights[KIND_LOOKUP] = args.lookup_weight
     weights[KIND_HOLD] = args.hold_weight
-    if args.count_weight > 0:
-        weights[KIND_COUNT] = args.count_weight
     gate_kinds = GATE_KINDS + ([KIND_COUNT] if args.count_weight > 0 else [])
-    # Per-kind overrides of --skill-weight (0 = keep it).
+    # Per-kind overrides (0 = keep --skill-weight, or 1 for 'count').
     for kinds_of, w in (((KIND_END,), args.end_weight), ((KIND_GO,), args.go_weight),
-                        ((KIND_RESTATE,), args.restate_weight), ((KIND_COPY, KIND_RECALL, KIND_REVISIT), args.far_weight)):
+                        ((KIND_RESTATE,), args.restate_weight), ((KIND_COPY, KIND_RECALL, KIND_REVISIT), args.far_weight),
+                        ((KIND_COUNT,), args.count_weight)):
         for k in kinds_of:
             weights[k] = w if w > 0 else weights[k]
-    for item in filter(None, args.kind_weight.split(",")):
-        name, _, w = item.partition("=")
-        try:
-            weights[KIND_NAMES.index(name)] = float(w)
-        except ValueError:
-            sys.exit(f"--kind-weight '{item}': expected KIND=W with KIND one of {', '.join(KIND_NAMES[1:])} and W a number")
+    for name, w in kind_weights.items():
+        weights[KIND_NAMES.index(name)] = w
 
     def save(path=ckpt_path):
         state["cpu_s"] = cpu_base + time.process_time() - cpu0
