@@ -184,12 +184,12 @@ RecallCounts recall_ablation(const Model& model, int64_t restate, int64_t lo, in
     const std::vector<int32_t> tokens = model.tokenizer().encode(text, true);
     const auto answer_amp = static_cast<int64_t>(1 + t.problem.size() + t.trace.rfind('&'));  // token position
     const int32_t gold = tokens[static_cast<size_t>(answer_amp + 1)];
+    const auto token_pos = [&](int64_t trace_offset) { return 1 + static_cast<int64_t>(t.problem.size()) + trace_offset; };
     std::vector<int64_t> copies;
-    for (int64_t o : value_copy_offsets(TaskFamily::Recall, t.trace))
-      copies.push_back(1 + static_cast<int64_t>(t.problem.size()) + o);
+    for (int64_t o : value_copy_offsets(TaskFamily::Recall, t.trace)) copies.push_back(token_pos(o));
     std::set<int64_t> hidden = hide(copies);
     if (computation)
-      for (int64_t o : phase_a_digit_offsets(t.trace)) hidden.insert(1 + static_cast<int64_t>(t.problem.size()) + o);
+      for (int64_t o : phase_a_digit_offsets(t.trace)) hidden.insert(token_pos(o));
     c.full += argmax(logits_with_hidden(engine, tokens, answer_amp + 1, {}, 0)) == gold;
     c.hidden += argmax(logits_with_hidden(engine, tokens, answer_amp + 1, hidden, 1)) == gold;
     ++c.n;
