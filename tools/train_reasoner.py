@@ -249,8 +249,42 @@ class Data:
         return taken
 
 
-def make_batch(tasks):
-    seqs, masks, kinds = [], [], []
+def value_copies(trace):
+    """Trace offsets of recall's copies of V (the memo line's V, then each restatement "&V"'s),
+    and of phase A's digits (d and s of each running line, d of the memo line), which V is
+    computed from (tasks/generator.h; the same positions tests/trace_ablation_test.cpp hides)."""
+    copies, digits, pos, in_phase_a = [], [], 0, True
+    for line in trace[:trace.rfind("\\boxed{")].split("\n"):
+        if in_phase_a and len(line) >= 8 and line[:3].isdigit() and line[6].isdigit():
+            digits.append(pos + 6)
+            if len(line) == 8:
+                digits.append(pos + 7)
+            elif len(line) == 9 and line[7] == "&":
+                copies.append(pos + 8)
+                in_phase_a = False
+        elif not in_phase_a and len(line) == 2 and line[0] == "&":
+            copies.append(pos + 1)
+        pos += len(line) + 1
+    return copies, digits
+
+
+def copy_dropout_hide(trace, offset, gen):
+    """Keys to hide for one recall task under --copy-dropout: one of V's copies drawn uniformly is
+    kept; every other copy and phase A's digits are hidden from the queries after the kept copy
+    (and after themselves), so everything after it must read V from that one copy. Returns
+    [(first query position, key position)] in sequence positions (trace offset + `offset`)."""
+    copies, digits = value_copies(trace)
+    if len(copies) < 2:
+        return []
+    k = copies[int(torch.randint(0, len(copies), (1,), generator=gen))]
+    return [(max(k, j) + 1 + offset, j + offset) for j in digits + copies if j != k]
+
+
+def make_batch(tasks, copy_dropout=0.0, gen=None):
+    """Token ids, targets, loss mask and token kinds [B, T] of a batch; with `copy_dropout` > 0,
+    also the attention hide mask [B, T, T] (None when no task drew it): each recall task with
+    more than one copy of V gets copy_dropout_hide with that probability."""
+    seqs, masks, kinds, hides = [], [], [], []
     for t in tasks:
         p = [BOS] + encode(t["problem"])
         tr = encode(t["trace"]) + [EOS]
@@ -261,6 +295,10 @@ def make_batch(tasks):
         seqs.append(seq)
         masks.append(m)
         kinds.append(kd)
+        if copy_dropout > 0 and t["family"] == "recall" and float(torch.rand(1, generator=gen)) < copy_dropout:
+            hides.append(copy_dropout_hide(t["trace"], len(p), gen))
+        else:
+            hides.append([])
     T = max(len(s) for s in seqs) - 1
     ids = torch.zeros(len(seqs), T, dtype=torch.long)
     tgt = torch.zeros(len(seqs), T, dtype=torch.long)
@@ -272,7 +310,13 @@ def make_batch(tasks):
         tgt[i, :n] = torch.tensor(s[1:])
         msk[i, :n] = torch.tensor(masks[i], dtype=torch.float)
         knd[i, :n] = torch.tensor(kinds[i])
-    return ids, tgt, msk, knd
+    hide = None
+    if any(hides):
+        hide = torch.zeros(len(seqs), T, T, dtype=torch.bool)
+        for i, pairs in enumerate(hides):
+            for q, j in pairs:
+                hide[i, q:, j] = True
+    return ids, tgt, msk, knd, hide
 
 
 def task_tokens(t):
@@ -401,6 +445,11 @@ def main():
     ap.add_argument("--drill", type=float, default=0.0,
                     help="mix weight of recall tasks with a short phase B (<= 20 lines) in every stage with recall "
                     "(the families weigh 1 or their --mix weight); 0 = off")
+    ap.add_argument("--copy-dropout", type=float, default=0.0,
+                    help="probability that a recall task with more than one copy of V is trained with one copy kept "
+                    "and the others and phase A's digits hidden from attention after it (copy_dropout_hide); 0 = off. "
+                    "Without it the model read V from the memo line only: with the memo hidden and a restatement "
+                    "~600 tokens nearer in the cache, 4/20 (tests/trace_ablation_test.cpp; MODEL_CARD.md)")
     ap.add_argument("--mix", default="",
                     help="family proportions, e.g. recall=3,revisit=3 (a family not named weighs 1; default uniform)")
     args = ap.parse_args()
@@ -414,6 +463,8 @@ def main():
         sys.exit(f"--drill {args.drill}: must be >= 0")
     if args.drill > 0:
         mix[DRILL] = args.drill
+    if not 0 <= args.copy_dropout <= 1:
+        sys.exit(f"--copy-dropout {args.copy_dropout}: must be a probability in [0, 1]")
     global STAGES
     STAGES = STAGES_V1 if args.curriculum == "v1" else STAGES_V2
 
@@ -529,8 +580,8 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         tasks = sample_batch(data, st, gen, int(batch_tokens * args.batch_scale), state["queue"], mix)
-        ids, tgt, msk, knd = make_batch(tasks)
-        logits = model(ids)
+        ids, tgt, msk, knd, hide = make_batch(tasks, args.copy_dropout, gen)
+        logits = model(ids, hide=hide)
         ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), reduction="none").view_as(msk)
         wmsk = msk * weights[knd]
         loss = (ce * wmsk).sum() / wmsk.sum()
