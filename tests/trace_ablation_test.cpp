@@ -8,7 +8,7 @@
 //     prompt facts) drops the recalled digit to chance (0.1); the copy alone hidden is printed
 //     (a model may add phase A's last sum and value again at the answer). With R = 2 and the
 //     computation hidden, hiding the first copy leaves it right (the restatement serves), hiding
-//     both drops it.
+//     both drops it; with R = 4, keeping only the first restatement leaves it right.
 //   - hiding the prompt's fact lines drops the greedy answers to chance.
 // The tests run on every model of kAblationModels (and on KVEVICT_ABLATION_MODEL when set, taken
 // as trained on every family); a test that needs a family the model was not trained on is
@@ -271,6 +271,18 @@ TEST_P(TraceAblation, RecallReadsItsCopiesInTheTrace) {
   EXPECT_GE(none.full, none.n * 9 / 10);
   EXPECT_GE(keep_one.hidden, keep_one.n * 9 / 10);
   EXPECT_LT(none.hidden, above_chance(none.n, 0.1));
+  // R = 4, phase B of 125-140 lines (restatements after lines c = 120, 80, 40: four copies), phase
+  // A's digits hidden, only the first restatement kept: the copy the model reads need not be the
+  // memo line or the nearest one (~80 lines, ~600 tokens, before the answer).
+  const RecallCounts second = recall_ablation(*model, 4, 125, 140, n2, true, [](const std::vector<int64_t>& c) {
+    std::set<int64_t> hidden(c.begin(), c.end());
+    hidden.erase(c.at(1));
+    return hidden;
+  });
+  std::fprintf(stderr, "recall R=4: full %d/%d, all copies but the first restatement hidden %d/%d\n", second.full,
+               second.n, second.hidden, second.n);
+  EXPECT_GE(second.full, second.n * 9 / 10);
+  EXPECT_GE(second.hidden, second.n * 9 / 10);
 }
 
 TEST_P(TraceAblation, HidingThePromptFactsDropsAnswersToChance) {

@@ -269,21 +269,30 @@ def value_copies(trace):
 
 
 def copy_dropout_hide(trace, offset, gen):
-    """Keys to hide for one recall task under --copy-dropout: one of V's copies drawn uniformly is
-    kept; every other copy and phase A's digits are hidden from the queries after the kept copy
-    (and after themselves), so everything after it must read V from that one copy. Returns
-    [(first query position, key position)] in sequence positions (trace offset + `offset`)."""
+    """One recall task under --copy-dropout: one of V's copies drawn uniformly is kept; every other
+    copy is hidden from all queries after it, and phase A's digits from all queries after the memo
+    line, as the trace ablation test hides them (tests/trace_ablation_test.cpp: a position is
+    removed from the cache once written). Hiding a copy only from the queries after the kept one
+    was tried first and taught nothing: the positions between the memo line and the kept copy had
+    read V from the memo and carried it in their layer-1 keys and values (R = 2 with the memo
+    hidden: 4/20 after 450 steps, as before). Returns ([(first query position, key position)],
+    [trace offsets of copies whose V is then unpredictable: the restatements up to the kept one,
+    when it is not the memo]); positions are sequence positions (trace offset + `offset`)."""
     copies, digits = value_copies(trace)
     if len(copies) < 2:
-        return []
-    k = copies[int(torch.randint(0, len(copies), (1,), generator=gen))]
-    return [(max(k, j) + 1 + offset, j + offset) for j in digits + copies if j != k]
+        return [], []
+    i = int(torch.randint(0, len(copies), (1,), generator=gen))
+    memo = copies[0]
+    pairs = [(memo + 1 + offset, j + offset) for j in digits]
+    pairs += [(j + 1 + offset, j + offset) for n, j in enumerate(copies) if n != i]
+    return pairs, copies[1:i + 1]
 
 
 def make_batch(tasks, copy_dropout=0.0, gen=None):
     """Token ids, targets, loss mask and token kinds [B, T] of a batch; with `copy_dropout` > 0,
     also the attention hide mask [B, T, T] (None when no task drew it): each recall task with
-    more than one copy of V gets copy_dropout_hide with that probability."""
+    more than one copy of V gets copy_dropout_hide with that probability, and the copies it makes
+    unpredictable leave the loss."""
     seqs, masks, kinds, hides = [], [], [], []
     for t in tasks:
         p = [BOS] + encode(t["problem"])
@@ -295,10 +304,12 @@ def make_batch(tasks, copy_dropout=0.0, gen=None):
         seqs.append(seq)
         masks.append(m)
         kinds.append(kd)
+        pairs = []
         if copy_dropout > 0 and t["family"] == "recall" and float(torch.rand(1, generator=gen)) < copy_dropout:
-            hides.append(copy_dropout_hide(t["trace"], len(p), gen))
-        else:
-            hides.append([])
+            pairs, blind = copy_dropout_hide(t["trace"], len(p), gen)
+            for o in blind:  # the target at trace offset o is predicted at position len(p) - 1 + o
+                m[len(p) - 1 + o] = 0
+        hides.append(pairs)
     T = max(len(s) for s in seqs) - 1
     ids = torch.zeros(len(seqs), T, dtype=torch.long)
     tgt = torch.zeros(len(seqs), T, dtype=torch.long)
