@@ -249,26 +249,7 @@ class Data:
         return taken
 
 
-def value_copies(trace):
-    """Trace offsets of recall's copies of V (the memo line's V, then each restatement "&V"'s),
-    and of phase A's digits (d and s of each running line, d of the memo line), which V is
-    computed from (tasks/generator.h; the same positions tests/trace_ablation_test.cpp hides)."""
-    copies, digits, pos, in_phase_a = [], [], 0, True
-    for line in trace[:trace.rfind("\\boxed{")].split("\n"):
-        if in_phase_a and len(line) >= 8 and line[:3].isdigit() and line[6].isdigit():
-            digits.append(pos + 6)
-            if len(line) == 8:
-                digits.append(pos + 7)
-            elif len(line) == 9 and line[7] == "&":
-                copies.append(pos + 8)
-                in_phase_a = False
-        elif not in_phase_a and len(line) == 2 and line[0] == "&":
-            copies.append(pos + 1)
-        pos += len(line) + 1
-    return copies, digits
-
-
-def copy_dropout_hide(trace, offset, gen):
+def copy_dropout_hide(kinds, offset, gen):
     """One recall task under --copy-dropout: one of V's copies drawn uniformly is kept; every other
     copy is hidden from all queries after it, and phase A's digits from all queries after the memo
     line, as the trace ablation test hides them (tests/trace_ablation_test.cpp: a position is
@@ -277,12 +258,15 @@ def copy_dropout_hide(trace, offset, gen):
     read V from the memo and carried it in their layer-1 keys and values (R = 2 with the memo
     hidden: 4/20 after 450 steps, as before). Returns ([(first query position, key position)],
     [trace offsets of copies whose V is then unpredictable: the restatements up to the kept one,
-    when it is not the memo]); positions are sequence positions (trace offset + `offset`)."""
-    copies, digits = value_copies(trace)
+    when it is not the memo]); positions are sequence positions (trace offset + `offset`).
+    `kinds`: token_kinds of the trace (family recall): V's copies are the memo and copy kinds,
+    phase A's digits the digit and go kinds before the memo."""
+    copies = [o for o, k in enumerate(kinds) if k in (KIND_MEMO, KIND_COPY)]
     if len(copies) < 2:
         return [], []
     i = int(torch.randint(0, len(copies), (1,), generator=gen))
     memo = copies[0]
+    digits = [o for o, k in enumerate(kinds[:memo]) if k in (KIND_DIGIT, KIND_GO)]
     pairs = [(memo + 1 + offset, j + offset) for j in digits]
     pairs += [(j + 1 + offset, j + offset) for n, j in enumerate(copies) if n != i]
     return pairs, copies[1:i + 1]
@@ -306,7 +290,7 @@ def make_batch(tasks, copy_dropout=0.0, gen=None):
         kinds.append(kd)
         pairs = []
         if copy_dropout > 0 and t["family"] == "recall" and float(torch.rand(1, generator=gen)) < copy_dropout:
-            pairs, blind = copy_dropout_hide(t["trace"], len(p), gen)
+            pairs, blind = copy_dropout_hide(kd[len(p) - 1:], len(p), gen)
             for o in blind:  # the target at trace offset o is predicted at position len(p) - 1 + o
                 m[len(p) - 1 + o] = 0
         hides.append(pairs)
@@ -457,8 +441,9 @@ def main():
                     help="mix weight of recall tasks with a short phase B (<= 20 lines) in every stage with recall "
                     "(the families weigh 1 or their --mix weight); 0 = off")
     ap.add_argument("--copy-dropout", type=float, default=0.0,
-                    help="probability that a recall task with more than one copy of V is trained with one copy kept "
-                    "and the others and phase A's digits hidden from attention after it (copy_dropout_hide); 0 = off. "
+                    help="probability that a recall task with more than one copy of V is trained with one copy kept, "
+                    "the others hidden from attention after themselves and phase A's digits after the memo line "
+                    "(copy_dropout_hide); 0 = off. "
                     "Without it the model read V from the memo line only: with the memo hidden and a restatement "
                     "~600 tokens nearer in the cache, 4/20 (tests/trace_ablation_test.cpp; MODEL_CARD.md)")
     ap.add_argument("--mix", default="",
