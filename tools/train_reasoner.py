@@ -249,8 +249,10 @@ class Data:
         return taken
 
 
-def copy_dropout_hide(kinds, offset, gen):
-    """One recall task under --copy-dropout: one of V's copies drawn uniformly is kept; every other
+def copy_dropout_hide(kinds, offset, gen, keep="uniform"):
+    """One recall task under --copy-dropout: one of V's copies drawn uniformly is kept (with
+    `keep` = "not-last", drawn uniformly from all but the last copy, the one a full cache is read
+    from anyway); every other
     copy is hidden from all queries after it, and phase A's digits from all queries after the memo
     line, as the trace ablation test hides them (tests/trace_ablation_test.cpp: a position is
     removed from the cache once written). Hiding a copy only from the queries after the kept one
@@ -264,7 +266,7 @@ def copy_dropout_hide(kinds, offset, gen):
     copies = [o for o, k in enumerate(kinds) if k in (KIND_MEMO, KIND_COPY)]
     if len(copies) < 2:
         return [], []
-    i = int(torch.randint(0, len(copies), (1,), generator=gen))
+    i = int(torch.randint(0, len(copies) - (keep == "not-last"), (1,), generator=gen))
     memo = copies[0]
     digits = [o for o, k in enumerate(kinds[:memo]) if k in (KIND_DIGIT, KIND_GO)]
     pairs = [(memo + 1 + offset, j + offset) for j in digits]
@@ -272,7 +274,7 @@ def copy_dropout_hide(kinds, offset, gen):
     return pairs, copies[1:i + 1]
 
 
-def make_batch(tasks, copy_dropout=0.0, gen=None):
+def make_batch(tasks, copy_dropout=0.0, gen=None, copy_keep="uniform"):
     """Token ids, targets, loss mask and token kinds [B, T] of a batch; with `copy_dropout` > 0,
     also the attention hide mask [B, T, T] (None when no task drew it): each recall task with
     more than one copy of V gets copy_dropout_hide with that probability, and the copies it makes
@@ -290,7 +292,7 @@ def make_batch(tasks, copy_dropout=0.0, gen=None):
         kinds.append(kd)
         pairs = []
         if copy_dropout > 0 and t["family"] == "recall" and float(torch.rand(1, generator=gen)) < copy_dropout:
-            pairs, blind = copy_dropout_hide(kd[len(p) - 1:], len(p), gen)
+            pairs, blind = copy_dropout_hide(kd[len(p) - 1:], len(p), gen, copy_keep)
             for o in blind:  # the target at trace offset o is predicted at position len(p) - 1 + o
                 m[len(p) - 1 + o] = 0
         hides.append(pairs)
@@ -446,6 +448,10 @@ def main():
                     "(copy_dropout_hide); 0 = off. "
                     "Without it the model read V from the memo line only: with the memo hidden and a restatement "
                     "~600 tokens nearer in the cache, 4/20 (tests/trace_ablation_test.cpp; MODEL_CARD.md)")
+    ap.add_argument("--copy-keep", choices=["uniform", "not-last"], default="uniform",
+                    help="which copy --copy-dropout keeps: drawn uniformly from all copies, or from all but the "
+                    "last. R13 (uniform, 1,200 steps at 0.5) read a later copy with the memo hidden (15/20) but "
+                    "not the first of R = 4's restatements with the three later ones hidden (0/20)")
     ap.add_argument("--mix", default="",
                     help="family proportions, e.g. recall=3,revisit=3 (a family not named weighs 1; default uniform)")
     args = ap.parse_args()
@@ -576,7 +582,7 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         tasks = sample_batch(data, st, gen, int(batch_tokens * args.batch_scale), state["queue"], mix)
-        ids, tgt, msk, knd, hide = make_batch(tasks, args.copy_dropout, gen)
+        ids, tgt, msk, knd, hide = make_batch(tasks, args.copy_dropout, gen, args.copy_keep)
         logits = model(ids, hide=hide)
         ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), reduction="none").view_as(msk)
         wmsk = msk * weights[knd]
