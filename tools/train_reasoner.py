@@ -382,6 +382,9 @@ def main():
     ap.add_argument("--stop-after-steps", type=int, default=0,
                     help="checkpoint and exit once the run's step count reaches this (0 = off; the model card's "
                     "restarts happened at given steps)")
+    ap.add_argument("--stop-after-stage", type=int, default=-1,
+                    help="stop when this stage ends (its stage<N>.pt written), so the next run of a recipe can "
+                    "start the following stage with other loss weights (tools/train-trace-reasoner.sh); -1 = off")
     ap.add_argument("--force-stage", type=int, default=-1, help="with --resume: restart the curriculum at this stage")
     ap.add_argument("--batch-scale", type=float, default=1.0,
                     help="multiply every stage's batch tokens by this (a cheaper fine-tune on a busy machine)")
@@ -469,6 +472,9 @@ def main():
         sys.exit(f"--copy-dropout {args.copy_dropout}: must be a probability in [0, 1]")
     global STAGES
     STAGES = STAGES_V1 if args.curriculum == "v1" else STAGES_V2
+    if not -1 <= args.stop_after_stage < len(STAGES) - 1:
+        sys.exit(f"--stop-after-stage {args.stop_after_stage}: must be -1 (off) or a stage before the last "
+                 f"({len(STAGES) - 1}), which ends the run anyway")
 
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
@@ -630,6 +636,9 @@ def main():
                     recent = []
                     save()
                     save(os.path.join(args.out, f"stage{st}.pt"))
+                    if st == args.stop_after_stage:
+                        print(f"stopping after stage {st} (--stop-after-stage)", flush=True)
+                        return
         if time.time() - last_ckpt > args.ckpt_every_s:
             save()
             last_ckpt = time.time()
