@@ -108,12 +108,21 @@ def warmup_trace(trace, family="chain-xy"):
 # 125 of a stage-6 recall task, the only failure left for R = 1 in a run whose full-length recall
 # was otherwise right (models/trace-reasoner/MODEL_CARD.md).
 DRILL = "recall-phase-a"
+# --far-drill: a pseudo-family of recall tasks with a long phase B (100 lines or more, to the
+# stage's largest N), where the copies of V lie 700-1,300 tokens before the answer. With copy
+# dropout, R14 (kept copy drawn from all but the last, 1,500 steps) read R = 4's first
+# restatement with the later two and the memo hidden in 1 of 20 tasks but the last one in 18: the
+# far kept copy behind hidden nearer ones is a few percent of its recall tasks.
+FAR = "recall-far"
 
 
-def stage_families(stage, drill=False):
-    """The families `stage` draws from; with `drill`, DRILL too where the stage has recall."""
+def stage_families(stage, drill=False, far=False):
+    """The families `stage` draws from; with `drill` (`far`), DRILL (FAR) too where the stage has recall."""
     fams = [f for f in FAMILIES + list(WARMUP) if f in STAGES[stage][1]]
-    return fams + [DRILL] if drill and "recall" in fams else fams
+    if "recall" in fams:
+        fams += [DRILL] if drill else []
+        fams += [FAR] if far else []
+    return fams
 
 
 def stage_spec(stage, family):
@@ -123,6 +132,10 @@ def stage_spec(stage, family):
         r_facts, _, r_depth = fams["recall"]
         deepest = int(r_depth.split("-")[-1])
         return r_facts, f"{deepest + 1}-{deepest + 20}", r_depth
+    if family == FAR:  # recall's facts and depths, N from the deepest K + 100 to recall's largest N
+        r_facts, r_steps, r_depth = fams["recall"]
+        deepest, top = int(r_depth.split("-")[-1]), int(r_steps.split("-")[-1])
+        return r_facts, f"{min(deepest + 100, top)}-{top}", r_depth
     spec = fams[family]
     if isinstance(spec, str):  # v1: one facts range for the stage
         return facts, spec, None
@@ -233,7 +246,7 @@ class Data:
             n = 2000
             facts, steps, depth = stage_spec(stage, family)
             # Training seeds are 1..999 (held-out evaluation uses seed >= 1000).
-            gen_family = "recall" if family == DRILL else WARMUP.get(family, family)
+            gen_family = "recall" if family in (DRILL, FAR) else WARMUP.get(family, family)
             cmd = [self.binary, "tasks", "gen", "--family", gen_family, "--count", str(n), "--seed", str(100 + stage),
                    "--first", str(first), "--steps", steps, "--facts", facts]
             if gen_family in TRACE_FAMILIES:
@@ -328,7 +341,7 @@ def sample_batch(data, stage, gen, batch_tokens, queue, mix=None):
     served in random order. `queue` holds the pool's remaining batches (a plain list, saved in the
     checkpoint)."""
     if not queue:
-        fams = stage_families(stage, DRILL in (mix or {}))
+        fams = stage_families(stage, DRILL in (mix or {}), FAR in (mix or {}))
         probs = torch.tensor([float((mix or {}).get(WARMUP.get(f, f), 1.0)) for f in fams])
         pool, total = [], 0
         while total < 8 * batch_tokens:
@@ -445,6 +458,9 @@ def main():
     ap.add_argument("--drill", type=float, default=0.0,
                     help="mix weight of recall tasks with a short phase B (<= 20 lines) in every stage with recall "
                     "(the families weigh 1 or their --mix weight); 0 = off")
+    ap.add_argument("--far-drill", type=float, default=0.0,
+                    help="mix weight of recall tasks with a long phase B (>= 100 lines) in every stage with recall; "
+                    "0 = off")
     ap.add_argument("--copy-dropout", type=float, default=0.0,
                     help="probability that a recall task with more than one copy of V is trained with one copy kept, "
                     "the others hidden from attention after themselves and phase A's digits after the memo line "
@@ -468,6 +484,10 @@ def main():
         sys.exit(f"--drill {args.drill}: must be >= 0")
     if args.drill > 0:
         mix[DRILL] = args.drill
+    if args.far_drill < 0:
+        sys.exit(f"--far-drill {args.far_drill}: must be >= 0")
+    if args.far_drill > 0:
+        mix[FAR] = args.far_drill
     if not 0 <= args.copy_dropout <= 1:
         sys.exit(f"--copy-dropout {args.copy_dropout}: must be a probability in [0, 1]")
     global STAGES
