@@ -123,5 +123,29 @@ TEST_F(EvalCli, OutputDirectoryOfAnotherConfigurationIsRefusedUntouched) {
   EXPECT_EQ(test::slurp(out + "/rollouts.jsonl"), rollouts);
 }
 
+TEST_F(EvalCli, RetrainedModelOfTheSameNameAndSizeIsAnotherConfiguration) {
+  // A retrained checkpoint keeps its file name and size; resuming would mix its rollouts with the
+  // old model's. Changing one weight byte (the last byte of the file, inside the tensor data) must
+  // be caught by the model digest, with nothing on disk changed.
+  const std::string model = root_ + "/model.gguf", out = root_ + "/out";
+  fs::copy_file(test::stories260k(), model);
+  std::vector<std::string> a = args(tasks_, out, {"--policies", "full"});
+  a[2] = model;
+  const test::RunResult first = run(a);
+  ASSERT_EQ(first.code, 0) << first.err;
+  const std::string rollouts = test::slurp(out + "/rollouts.jsonl"), config = test::slurp(out + "/config.json");
+  EXPECT_EQ(run(a).code, 0) << "the same file resumes";
+  {
+    std::fstream f(model, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1, std::ios::end);
+    const char c = static_cast<char>(f.get() ^ 0x01);
+    f.seekp(-1, std::ios::end);
+    f.put(c);
+  }
+  expect_one_line_error(run(a), "/model/digest", "changed weights");
+  EXPECT_EQ(test::slurp(out + "/rollouts.jsonl"), rollouts);
+  EXPECT_EQ(test::slurp(out + "/config.json"), config);
+}
+
 }  // namespace
 }  // namespace kvevict

@@ -3,11 +3,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <thread>
+#include <vector>
 
+#include "eval/task_file.h"
 #include "model/arch.h"
 #include "util/error.h"
 #include "util/file.h"
@@ -209,6 +213,31 @@ uint64_t model_path_bytes(const std::string& path) {
   for (const auto& e : fs::directory_iterator(path))
     if (e.is_regular_file()) n += e.file_size();
   return n;
+}
+
+std::string model_path_digest(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> files;
+  if (fs::is_directory(path)) {
+    for (const auto& e : fs::directory_iterator(path))
+      if (e.is_regular_file()) files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+  } else {
+    files.push_back(path);
+  }
+  uint64_t h = fnv1a64("");
+  std::vector<char> buf(1 << 20);
+  for (const fs::path& f : files) {
+    if (files.size() > 1) h = fnv1a64(fmt::format("{}:{}:", f.filename().string(), fs::file_size(f)), h);
+    std::ifstream in(f, std::ios::binary);
+    if (!in) throw Error(fmt::format("{}: cannot open to compute the model digest", f.string()));
+    while (in) {
+      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+      h = fnv1a64(std::string_view(buf.data(), static_cast<size_t>(in.gcount())), h);
+    }
+    if (in.bad()) throw Error(fmt::format("{}: read error while computing the model digest", f.string()));
+  }
+  return fmt::format("{:016x}", h);
 }
 
 void warn(const std::string& msg) { fmt::print(stderr, "kvevict: warning: {}\n", msg); }

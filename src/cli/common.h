@@ -29,6 +29,11 @@ std::string model_display_name(const std::string& path, bool with_extension = fa
 
 /// Bytes of a -m path: the file's size, or the summed sizes of a checkpoint directory's files.
 uint64_t model_path_bytes(const std::string& path);
+/// Content digest of a model path (a GGUF file, or a directory's regular files in name order,
+/// each prefixed by its name and size): FNV-1a 64 over every byte, as 16 hex digits. Reads the
+/// whole model once (~1 s per GB); eval keys its output directory with it. Throws kvevict::Error
+/// naming the file when it cannot be read.
+std::string model_path_digest(const std::string& path);
 
 /// Policy and schedule options as typed on the command line.
 struct PolicyArgs {

@@ -134,6 +134,7 @@ int run_eval(const EvalArgs& a) {
   EvalSettings st;
   st.model_file = model_display_name(a.model, true);
   st.model_bytes = model_path_bytes(a.model);
+  st.model_digest = model_path_digest(a.model);
   st.tasks_file = fs::path(a.tasks).filename().string();
   st.tasks_format = task_format_name(tf.format);
   st.n_tasks = static_cast<int64_t>(tf.tasks.size());

@@ -76,7 +76,7 @@ json EvalSettings::to_json() const {
   for (const CellSpec& c : cells) cells_j.push_back({{"policy", c.policy}, {"budget", c.budget}});
   return json{
       {"kvevict_eval_version", 1},
-      {"model", {{"file", model_file}, {"bytes", model_bytes}}},
+      {"model", {{"file", model_file}, {"bytes", model_bytes}, {"digest", model_digest}}},
       {"tasks", {{"file", tasks_file}, {"format", tasks_format}, {"count", n_tasks}, {"digest", tasks_digest}}},
       {"cells", cells_j},
       {"reference", reference},
@@ -100,6 +100,8 @@ EvalSettings EvalSettings::from_json(const json& j, const std::string& where) {
   const json model = field<json>(j, "model", where), tasks = field<json>(j, "tasks", where);
   s.model_file = field<std::string>(model, "file", where + " model");
   s.model_bytes = field<uint64_t>(model, "bytes", where + " model");
+  // Optional: runs written before the digest existed are still readable (summaries, merge).
+  if (model.contains("digest")) s.model_digest = field<std::string>(model, "digest", where + " model");
   s.tasks_file = field<std::string>(tasks, "file", where + " tasks");
   s.tasks_format = field<std::string>(tasks, "format", where + " tasks");
   s.n_tasks = field<int64_t>(tasks, "count", where + " tasks");

@@ -33,6 +33,10 @@ struct CellSpec {
 struct EvalSettings {
   std::string model_file;       ///< file name of the GGUF (not its directory, so a moved file still matches)
   uint64_t model_bytes = 0;     ///< its size
+  /// FNV-1a 64 of its bytes (model_path_digest in cli/common.h), hex: a retrained file of the same
+  /// name and size is another model, whose rollouts must not resume this run's. Empty in a
+  /// config.json written before digests existed (such a run then no longer matches, by design).
+  std::string model_digest;
   std::string tasks_file;       ///< file name of the task file
   std::string tasks_format;     ///< "math500", "gsm8k" or "kvevict"
   int64_t n_tasks = 0;          ///< problems in the whole run (all shards)
