@@ -265,7 +265,8 @@ class Data:
 def copy_dropout_hide(kinds, offset, gen, keep="uniform"):
     """One recall task under --copy-dropout: one of V's copies drawn uniformly is kept (with
     `keep` = "not-last", drawn uniformly from all but the last copy, the one a full cache is read
-    from anyway); every other
+    from anyway; with "restatement", from the restatements before the last one, or the memo where
+    there is only one restatement); every other
     copy is hidden from all queries after it, and phase A's digits from all queries after the memo
     line, as the trace ablation test hides them (tests/trace_ablation_test.cpp: a position is
     removed from the cache once written). Hiding a copy only from the queries after the kept one
@@ -279,7 +280,10 @@ def copy_dropout_hide(kinds, offset, gen, keep="uniform"):
     copies = [o for o, k in enumerate(kinds) if k in (KIND_MEMO, KIND_COPY)]
     if len(copies) < 2:
         return [], []
-    i = int(torch.randint(0, len(copies) - (keep == "not-last"), (1,), generator=gen))
+    if keep == "restatement" and len(copies) > 2:  # a restatement other than the last: r1 .. r(n-2)
+        i = 1 + int(torch.randint(0, len(copies) - 2, (1,), generator=gen))
+    else:
+        i = int(torch.randint(0, len(copies) - (keep != "uniform"), (1,), generator=gen))
     memo = copies[0]
     digits = [o for o, k in enumerate(kinds[:memo]) if k in (KIND_DIGIT, KIND_GO)]
     pairs = [(memo + 1 + offset, j + offset) for j in digits]
@@ -467,10 +471,12 @@ def main():
                     "(copy_dropout_hide); 0 = off. "
                     "Without it the model read V from the memo line only: with the memo hidden and a restatement "
                     "~600 tokens nearer in the cache, 4/20 (tests/trace_ablation_test.cpp; MODEL_CARD.md)")
-    ap.add_argument("--copy-keep", choices=["uniform", "not-last"], default="uniform",
+    ap.add_argument("--copy-keep", choices=["uniform", "not-last", "restatement"], default="uniform",
                     help="which copy --copy-dropout keeps: drawn uniformly from all copies, or from all but the "
                     "last. R13 (uniform, 1,200 steps at 0.5) read a later copy with the memo hidden (15/20) but "
-                    "not the first of R = 4's restatements with the three later ones hidden (0/20)")
+                    "not the first of R = 4's three restatements with the memo and the later two hidden (0/20); R14 (not-last, 1,500 steps) "
+                    "read the memo (13/20) and the second restatement (13/20) but not the first (1/20), ~120 lines "
+                    "back, hence 'restatement': a restatement before the last one")
     ap.add_argument("--mix", default="",
                     help="family proportions, e.g. recall=3,revisit=3 (a family not named weighs 1; default uniform)")
     args = ap.parse_args()
