@@ -117,7 +117,8 @@ FAR = "recall-far"
 
 
 def stage_families(stage, drill=False, far=False):
-    """The families `stage` draws from; with `drill` (`far`), DRILL (FAR) too where the stage has recall."""
+    """The families `stage` draws from; with `drill` (`far`), DRILL (FAR) too where the stage has
+    recall."""
     fams = [f for f in FAMILIES + list(WARMUP) if f in STAGES[stage][1]]
     if "recall" in fams:
         fams += [DRILL] if drill else []
@@ -472,11 +473,11 @@ def main():
                     "Without it the model read V from the memo line only: with the memo hidden and a restatement "
                     "~600 tokens nearer in the cache, 4/20 (tests/trace_ablation_test.cpp; MODEL_CARD.md)")
     ap.add_argument("--copy-keep", choices=["uniform", "not-last", "restatement"], default="uniform",
-                    help="which copy --copy-dropout keeps: drawn uniformly from all copies, or from all but the "
-                    "last. R13 (uniform, 1,200 steps at 0.5) read a later copy with the memo hidden (15/20) but "
-                    "not the first of R = 4's three restatements with the memo and the later two hidden (0/20); R14 (not-last, 1,500 steps) "
-                    "read the memo (13/20) and the second restatement (13/20) but not the first (1/20), ~120 lines "
-                    "back, hence 'restatement': a restatement before the last one")
+                    help="which copy --copy-dropout keeps: any (uniform), any but the last (not-last), or a "
+                    "restatement before the last (the memo when there is one restatement). R13 (uniform) read a "
+                    "later copy with the memo hidden (15/20) but not R = 4's first restatement with the memo and "
+                    "the later two hidden (0/20); R14 (not-last) read the memo (13/20) and R = 4's second "
+                    "restatement (13/20) alone, not its first, ~120 lines back (1/20; MODEL_CARD.md, Next)")
     ap.add_argument("--mix", default="",
                     help="family proportions, e.g. recall=3,revisit=3 (a family not named weighs 1; default uniform)")
     args = ap.parse_args()
