@@ -82,6 +82,9 @@ TEST_F(EvalCli, OptionErrors) {
       {args(tasks_, out, {"--policies", "random", "--budgets", "128"}), "--reference 'full' is not among"},
       {args(tasks_, out, {"--policies", "full", "--shard", "2/2"}), "--shard 2/2: must be i/N"},
       {args(tasks_, out, {"--policies", "full", "--max-length", "1"}), "--max-length 1: must be in [2,"},
+      {args(tasks_, out, {"--policies", "full", "--margin", "5"}), "--margin 5: must be an accuracy difference in (0, 1)"},
+      {args(tasks_, out, {"--policies", "full", "--margin", "0"}), "--margin 0: must be"},
+      {{"merge", root_ + "/nonexistent-dir", "-o", out, "--margin", "-0.1"}, "--margin -0.1: must be"},
       {args(root_ + "/nonexistent.jsonl", out, {"--policies", "full"}), "nonexistent.jsonl"},
       {{"merge", root_ + "/nonexistent-dir", "-o", out}, "nonexistent-dir"},
       {{"probe", "-m", test::stories260k(), "--kinds", "planted,nope", "--budgets", "128"}, "unknown probe 'nope'"},
@@ -121,6 +124,23 @@ TEST_F(EvalCli, OutputDirectoryOfAnotherConfigurationIsRefusedUntouched) {
   std::ofstream(tasks_, std::ios::app) << "{\"id\": \"t3\", \"problem\": \"A dog\", \"answer\": \"z\"}\n";
   expect_one_line_error(run(args(tasks_, out, {"--policies", "full,random", "--budgets", "128"})), "/tasks/", "tasks");
   EXPECT_EQ(test::slurp(out + "/rollouts.jsonl"), rollouts);
+}
+
+TEST_F(EvalCli, MarginReachesTheSummaryAndOnlyTheSummary) {
+  // --margin changes the TOST of summary.json, not the rollouts: the same folder resumes with
+  // another margin and re-summarizes; kvevict merge takes it too.
+  const std::string out = root_ + "/out";
+  ASSERT_EQ(run(args(tasks_, out, {"--policies", "full,random", "--budgets", "128"})).code, 0);
+  const std::string rollouts = test::slurp(out + "/rollouts.jsonl");
+  EXPECT_EQ(nlohmann::json::parse(test::slurp(out + "/summary.json"))["margin"].get<double>(), 0.05);
+  const test::RunResult again = run(args(tasks_, out, {"--policies", "full,random", "--budgets", "128", "--margin", "0.1"}));
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(test::slurp(out + "/rollouts.jsonl"), rollouts);
+  EXPECT_EQ(nlohmann::json::parse(test::slurp(out + "/summary.json"))["margin"].get<double>(), 0.1);
+  const std::string merged = root_ + "/merged";
+  const test::RunResult m = run({"merge", out, "-o", merged, "--no-plots", "--margin", "0.2"});
+  ASSERT_EQ(m.code, 0) << m.err;
+  EXPECT_EQ(nlohmann::json::parse(test::slurp(merged + "/summary.json"))["margin"].get<double>(), 0.2);
 }
 
 TEST_F(EvalCli, RetrainedModelOfTheSameNameAndSizeIsAnotherConfiguration) {

@@ -48,9 +48,16 @@ struct EvalArgs {
   bool chat = false, no_think = false;  ///< --chat (= --template chat), --no-think
   std::string chat_template;            ///< --chat-template NAME
   int threads = 0, bootstrap = 10000;
+  double margin = kDefaultMargin;  ///< --margin: TOST equivalence margin, accuracy units
   int64_t debug_delay_ms = 0;
   PolicyArgs policy;
 };
+
+/// The TOST margin must lie in (0, 1) (summary.h); checked before any work is done.
+void check_margin(double margin) {
+  if (!(margin > 0 && margin < 1))
+    throw Error(fmt::format("--margin {}: must be an accuracy difference in (0, 1), e.g. 0.05 for 5 points", margin));
+}
 
 /// Parses "i/N" with 0 <= i < N. Throws kvevict::Error.
 std::pair<int, int> parse_shard(const std::string& s) {
@@ -75,8 +82,8 @@ json eviction_json(const PolicyArgs& a) {
 
 /// Writes summary files, prints the table, draws the plots.
 void report(const std::string& dir, const EvalSettings& settings, const std::vector<RolloutRecord>& records,
-            bool plots) {
-  const EvalSummary s = summarize(settings, records);
+            bool plots, double margin) {
+  const EvalSummary s = summarize(settings, records, margin);
   write_summary_files(dir, s);
   fmt::print("{}", summary_markdown(s));
   std::fflush(stdout);
@@ -95,6 +102,7 @@ int run_eval(const EvalArgs& a) {
   if (a.max_new_tokens < 0) throw Error(fmt::format("--max-new-tokens {}: must be >= 0", a.max_new_tokens));
   if (a.limit < 0) throw Error(fmt::format("--limit {}: must be >= 0", a.limit));
   if (a.bootstrap < 100) throw Error(fmt::format("--bootstrap {}: use at least 100 resamples", a.bootstrap));
+  check_margin(a.margin);
   const auto [shard_index, shard_count] = parse_shard(a.shard);
   const std::vector<std::string> names = split_list(a.policies, "--policies");
   // Neither --budget nor --budgets: the default grid, so `--policies full,random` runs as is.
@@ -211,7 +219,7 @@ int run_eval(const EvalArgs& a) {
   bar.finish();
 
   // 7. Report.
-  report(a.out, st, records, !a.no_plots);
+  report(a.out, st, records, !a.no_plots, a.margin);
   return 0;
 }
 
@@ -219,9 +227,11 @@ struct MergeArgs {
   std::vector<std::string> dirs;
   std::string out;
   bool no_plots = false;
+  double margin = kDefaultMargin;
 };
 
 int run_merge(const MergeArgs& a) {
+  check_margin(a.margin);
   // Every directory must hold the same run apart from its shard; shards must not repeat.
   std::vector<EvalSettings> settings;
   for (const std::string& d : a.dirs) settings.push_back(read_settings(d));
@@ -295,7 +305,7 @@ int run_merge(const MergeArgs& a) {
   write_file_atomic((fs::path(a.out) / ResultsDir::kRollouts).string(), lines);
   write_file_atomic(config_path, merged.to_json().dump(2) + "\n");
   fmt::print(stderr, "merge: {} rollouts from {} directories into {}\n", records.size(), a.dirs.size(), a.out);
-  report(a.out, merged, records, !a.no_plots);
+  report(a.out, merged, records, !a.no_plots, a.margin);
   return 0;
 }
 
@@ -326,6 +336,10 @@ void add_eval(CLI::App& root, std::vector<Command>& out) {
                               limits::kTokens, kDefaultBudgets));
   cmd->add_option("--reference", e->reference,
                   "Policy every other one is compared with (same budget unless it is full)")
+      ->capture_default_str();
+  cmd->add_option("--margin", e->margin,
+                  "Equivalence margin of the report's TOST (Tango's test), in accuracy units: 0.05 = 5 points. "
+                  "Only the summary depends on it, so a finished run can be re-summarized with another")
       ->capture_default_str();
   cmd->add_option("--rollouts", e->rollouts, "Rollouts per problem, decoded as parallel sequences")
       ->check(int_range(1, limits::kRollouts))
@@ -384,6 +398,8 @@ void add_merge(CLI::App& root, std::vector<Command>& out) {
   cmd->add_option("dirs", m->dirs, "Shard output directories")->required();
   cmd->add_option("-o,--output", m->out, "Directory for the merged rollouts and report")->required();
   cmd->add_flag("--no-plots", m->no_plots, "Do not draw the PNG plots");
+  cmd->add_option("--margin", m->margin, "Equivalence margin of the report's TOST, in accuracy units")
+      ->capture_default_str();
   out.push_back({cmd, [m] { return run_merge(*m); }});
 }
 
