@@ -7,8 +7,9 @@
 //     computed from (generator.h: V is carried only by its copies, its computation and the
 //     prompt facts) drops the recalled digit to chance (0.1); the copy alone hidden is printed
 //     (a model may add phase A's last sum and value again at the answer). With R = 2 and the
-//     computation hidden, hiding the first copy leaves it right (the restatement serves), hiding
-//     both drops it; with R = 4, keeping only the first restatement leaves it right.
+//     computation hidden, hiding both copies drops it. For a model that claims to read any
+//     surviving copy: hiding the first leaves it right (the restatement serves), and with R = 4,
+//     keeping only the first restatement leaves it right.
 //   - hiding the prompt's fact lines drops the greedy answers to chance.
 // The tests run on every model of kAblationModels (and on KVEVICT_ABLATION_MODEL when set, taken
 // as trained on every family); a test that needs a family the model was not trained on is
@@ -45,6 +46,10 @@ struct AblationModel {
   std::string name;  ///< test-name suffix
   std::string path;
   std::set<TaskFamily> trained;
+  /// Whether the model's card claims it reads any surviving copy of a recall value, not only the
+  /// memo line or the nearest copy (RecallReadsAnySurvivingCopy runs only then; a model is added
+  /// to the table for what its card claims, so its other tests guard it in CI).
+  bool reads_any_copy = true;
 };
 
 /// Test names show the model's path (not its bytes).
@@ -55,6 +60,10 @@ std::vector<AblationModel> ablation_models() {
   std::vector<AblationModel> out = {
       // models/reasoner/MODEL_CARD.md: chain, running, once (not recall: its recall test is skipped).
       {"shipped", dir + "reasoner/reasoner.gguf", {TaskFamily::Chain, TaskFamily::Running, TaskFamily::Once}},
+      // models/trace-reasoner/MODEL_CARD.md: every family; "What it reads": V from the memo line
+      // and the nearest copy, not a far restatement behind hidden nearer ones (interim model).
+      {"trace", dir + "trace-reasoner/trace-reasoner.gguf",
+       {all_task_families().begin(), all_task_families().end()}, false},
   };
   if (const char* env = std::getenv("KVEVICT_ABLATION_MODEL"); env && *env)
     out.push_back({"env", env, {all_task_families().begin(), all_task_families().end()}});
@@ -260,17 +269,31 @@ TEST_P(TraceAblation, RecallReadsItsCopiesInTheTrace) {
   EXPECT_GE(one.full, one.n * 9 / 10);
   EXPECT_LT(one.hidden, above_chance(one.n, 0.1));
   // R = 2, phase B of 85-100 lines (a restatement after line c = 80), phase A's digits hidden:
-  // hiding the first copy leaves the restatement, hiding both leaves nothing.
+  // hiding both copies leaves nothing.
+  const int n2 = tasks_per_condition(20);
+  const RecallCounts none = recall_ablation(*model, 2, 85, 100, n2, true, all);
+  std::fprintf(stderr, "recall R=2: full %d/%d, both copies hidden %d/%d\n", none.full, none.n, none.hidden, none.n);
+  EXPECT_GE(none.full, none.n * 9 / 10);
+  EXPECT_LT(none.hidden, above_chance(none.n, 0.1));
+}
+
+TEST_P(TraceAblation, RecallReadsAnySurvivingCopy) {
+  if (!trained_on({TaskFamily::Recall}))
+    GTEST_SKIP() << GetParam().path << " was not trained on recall; this test needs a model that was";
+  if (!GetParam().reads_any_copy)
+    GTEST_SKIP() << GetParam().path << ": its model card measures that it reads the memo line and the nearest copy "
+                 << "only, so it is not held to this";
+  const auto model = load();
+  // R = 2, phase B of 85-100 lines (a restatement after line c = 80), phase A's digits hidden:
+  // hiding the first copy leaves the restatement.
   const int n2 = tasks_per_condition(20);
   const RecallCounts keep_one = recall_ablation(*model, 2, 85, 100, n2, true, [](const std::vector<int64_t>& c) {
     return std::set<int64_t>{c.at(0)};
   });
-  const RecallCounts none = recall_ablation(*model, 2, 85, 100, n2, true, all);
-  std::fprintf(stderr, "recall R=2: full %d/%d, first copy hidden %d/%d, both hidden %d/%d\n", none.full, none.n,
-               keep_one.hidden, keep_one.n, none.hidden, none.n);
-  EXPECT_GE(none.full, none.n * 9 / 10);
+  std::fprintf(stderr, "recall R=2: full %d/%d, first copy hidden %d/%d\n", keep_one.full, keep_one.n,
+               keep_one.hidden, keep_one.n);
+  EXPECT_GE(keep_one.full, keep_one.n * 9 / 10);
   EXPECT_GE(keep_one.hidden, keep_one.n * 9 / 10);
-  EXPECT_LT(none.hidden, above_chance(none.n, 0.1));
   // R = 4, phase B of 125-140 lines (restatements after lines c = 120, 80, 40: four copies), phase
   // A's digits hidden, only the first restatement kept: the copy the model reads need not be the
   // memo line or the nearest one (~80 lines, ~600 tokens, before the answer).
