@@ -165,6 +165,14 @@ TEST_F(EvalCli, RetrainedModelOfTheSameNameAndSizeIsAnotherConfiguration) {
   expect_one_line_error(run(a), "/model/digest", "changed weights");
   EXPECT_EQ(test::slurp(out + "/rollouts.jsonl"), rollouts);
   EXPECT_EQ(test::slurp(out + "/config.json"), config);
+  // A folder written before the digest existed is not resumed, and the message says why.
+  nlohmann::json old = nlohmann::json::parse(config);
+  old["model"].erase("digest");
+  std::ofstream(out + "/config.json") << old.dump(2) << "\n";
+  const std::string old_config = test::slurp(out + "/config.json");
+  expect_one_line_error(run(a), "did not record the model's digest", "folder of an older kvevict");
+  EXPECT_EQ(test::slurp(out + "/config.json"), old_config);
+  EXPECT_EQ(test::slurp(out + "/rollouts.jsonl"), rollouts);
 }
 
 }  // namespace

@@ -208,19 +208,30 @@ std::string model_display_name(const std::string& path, bool with_extension) {
 
 uint64_t model_path_bytes(const std::string& path) {
   namespace fs = std::filesystem;
-  if (!fs::is_directory(path)) return fs::file_size(path);
+  std::error_code ec;
   uint64_t n = 0;
-  for (const auto& e : fs::directory_iterator(path))
-    if (e.is_regular_file()) n += e.file_size();
+  if (!fs::is_directory(path, ec)) {
+    n = fs::file_size(path, ec);
+  } else {
+    for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec))
+      if (it->is_regular_file(ec)) {
+        const uintmax_t size = it->file_size(ec);
+        if (!ec) n += size;
+      }
+  }
+  if (ec) throw Error(fmt::format("{}: cannot read the model's size: {}", path, ec.message()));
   return n;
 }
 
 std::string model_path_digest(const std::string& path) {
   namespace fs = std::filesystem;
   std::vector<fs::path> files;
-  if (fs::is_directory(path)) {
-    for (const auto& e : fs::directory_iterator(path))
-      if (e.is_regular_file()) files.push_back(e.path());
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    // error_code overloads throughout: a file removed while the directory is read is an Error, not a crash.
+    for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec))
+      if (it->is_regular_file(ec)) files.push_back(it->path());
+    if (ec) throw Error(fmt::format("{}: cannot list the model directory: {}", path, ec.message()));
     std::sort(files.begin(), files.end());
   } else {
     files.push_back(path);
@@ -228,7 +239,11 @@ std::string model_path_digest(const std::string& path) {
   uint64_t h = fnv1a64("");
   std::vector<char> buf(1 << 20);
   for (const fs::path& f : files) {
-    if (files.size() > 1) h = fnv1a64(fmt::format("{}:{}:", f.filename().string(), fs::file_size(f)), h);
+    if (files.size() > 1) {
+      const uintmax_t size = fs::file_size(f, ec);
+      if (ec) throw Error(fmt::format("{}: cannot read the size of this model file: {}", f.string(), ec.message()));
+      h = fnv1a64(fmt::format("{}:{}:", f.filename().string(), size), h);
+    }
     std::ifstream in(f, std::ios::binary);
     if (!in) throw Error(fmt::format("{}: cannot open to compute the model digest", f.string()));
     while (in) {

@@ -235,6 +235,11 @@ int run_merge(const MergeArgs& a) {
   // Every directory must hold the same run apart from its shard; shards must not repeat.
   std::vector<EvalSettings> settings;
   for (const std::string& d : a.dirs) settings.push_back(read_settings(d));
+  for (size_t i = 1; i < settings.size(); ++i)
+    if (settings[i].model_digest.empty() != settings[0].model_digest.empty())
+      throw Error(fmt::format("{} and {}: one was written by a kvevict that did not record the model's digest, so "
+                              "they cannot be shown to hold the same model; refusing to merge them",
+                              a.dirs[0], a.dirs[i]));
   const auto without_shard = [](const EvalSettings& s) {
     json j = s.to_json();
     j.erase("shard");
@@ -338,7 +343,7 @@ void add_eval(CLI::App& root, std::vector<Command>& out) {
                   "Policy every other one is compared with (same budget unless it is full)")
       ->capture_default_str();
   cmd->add_option("--margin", e->margin,
-                  "Equivalence margin of the report's TOST (Tango's test), in accuracy units: 0.05 = 5 points. "
+                  "Equivalence margin of the report's TOST (Tango's test), in accuracy units, in (0, 1): 0.05 = 5 points. "
                   "Only the summary depends on it, so a finished run can be re-summarized with another")
       ->capture_default_str();
   cmd->add_option("--rollouts", e->rollouts, "Rollouts per problem, decoded as parallel sequences")
@@ -398,7 +403,7 @@ void add_merge(CLI::App& root, std::vector<Command>& out) {
   cmd->add_option("dirs", m->dirs, "Shard output directories")->required();
   cmd->add_option("-o,--output", m->out, "Directory for the merged rollouts and report")->required();
   cmd->add_flag("--no-plots", m->no_plots, "Do not draw the PNG plots");
-  cmd->add_option("--margin", m->margin, "Equivalence margin of the report's TOST, in accuracy units")
+  cmd->add_option("--margin", m->margin, "Equivalence margin of the report's TOST, in accuracy units, in (0, 1)")
       ->capture_default_str();
   out.push_back({cmd, [m] { return run_merge(*m); }});
 }

@@ -76,7 +76,8 @@ json EvalSettings::to_json() const {
   for (const CellSpec& c : cells) cells_j.push_back({{"policy", c.policy}, {"budget", c.budget}});
   return json{
       {"kvevict_eval_version", 1},
-      {"model", {{"file", model_file}, {"bytes", model_bytes}, {"digest", model_digest}}},
+      {"model", model_digest.empty() ? json{{"file", model_file}, {"bytes", model_bytes}}
+                                     : json{{"file", model_file}, {"bytes", model_bytes}, {"digest", model_digest}}},
       {"tasks", {{"file", tasks_file}, {"format", tasks_format}, {"count", n_tasks}, {"digest", tasks_digest}}},
       {"cells", cells_j},
       {"reference", reference},
@@ -266,7 +267,14 @@ void write_file_atomic(const std::string& path, const std::string& text) {
 
 bool check_settings_match(const std::string& dir, const EvalSettings& settings) {
   if (fs::exists(fs::path(dir) / ResultsDir::kConfig)) {
-    if (const std::string d = json_difference(read_settings(dir).to_json(), settings.to_json()); !d.empty())
+    const EvalSettings there = read_settings(dir);
+    if (there.model_digest.empty() && !settings.model_digest.empty())
+      throw Error(fmt::format("{} was written by a kvevict that did not record the model's digest, so it cannot "
+                              "tell whether its rollouts came from this model; it is not resumed: use another --out "
+                              "or delete that directory (its summaries stay readable, and kvevict merge still "
+                              "combines such directories with each other)",
+                              dir));
+    if (const std::string d = json_difference(there.to_json(), settings.to_json()); !d.empty())
       throw Error(
           fmt::format("{} holds a run with a different configuration ({}); refusing to mix runs: use "
                       "another --out or delete that directory",

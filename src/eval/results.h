@@ -35,7 +35,8 @@ struct EvalSettings {
   uint64_t model_bytes = 0;     ///< its size
   /// FNV-1a 64 of its bytes (model_path_digest in cli/common.h), hex: a retrained file of the same
   /// name and size is another model, whose rollouts must not resume this run's. Empty in a
-  /// config.json written before digests existed (such a run then no longer matches, by design).
+  /// config.json written before digests existed (omitted from to_json() then; such a run is not
+  /// resumed, with a message saying why).
   std::string model_digest;
   std::string tasks_file;       ///< file name of the task file
   std::string tasks_format;     ///< "math500", "gsm8k" or "kvevict"
