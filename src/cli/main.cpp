@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <new>
 #include <string>
 #include <vector>
@@ -173,6 +174,11 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const std::bad_alloc&) {
     fmt::print(stderr, "kvevict: error: out of memory\n");
+    return 2;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A file that changes under a running command (removed, unreadable) is the environment's
+    // doing, not a bug: say which file, do not abort.
+    fmt::print(stderr, "kvevict: error: {}\n", e.what());
     return 2;
   }
   return 0;
