@@ -206,44 +206,44 @@ std::string model_display_name(const std::string& path, bool with_extension) {
   return p.stem().string();
 }
 
-uint64_t model_path_bytes(const std::string& path) {
+namespace {
+
+/// The files of a -m path: the path itself, or a checkpoint directory's regular files in name
+/// order (subdirectories and broken links skipped). error_code overloads throughout: a file
+/// removed while the directory is read is an Error, not a crash.
+std::vector<std::filesystem::path> model_path_files(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  if (!fs::is_directory(path, ec)) return {path};
+  std::vector<fs::path> files;
+  for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec))
+    if (it->is_regular_file(ec)) files.push_back(it->path());
+  if (ec) throw Error(fmt::format("{}: cannot list the model directory: {}", path, ec.message()));
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+uintmax_t model_file_size(const std::filesystem::path& f) {
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(f, ec);
+  if (ec) throw Error(fmt::format("{}: cannot read the size of this model file: {}", f.string(), ec.message()));
+  return size;
+}
+
+}  // namespace
+
+uint64_t model_path_bytes(const std::string& path) {
   uint64_t n = 0;
-  if (!fs::is_directory(path, ec)) {
-    n = fs::file_size(path, ec);
-  } else {
-    for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec))
-      if (it->is_regular_file(ec)) {
-        const uintmax_t size = it->file_size(ec);
-        if (!ec) n += size;
-      }
-  }
-  if (ec) throw Error(fmt::format("{}: cannot read the model's size: {}", path, ec.message()));
+  for (const std::filesystem::path& f : model_path_files(path)) n += model_file_size(f);
   return n;
 }
 
 std::string model_path_digest(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::vector<fs::path> files;
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) {
-    // error_code overloads throughout: a file removed while the directory is read is an Error, not a crash.
-    for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec))
-      if (it->is_regular_file(ec)) files.push_back(it->path());
-    if (ec) throw Error(fmt::format("{}: cannot list the model directory: {}", path, ec.message()));
-    std::sort(files.begin(), files.end());
-  } else {
-    files.push_back(path);
-  }
+  const std::vector<std::filesystem::path> files = model_path_files(path);
   uint64_t h = fnv1a64("");
   std::vector<char> buf(1 << 20);
-  for (const fs::path& f : files) {
-    if (files.size() > 1) {
-      const uintmax_t size = fs::file_size(f, ec);
-      if (ec) throw Error(fmt::format("{}: cannot read the size of this model file: {}", f.string(), ec.message()));
-      h = fnv1a64(fmt::format("{}:{}:", f.filename().string(), size), h);
-    }
+  for (const std::filesystem::path& f : files) {
+    if (files.size() > 1) h = fnv1a64(fmt::format("{}:{}:", f.filename().string(), model_file_size(f)), h);
     std::ifstream in(f, std::ios::binary);
     if (!in) throw Error(fmt::format("{}: cannot open to compute the model digest", f.string()));
     while (in) {
