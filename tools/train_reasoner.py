@@ -114,29 +114,29 @@ DRILL = "recall-phase-a"
 # restatement with the later two and the memo hidden in 1 of 20 tasks but the last one in 18: the
 # far kept copy behind hidden nearer ones is a few percent of its recall tasks.
 FAR = "recall-far"
+# The recall pseudo-families: recall's facts and depths with their own range of N, from the
+# stage's deepest K and largest N: DRILL K + 1 to K + 20, FAR K + 100 (at most the largest N) to
+# the largest N. In this order in a stage's family list (runs replay their draws).
+RECALL_DRILLS = {
+    DRILL: lambda deepest, top: f"{deepest + 1}-{deepest + 20}",
+    FAR: lambda deepest, top: f"{min(deepest + 100, top)}-{top}",
+}
 
 
-def stage_families(stage, drill=False, far=False):
-    """The families `stage` draws from; with `drill` (`far`), DRILL (FAR) too where the stage has
-    recall."""
+def stage_families(stage, drills=()):
+    """The families `stage` draws from; the pseudo-families of RECALL_DRILLS named in `drills`
+    too where the stage has recall."""
     fams = [f for f in FAMILIES + list(WARMUP) if f in STAGES[stage][1]]
-    if "recall" in fams:
-        fams += [DRILL] if drill else []
-        fams += [FAR] if far else []
-    return fams
+    return fams + [d for d in RECALL_DRILLS if d in drills] if "recall" in fams else fams
 
 
 def stage_spec(stage, family):
     """(facts, steps, depth or None) of `family` in `stage`."""
     facts, fams = STAGES[stage][0], STAGES[stage][1]
-    if family == DRILL:  # recall's facts and depths, N from the deepest K + 1 to K + 20
-        r_facts, _, r_depth = fams["recall"]
-        deepest = int(r_depth.split("-")[-1])
-        return r_facts, f"{deepest + 1}-{deepest + 20}", r_depth
-    if family == FAR:  # recall's facts and depths, N from the deepest K + 100 to recall's largest N
+    if family in RECALL_DRILLS:
         r_facts, r_steps, r_depth = fams["recall"]
-        deepest, top = int(r_depth.split("-")[-1]), int(r_steps.split("-")[-1])
-        return r_facts, f"{min(deepest + 100, top)}-{top}", r_depth
+        steps = RECALL_DRILLS[family](int(r_depth.split("-")[-1]), int(r_steps.split("-")[-1]))
+        return r_facts, steps, r_depth
     spec = fams[family]
     if isinstance(spec, str):  # v1: one facts range for the stage
         return facts, spec, None
@@ -247,7 +247,7 @@ class Data:
             n = 2000
             facts, steps, depth = stage_spec(stage, family)
             # Training seeds are 1..999 (held-out evaluation uses seed >= 1000).
-            gen_family = "recall" if family in (DRILL, FAR) else WARMUP.get(family, family)
+            gen_family = "recall" if family in RECALL_DRILLS else WARMUP.get(family, family)
             cmd = [self.binary, "tasks", "gen", "--family", gen_family, "--count", str(n), "--seed", str(100 + stage),
                    "--first", str(first), "--steps", steps, "--facts", facts]
             if gen_family in TRACE_FAMILIES:
@@ -346,7 +346,7 @@ def sample_batch(data, stage, gen, batch_tokens, queue, mix=None):
     served in random order. `queue` holds the pool's remaining batches (a plain list, saved in the
     checkpoint)."""
     if not queue:
-        fams = stage_families(stage, DRILL in (mix or {}), FAR in (mix or {}))
+        fams = stage_families(stage, mix or {})
         probs = torch.tensor([float((mix or {}).get(WARMUP.get(f, f), 1.0)) for f in fams])
         pool, total = [], 0
         while total < 8 * batch_tokens:
@@ -487,14 +487,11 @@ def main():
         sys.exit(f"--heads {args.heads}: must divide --dim {args.dim} (or give --head-dim)")
     if args.kv_heads < 1 or args.heads % args.kv_heads != 0:
         sys.exit(f"--kv-heads {args.kv_heads}: must divide the {args.heads} query heads")
-    if args.drill < 0:
-        sys.exit(f"--drill {args.drill}: must be >= 0")
-    if args.drill > 0:
-        mix[DRILL] = args.drill
-    if args.far_drill < 0:
-        sys.exit(f"--far-drill {args.far_drill}: must be >= 0")
-    if args.far_drill > 0:
-        mix[FAR] = args.far_drill
+    for flag, family, weight in (("--drill", DRILL, args.drill), ("--far-drill", FAR, args.far_drill)):
+        if weight < 0:
+            sys.exit(f"{flag} {weight}: must be >= 0")
+        if weight > 0:
+            mix[family] = weight
     if not 0 <= args.copy_dropout <= 1:
         sys.exit(f"--copy-dropout {args.copy_dropout}: must be a probability in [0, 1]")
     global STAGES
