@@ -60,8 +60,8 @@ std::vector<AblationModel> ablation_models() {
   std::vector<AblationModel> out = {
       // models/reasoner/MODEL_CARD.md: chain, running, once (not recall: its recall test is skipped).
       {"shipped", dir + "reasoner/reasoner.gguf", {TaskFamily::Chain, TaskFamily::Running, TaskFamily::Once}},
-      // models/trace-reasoner/MODEL_CARD.md: every family; "What it reads": V from the memo line
-      // and the nearest copy, not a far restatement behind hidden nearer ones (interim model).
+      // models/trace-reasoner/MODEL_CARD.md: every family; "What it reads": the first of four
+      // restatements alone 20/20, but R = 2's restatement alone 15/20, under this test's 18.
       {"trace", dir + "trace-reasoner/trace-reasoner.gguf",
        {all_task_families().begin(), all_task_families().end()}, false},
   };
@@ -281,8 +281,8 @@ TEST_P(TraceAblation, RecallReadsAnySurvivingCopy) {
   if (!trained_on({TaskFamily::Recall}))
     GTEST_SKIP() << GetParam().path << " was not trained on recall; this test needs a model that was";
   if (!GetParam().reads_any_copy)
-    GTEST_SKIP() << GetParam().path << ": its model card measures that it reads the memo line and the nearest copy "
-                 << "only, so it is not held to this";
+    GTEST_SKIP() << GetParam().path << ": its model card measures that it does not read every surviving copy (R = 2, "
+                 << "restatement alone: 15/20), so it is not held to this";
   const auto model = load();
   // R = 2, phase B of 85-100 lines (a restatement after line c = 80), phase A's digits hidden:
   // hiding the first copy leaves the restatement.

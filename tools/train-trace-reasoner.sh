@@ -11,7 +11,7 @@
 #   Re-running resumes: a finished phase (its end file present) is skipped, a started one resumed.
 # env: THREADS (torch threads, default 1; one thread is deterministic), PYTHON (default
 #   /usr/bin/python3 with Debian's python3-torch: scripts/setup.sh --train).
-# Cost: the committed file's lineage took 13,747 CPU s on one core of this project's 2-core VM;
+# Cost: the committed file's lineage took 24,714 CPU s on one core of this project's 2-core VM;
 # this script's own runs are recorded in MODEL_CARD.md once measured.
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 KV_HEADS OUT_DIR [KVEVICT_BINARY]" >&2; exit 2; }
@@ -57,9 +57,11 @@ phase p3 final.pt "$OUT/p2/stage5.pt" --first-stage 6 --lr 1e-3 --final-steps 60
 phase p4 final.pt "$OUT/p3/final.pt" --first-stage 7 --lr 5e-4 --final-steps 600 "${LATE[@]}" --drill 2
 # p5 (R12): stage 7, twice the drill and the steps, lower lr.
 phase p5 final.pt "$OUT/p4/final.pt" --first-stage 7 --lr 3e-4 --final-steps 1200 "${LATE[@]}" --drill 4
-# p6: copy dropout, so that any copy of a recall value is read, not only the last.
-phase p6 final.pt "$OUT/p5/final.pt" --first-stage 7 --lr 3e-4 --final-steps 1500 "${LATE[@]}" --drill 4 \
-  --copy-dropout 0.6 --copy-keep not-last
+# p6 (R16's flags, straight from R12's point: the lineage's R13-R15 are skipped): copy dropout
+# keeping a restatement before the last one, far recall tasks, running drawn twice as often, so
+# that a far copy of a recall value is read when the nearer ones are gone.
+phase p6 final.pt "$OUT/p5/final.pt" --first-stage 7 --lr 3e-4 --final-steps 3000 "${LATE[@]}" --drill 4 \
+  --copy-dropout 0.8 --copy-keep restatement --far-drill 6 --mix running=2
 
 "$PY" "$(dirname "$TRAIN")/export_gguf.py" "$OUT/p6/final.pt" "$OUT/final.gguf"
 echo "== $OUT/final.gguf: evaluate with kvevict tasks eval, tools/head_similarity.py and KVEVICT_ABLATION_MODEL"
