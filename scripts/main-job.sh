@@ -6,7 +6,7 @@
 # summary.csv, summary.json, PNGs) and the combined table to out/main-job/summary.md.
 # Task sets: chain, running, once (~600-token traces; what they test is whether the prompt
 # survives), recall at M = 1, 2, 4, 8 copies of a value computed in the trace, and revisit with 4
-# re-reads (166 steps, ~1,150-token traces; the value is written ~1,100 tokens before the answer).
+# re-reads (166 steps, ~1,190-token traces; the value is written ~1,100 tokens before the answer).
 # Environment: MODEL, N (problems per task set, default 16), BUDGETS (default 256), POLICIES
 # (default below; `all` = every registered policy, each unpinned scored one also with +prompt),
 # THREADS (default 2), SKIP_BUILD=1 to reuse an existing ./build.
@@ -105,7 +105,6 @@ for c0 in cells[families[0]]:
 # each rollout wrote, so a column's M is checked, not assumed.
 rec = [f for f in families if f.startswith("recall")]
 if rec:
-    import re
     def copies(trace, value):
         body = trace[:trace.rfind("\\boxed{")] if "\\boxed{" in trace else trace
         return body.count("&" + value)
