@@ -165,11 +165,11 @@ def token_kinds(trace, family=None):
     one); revisit = W of a checkpoint "!W" or of revisit's answer (V re-read and added to the
     letter value); recall = V inside recall's final \\boxed{} (after '&'); pass = once's code P
     inside the final \\boxed{}; answer = the other characters inside the final \\boxed{} and its
-    closing brace; jump = X of
-    recall/revisit's first phase-B line (the start letter b, read after '+' in the question: one token
-    a task, which teacher-forced accuracy hides but a greedy run needs); end = the '&' of phase A's last
-    line "cccX=Yd&V" (Y is the letter e after '>' in the question: phase A ends); go = the s of the
-    phase-A lines before it (`family` given; Y is not e: phase A goes on); hold = the first countdown
+    closing brace; jump = X of recall/revisit's first phase-B line (the start letter b, read after
+    '+' in the question: one token a task, which teacher-forced accuracy hides but a greedy run
+    needs); end = the '&' of phase A's last line "cccX=Yd&V" (Y is the letter e after '>' in the
+    question: phase A ends); go = the s of the phase-A lines before it (`family` given; Y is not
+    e: phase A goes on); hold = the first countdown
     digit of a phase-B line that follows a step line (no restatement here: the negative outcome of
     'restate', which teacher-forced 'restate' accuracy alone does not see; a run that weighted it
     only after countdowns that are multiples of 20, where a larger R would restate, learned to
@@ -222,7 +222,7 @@ def token_kinds(trace, family=None):
             kinds[pos + 1] = KIND_COPY if line[0] == "&" else KIND_REVISIT
         pos += len(line) + 1
     # The closing '}' too: a run that weighted it as 'other' (1 beside skills at 20-80) left 2 of
-    # R16's 4 revisit failures at 166 steps with a right W and no '}' ("\boxed{K!443333").
+    # R16's 4 revisit failures at 166 steps (n = 40) with a right W and no '}' ("\boxed{K!443333").
     for i in range(b + 7, len(trace)):
         kinds[i] = KIND_ANSWER
     if family == "once":
