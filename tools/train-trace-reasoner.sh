@@ -7,11 +7,11 @@
 # early steps, so a KV_HEADS=4 run is a re-training, not a bit-exact replay.
 #
 # usage: tools/train-trace-reasoner.sh KV_HEADS OUT_DIR [KVEVICT_BINARY]
-#   writes OUT_DIR/p1 ... OUT_DIR/p6 (one train_reasoner run folder each) and OUT_DIR/final.gguf.
+#   writes OUT_DIR/p1 ... OUT_DIR/p7 (one train_reasoner run folder each) and OUT_DIR/final.gguf.
 #   Re-running resumes: a finished phase (its end file present) is skipped, a started one resumed.
 # env: THREADS (torch threads, default 1; one thread is deterministic), PYTHON (default
 #   /usr/bin/python3 with Debian's python3-torch: scripts/setup.sh --train).
-# Cost: the committed file's lineage took 24,714 CPU s on one core of this project's 2-core VM;
+# Cost: the committed file's lineage took 27,919 CPU s on one core of this project's 2-core VM;
 # this script's own runs are recorded in MODEL_CARD.md once measured.
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 KV_HEADS OUT_DIR [KVEVICT_BINARY]" >&2; exit 2; }
@@ -29,7 +29,8 @@ export OPENBLAS_NUM_THREADS=1
 SHAPE="--seed 7 --threads $THREADS --layers 2 --dim 128 --heads 8 --kv-heads $KVH --head-dim 32 --rope-theta 100000"
 BASE="--lookup-weight 3 --skill-weight 5 --batch-scale 0.5 --kvevict $KV"
 # The lineage's late weights (R12): every skill kind up-weighted, sums and digits at 5.
-LATE=(--far-weight 50 --end-weight 80 --go-weight 80 --hold-weight 20 --restate-weight 50 --count-weight 40 --kind-weight "sum=5,digit=5")
+SKILLS=(--far-weight 50 --end-weight 80 --go-weight 80 --hold-weight 20 --restate-weight 50 --count-weight 40)
+LATE=("${SKILLS[@]}" --kind-weight "sum=5,digit=5")
 
 # phase NAME END_FILE INIT FLAGS...: run (or resume, or skip) one train_reasoner run.
 phase() {
@@ -62,6 +63,11 @@ phase p5 final.pt "$OUT/p4/final.pt" --first-stage 7 --lr 3e-4 --final-steps 120
 # that a far copy of a recall value is read when the nearer ones are gone.
 phase p6 final.pt "$OUT/p5/final.pt" --first-stage 7 --lr 3e-4 --final-steps 3000 "${LATE[@]}" --drill 4 \
   --copy-dropout 0.8 --copy-keep restatement --far-drill 6 --mix running=2
+# p7 (R17's flags): half the steps at a lower lr, revisit drawn twice as often too, and the final
+# answer's characters (closing brace included) weighted 20, for revisit's last addition.
+phase p7 final.pt "$OUT/p6/final.pt" --first-stage 7 --lr 2e-4 --final-steps 1500 "${SKILLS[@]}" \
+  --kind-weight "sum=5,digit=5,answer=20" --drill 4 \
+  --copy-dropout 0.8 --copy-keep restatement --far-drill 6 --mix running=2,revisit=2
 
-"$PY" "$(dirname "$TRAIN")/export_gguf.py" "$OUT/p6/final.pt" "$OUT/final.gguf"
+"$PY" "$(dirname "$TRAIN")/export_gguf.py" "$OUT/p7/final.pt" "$OUT/final.gguf"
 echo "== $OUT/final.gguf: evaluate with kvevict tasks eval, tools/head_similarity.py and KVEVICT_ABLATION_MODEL"
