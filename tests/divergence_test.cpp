@@ -4,12 +4,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "cli_run.h"
 #include "eval/divergence.h"
 #include "util/error.h"
 #include "model_fixture.h"
 #include "reference_model.h"
+#include "test_tmp.h"
 
 namespace kvevict {
 namespace {
@@ -72,11 +77,12 @@ TEST(Divergence, CellWithoutRoundsHasZeroKl) {
   cfg.recent = 8;
   const std::vector<DivergenceCell> cells = {{"random@120", make_policy("random"), cfg}};
   const DivergenceText r = divergence_text(engine, tokens, 20, cells, 3);
-  EXPECT_EQ(r.n_scored, 70);
+  EXPECT_EQ(r.all.n, 70);
+  EXPECT_EQ(r.answer.n, 0);  // no answer start given
   EXPECT_EQ(r.stats[0].rounds, 0);
-  EXPECT_EQ(r.kl[0], 0.0);
-  EXPECT_EQ(r.nll[0], r.full_nll);
-  EXPECT_EQ(r.top1[0], 1.0);
+  EXPECT_EQ(r.all.kl[0], 0.0);
+  EXPECT_EQ(r.all.nll[0], r.all.full_nll);
+  EXPECT_EQ(r.all.top1[0], 1.0);
 }
 
 TEST(Divergence, EqualsSeparateRunsAndLogSoftmaxWrittenHere) {
@@ -92,18 +98,27 @@ TEST(Divergence, EqualsSeparateRunsAndLogSoftmaxWrittenHere) {
                                              {"h2o@40", make_policy("h2o"), cfg},
                                              {"recency@40", make_policy("recency"), cfg}};
   const uint64_t id = 5;
-  const DivergenceText r = divergence_text(engine, tokens, prompt, cells, id);
+  const int64_t answer_from = 125;  // the last 15 positions as the "answer" span
+  const DivergenceText r = divergence_text(engine, tokens, prompt, cells, id, answer_from);
   const std::vector<int32_t> targets(tokens.begin() + prompt, tokens.end());
   const auto full = solo_rows(engine, make_policy("full"), {}, tokens, prompt, id);
+  ASSERT_EQ(r.answer.n, 140 - answer_from);
+  const auto tail = [&](const auto& v) { return std::vector(v.begin() + (answer_from - prompt), v.end()); };
   for (size_t c = 0; c < cells.size(); ++c) {
     SCOPED_TRACE(cells[c].label);
     const auto other = solo_rows(engine, cells[c].policy, cells[c].eviction, tokens, prompt, id);
     const RefKl ref = reference_kl(full, other, targets);
     EXPECT_GT(r.stats[c].rounds, 5);
-    EXPECT_GT(r.kl[c], 1e-4);  // eviction did change the distributions
-    EXPECT_NEAR(r.kl[c], static_cast<double>(ref.kl), 1e-9 * std::max(1.0, static_cast<double>(ref.kl)));
-    EXPECT_NEAR(r.nll[c], static_cast<double>(ref.nll_other), 1e-9);
-    EXPECT_NEAR(r.full_nll, static_cast<double>(ref.nll_full), 1e-9);
+    EXPECT_GT(r.all.kl[c], 1e-4);  // eviction did change the distributions
+    EXPECT_NEAR(r.all.kl[c], static_cast<double>(ref.kl), 1e-9 * std::max(1.0, static_cast<double>(ref.kl)));
+    EXPECT_NEAR(r.all.nll[c], static_cast<double>(ref.nll_other), 1e-9);
+    EXPECT_NEAR(r.all.full_nll, static_cast<double>(ref.nll_full), 1e-9);
+    // The answer span: the same reference over the last positions only.
+    const RefKl ans = reference_kl(tail(full), tail(other), tail(targets));
+    EXPECT_GT(r.answer.kl[c], 1e-6);
+    EXPECT_NEAR(r.answer.kl[c], static_cast<double>(ans.kl), 1e-9 * std::max(1.0, static_cast<double>(ans.kl)));
+    EXPECT_NEAR(r.answer.nll[c], static_cast<double>(ans.nll_other), 1e-9);
+    EXPECT_NEAR(r.answer.full_nll, static_cast<double>(ans.nll_full), 1e-9);
   }
 }
 
@@ -146,6 +161,12 @@ TEST(Divergence, RefusesBadInput) {
   EXPECT_THROW(divergence_text(engine, tokens, 30, {}, 0), Error);
   const std::vector<DivergenceCell> full_cell = {{"full", make_policy("full"), {}}};
   EXPECT_THROW(divergence_text(engine, tokens, 10, full_cell, 0), Error);
+  EvictionConfig cfg;
+  cfg.budget = 16;
+  cfg.recent = 4;
+  const std::vector<DivergenceCell> random_cell = {{"random@16", make_policy("random"), cfg}};
+  EXPECT_THROW(divergence_text(engine, tokens, 10, random_cell, 0, 5), Error);   // answer inside the prompt
+  EXPECT_THROW(divergence_text(engine, tokens, 10, random_cell, 0, 30), Error);  // answer past the text
   ThreadPool pool(1);
   const std::vector<std::vector<int32_t>> texts = {tokens};
   EXPECT_THROW(attention_mass(*model, texts, 4, 2, pool), Error);
@@ -176,6 +197,46 @@ TEST(DivergenceCli, RunsOnTextAndTaskFiles) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("wiki.test.raw: 2 texts"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("attention mass on the first 4 positions"), std::string::npos) << r.out;
+}
+
+// Task files: the final answer's tokens (inside the last \boxed{} and its closing brace) get
+// their own columns and table; a text file's rows leave them empty. The expected span length
+// comes from the task's own answer field, tokenized here.
+TEST(DivergenceCli, TaskFilesScoreTheFinalAnswerApart) {
+  const std::string model = test::source_path("models/trace-reasoner/trace-reasoner.gguf");
+  const std::string dir = test::fresh_dir("divergence_answer");
+  auto r = test::run_cli("tasks gen --family recall --steps 30 --depth 4 --restate 2 --count 3 --seed 9 -o " + dir +
+                         "/tasks.jsonl");
+  ASSERT_EQ(r.code, 0) << r.out;
+  r = test::run_cli("divergence -m " + model + " -f " + dir + "/tasks.jsonl --texts 3 --policies random,recency " +
+                    "--budgets 64 -r 8 --bootstrap 200 -t 1 -o " + dir + "/out");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("final answer tokens only"), std::string::npos) << r.out;
+  const auto m = Model::load(model);
+  std::ifstream tasks(dir + "/tasks.jsonl");
+  std::vector<size_t> want;
+  for (std::string line; std::getline(tasks, line);)
+    want.push_back(m->tokenizer().encode(nlohmann::json::parse(line)["answer"].get<std::string>() + "}", false).size());
+  ASSERT_EQ(want.size(), 3u);
+  std::ifstream csv(dir + "/out/divergence.csv");
+  std::string header, row;
+  std::getline(csv, header);
+  ASSERT_NE(header.find(",answer_tokens,answer_kl,answer_nll,answer_full_nll,answer_top1"), std::string::npos);
+  int rows = 0;
+  while (std::getline(csv, row)) {
+    std::vector<std::string> f;
+    std::stringstream ss(row);
+    for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
+    ASSERT_GE(f.size(), 16u) << row;
+    EXPECT_EQ(std::stoul(f[11]), want[std::stoul(f[1])]) << row;
+    EXPECT_GE(std::stod(f[12]), 0.0) << row;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 6);  // 3 texts x 2 cells
+  std::ifstream js(dir + "/out/summary.json");
+  const auto summary = nlohmann::json::parse(js);
+  ASSERT_FALSE(summary.empty());
+  EXPECT_EQ(summary[0]["answer"]["texts"].get<int>(), 3);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "cli/progress.h"
 #include "engine/engine.h"
 #include "eval/divergence.h"
+#include "eval/grader.h"
 #include "eval/perplexity.h"
 #include "eval/stats.h"
 #include "model/model.h"
@@ -42,7 +43,23 @@ struct Text {
   int64_t index = 0;  ///< within its source
   std::vector<int32_t> tokens;
   int64_t prompt = 0;
+  int64_t answer_from = 0;  ///< first token of the final answer (a task's), 0 = none
 };
+
+/// Where a task trace's final answer starts: its first token at or after the content of the last
+/// \boxed{} (the answer the grader reads, extract_last_boxed in eval/grader.h), so the span is the
+/// answer and its closing brace; 0 when the trace has none. The text before the answer is
+/// tokenized on its own and matched against the trace's tokens, so a BPE merge across the boundary
+/// starts the span at the first token that differs rather than past the answer.
+int64_t answer_start(const Tokenizer& tok, const std::string& trace, const std::vector<int32_t>& trace_tokens,
+                     int64_t prompt) {
+  const std::optional<BoxedRange> box = last_boxed_range(trace);
+  if (!box) return 0;
+  const std::vector<int32_t> head = tok.encode(trace.substr(0, box->begin), false);
+  size_t common = 0;
+  while (common < head.size() && common < trace_tokens.size() && head[common] == trace_tokens[common]) ++common;
+  return common < trace_tokens.size() ? prompt + static_cast<int64_t>(common) : 0;
+}
 
 /// Windows of `length` tokens from a text file, at most `count`, spread evenly over the file (a
 /// book is sampled throughout, not only at its start). Each window starts with BOS when the
@@ -95,9 +112,11 @@ std::vector<Text> task_texts(const Model& model, const std::string& path, const 
     t.index = static_cast<int64_t>(out.size());
     t.tokens = model.tokenizer().encode(j["problem"].get<std::string>(), true);
     t.prompt = static_cast<int64_t>(t.tokens.size());
-    const std::vector<int32_t> trace = model.tokenizer().encode(j["trace"].get<std::string>(), false);
+    const std::string trace_text = j["trace"].get<std::string>();
+    const std::vector<int32_t> trace = model.tokenizer().encode(trace_text, false);
     t.tokens.insert(t.tokens.end(), trace.begin(), trace.end());
     if (trace.empty()) throw Error(fmt::format("{}:{}: empty trace", path, lineno));
+    t.answer_from = answer_start(model.tokenizer(), trace_text, trace, t.prompt);
     out.push_back(std::move(t));
   }
   if (out.empty()) throw Error(fmt::format("{}: no task lines", path));
@@ -133,21 +152,32 @@ struct CellSummary {
   double top1 = 0, rounds = 0;
 };
 
-/// Pools the texts `idx` of one cell: KL and ΔNLL (cell - full) as means over texts with
-/// percentile bootstrap 95% intervals over texts; perplexity token-weighted.
-CellSummary summarize(const std::vector<DivergenceText>& res, const std::vector<size_t>& idx, size_t cell,
-                      int resamples, uint64_t seed) {
+using SpanOf = DivergenceSpan DivergenceText::*;
+
+/// The texts of `idx` whose span `span` holds positions (every text for `all`).
+std::vector<size_t> with_span(const std::vector<DivergenceText>& res, const std::vector<size_t>& idx, SpanOf span) {
+  std::vector<size_t> out;
+  for (size_t i : idx)
+    if ((res[i].*span).n > 0) out.push_back(i);
+  return out;
+}
+
+/// Pools the texts `idx` of one cell over one span of positions: KL and ΔNLL (cell - full) as
+/// means over texts with percentile bootstrap 95% intervals over texts; perplexity token-weighted.
+/// `idx` must be non-empty and every text's span non-empty (with_span).
+CellSummary summarize(const std::vector<DivergenceText>& res, const std::vector<size_t>& idx, SpanOf span,
+                      size_t cell, int resamples, uint64_t seed) {
   std::vector<double> kl, dnll, zeros(idx.size(), 0.0);
   double nll_sum = 0, tokens = 0;
   CellSummary s;
   for (size_t i : idx) {
-    const DivergenceText& r = res[i];
+    const DivergenceSpan& r = res[i].*span;
     kl.push_back(r.kl[cell]);
     dnll.push_back(r.nll[cell] - r.full_nll);
-    nll_sum += r.nll[cell] * static_cast<double>(r.n_scored);
-    tokens += static_cast<double>(r.n_scored);
+    nll_sum += r.nll[cell] * static_cast<double>(r.n);
+    tokens += static_cast<double>(r.n);
     s.top1 += r.top1[cell] / static_cast<double>(idx.size());
-    s.rounds += static_cast<double>(r.stats[cell].rounds) / static_cast<double>(idx.size());
+    s.rounds += static_cast<double>(res[i].stats[cell].rounds) / static_cast<double>(idx.size());
   }
   const BootstrapCi ckl = paired_bootstrap_ci(kl, zeros, resamples, seed);
   const BootstrapCi cd = paired_bootstrap_ci(dnll, zeros, resamples, seed + 1);
@@ -161,11 +191,11 @@ CellSummary summarize(const std::vector<DivergenceText>& res, const std::vector<
   return s;
 }
 
-double full_ppl(const std::vector<DivergenceText>& res, const std::vector<size_t>& idx) {
+double full_ppl(const std::vector<DivergenceText>& res, const std::vector<size_t>& idx, SpanOf span) {
   double nll = 0, tokens = 0;
   for (size_t i : idx) {
-    nll += res[i].full_nll * static_cast<double>(res[i].n_scored);
-    tokens += static_cast<double>(res[i].n_scored);
+    nll += (res[i].*span).full_nll * static_cast<double>((res[i].*span).n);
+    tokens += static_cast<double>((res[i].*span).n);
   }
   return std::exp(nll / tokens);
 }
@@ -216,8 +246,8 @@ int run_divergence(const DivergenceArgs& a) {
     for (const Text& t : texts) total += static_cast<int64_t>(t.tokens.size()) - t.prompt;
     Progress progress("divergence", total, "tokens");
     for (size_t i = 0; i < texts.size(); ++i) {
-      res.push_back(divergence_text(engine, texts[i].tokens, texts[i].prompt, cells, i));
-      progress.add(res.back().n_scored, texts[i].source);
+      res.push_back(divergence_text(engine, texts[i].tokens, texts[i].prompt, cells, i, texts[i].answer_from));
+      progress.add(res.back().all.n, texts[i].source);
     }
   }
   std::map<std::string, std::vector<size_t>> by_source;
@@ -235,30 +265,55 @@ int run_divergence(const DivergenceArgs& a) {
     std::filesystem::create_directories(a.out);
     csv.open(a.out + "/divergence.csv");
     if (!csv) throw Error(fmt::format("{}/divergence.csv: cannot open for writing", a.out));
-    csv << "source,text,tokens,prompt,policy,budget,kl,nll,full_nll,top1,rounds\n";
+    // answer_*: the same means over the final answer's tokens (task files; empty without one).
+    csv << "source,text,tokens,prompt,policy,budget,kl,nll,full_nll,top1,rounds,answer_tokens,answer_kl,answer_nll,"
+           "answer_full_nll,answer_top1\n";
     for (size_t i = 0; i < texts.size(); ++i)
-      for (size_t c = 0; c < cells.size(); ++c)
+      for (size_t c = 0; c < cells.size(); ++c) {
+        const DivergenceSpan &all_span = res[i].all, &ans = res[i].answer;
         csv << texts[i].source << ',' << texts[i].index << ',' << texts[i].tokens.size() << ',' << texts[i].prompt
-            << ',' << grid[c].name << ',' << grid[c].eviction().budget << ',' << fmt::format("{:.6g}", res[i].kl[c])
-            << ',' << fmt::format("{:.6f}", res[i].nll[c]) << ',' << fmt::format("{:.6f}", res[i].full_nll) << ','
-            << fmt::format("{:.4f}", res[i].top1[c]) << ',' << res[i].stats[c].rounds << '\n';
+            << ',' << grid[c].name << ',' << grid[c].eviction().budget << ',' << fmt::format("{:.6g}", all_span.kl[c])
+            << ',' << fmt::format("{:.6f}", all_span.nll[c]) << ',' << fmt::format("{:.6f}", all_span.full_nll) << ','
+            << fmt::format("{:.4f}", all_span.top1[c]) << ',' << res[i].stats[c].rounds << ',' << ans.n;
+        if (ans.n > 0)
+          csv << ',' << fmt::format("{:.6g}", ans.kl[c]) << ',' << fmt::format("{:.6f}", ans.nll[c]) << ','
+              << fmt::format("{:.6f}", ans.full_nll) << ',' << fmt::format("{:.4f}", ans.top1[c]);
+        else
+          csv << ",,,,";
+        csv << '\n';
+      }
   }
+  constexpr SpanOf kAll = &DivergenceText::all, kAnswer = &DivergenceText::answer;
   for (const auto& [source, idx] : groups) {
     double prompt = 0;
     for (size_t i : idx) prompt += static_cast<double>(texts[i].prompt) / static_cast<double>(idx.size());
     fmt::print("\n{}: {} texts, prompt {:.0f} tokens (mean); full perplexity {:.4f}; KL in nats/token, intervals "
                "percentile bootstrap 95% over texts\n",
-               source, idx.size(), prompt, full_ppl(res, idx));
+               source, idx.size(), prompt, full_ppl(res, idx, kAll));
+    const std::vector<size_t> ans_idx = with_span(res, idx, kAnswer);
+    std::vector<CellSummary> ans(cells.size());
+    for (size_t c = 0; c < cells.size() && !ans_idx.empty(); ++c)
+      ans[c] = summarize(res, ans_idx, kAnswer, c, a.bootstrap, a.policy.seed);
     fmt::print("{:<22} {:>6} {:>6} {:>28} {:>11} {:>30} {:>7} {:>7}\n", "policy", "B", "B/len", "KL from full [95% CI]",
                "perplexity", "ΔNLL vs full [95% CI]", "top-1", "rounds");
     for (size_t c = 0; c < cells.size(); ++c) {
-      const CellSummary s = summarize(res, idx, c, a.bootstrap, a.policy.seed);
+      const CellSummary s = summarize(res, idx, kAll, c, a.bootstrap, a.policy.seed);
       double len = 0;
       for (size_t i : idx) len += static_cast<double>(texts[i].tokens.size()) / static_cast<double>(idx.size());
       const double frac = static_cast<double>(grid[c].eviction().budget) / len;
       fmt::print("{:<22} {:>6} {:>6.2f} {:>28} {:>11.4f} {:>30} {:>7.3f} {:>7.1f}\n", grid[c].name,
                  grid[c].eviction().budget, frac, fmt::format("{:.4f} [{:.4f}, {:.4f}]", s.kl, s.kl_lo, s.kl_hi), s.ppl,
                  fmt::format("{:+.4f} [{:+.4f}, {:+.4f}]", s.dnll, s.dnll_lo, s.dnll_hi), s.top1, s.rounds);
+      nlohmann::json answer = nullptr;
+      if (!ans_idx.empty())
+        answer = {{"texts", ans_idx.size()},
+                  {"kl", ans[c].kl},
+                  {"kl_ci", {ans[c].kl_lo, ans[c].kl_hi}},
+                  {"perplexity", ans[c].ppl},
+                  {"full_perplexity", full_ppl(res, ans_idx, kAnswer)},
+                  {"dnll", ans[c].dnll},
+                  {"dnll_ci", {ans[c].dnll_lo, ans[c].dnll_hi}},
+                  {"top1", ans[c].top1}};
       summary.push_back({{"source", source},
                          {"texts", idx.size()},
                          {"policy", grid[c].name},
@@ -267,12 +322,25 @@ int run_divergence(const DivergenceArgs& a) {
                          {"kl", s.kl},
                          {"kl_ci", {s.kl_lo, s.kl_hi}},
                          {"perplexity", s.ppl},
-                         {"full_perplexity", full_ppl(res, idx)},
+                         {"full_perplexity", full_ppl(res, idx, kAll)},
                          {"dnll", s.dnll},
                          {"dnll_ci", {s.dnll_lo, s.dnll_hi}},
                          {"top1", s.top1},
-                         {"rounds", s.rounds}});
+                         {"rounds", s.rounds},
+                         {"answer", answer}});
     }
+    if (ans_idx.empty()) continue;
+    double ans_tokens = 0;
+    for (size_t i : ans_idx) ans_tokens += static_cast<double>(res[i].answer.n) / static_cast<double>(ans_idx.size());
+    fmt::print("\n{}, final answer tokens only (inside the last \\boxed{{}}, {:.1f} tokens a text, {} texts): what the "
+               "answer read from the cache; full perplexity {:.4f}\n",
+               source, ans_tokens, ans_idx.size(), full_ppl(res, ans_idx, kAnswer));
+    fmt::print("{:<22} {:>6} {:>28} {:>11} {:>30} {:>7}\n", "policy", "B", "KL from full [95% CI]", "perplexity",
+               "ΔNLL vs full [95% CI]", "top-1");
+    for (size_t c = 0; c < cells.size(); ++c)
+      fmt::print("{:<22} {:>6} {:>28} {:>11.4f} {:>30} {:>7.3f}\n", grid[c].name, grid[c].eviction().budget,
+                 fmt::format("{:.4f} [{:.4f}, {:.4f}]", ans[c].kl, ans[c].kl_lo, ans[c].kl_hi), ans[c].ppl,
+                 fmt::format("{:+.4f} [{:+.4f}, {:+.4f}]", ans[c].dnll, ans[c].dnll_lo, ans[c].dnll_hi), ans[c].top1);
   }
   if (a.sink_mass) {
     std::vector<std::vector<int32_t>> toks;

@@ -36,12 +36,37 @@ size_t argmax(std::span<const float> row) {
 
 }  // namespace
 
+namespace {
+
+/// Running sums of one span, turned into means by finish().
+void span_init(DivergenceSpan& s, size_t cells) {
+  s.kl.assign(cells, 0.0);
+  s.nll.assign(cells, 0.0);
+  s.top1.assign(cells, 0.0);
+}
+
+void span_finish(DivergenceSpan& s) {
+  if (s.n == 0) return;
+  const auto inv = 1.0 / static_cast<double>(s.n);
+  s.full_nll *= inv;
+  for (size_t c = 0; c < s.kl.size(); ++c) {
+    s.kl[c] *= inv;
+    s.nll[c] *= inv;
+    s.top1[c] *= inv;
+  }
+}
+
+}  // namespace
+
 DivergenceText divergence_text(Engine& engine, std::span<const int32_t> tokens, int64_t prompt_len,
-                               std::span<const DivergenceCell> cells, uint64_t sequence_id) {
+                               std::span<const DivergenceCell> cells, uint64_t sequence_id, int64_t answer_from) {
   const auto n = static_cast<int64_t>(tokens.size());
   if (prompt_len < 1 || prompt_len >= n)
     throw Error(fmt::format("divergence: prompt of {} tokens must be in [1, {}) for a text of {} tokens", prompt_len,
                             n, n));
+  if (answer_from != 0 && (answer_from < prompt_len || answer_from >= n))
+    throw Error(fmt::format("divergence: answer start {} must be 0 (none) or in [prompt {}, text length {})",
+                            answer_from, prompt_len, n));
   const int64_t steps = n - prompt_len;  // continuation tokens scored
   std::vector<std::unique_ptr<Sequence>> owned;
   owned.push_back(engine.new_sequence(sequence_id, make_policy("full"), EvictionConfig{}, prompt_len, steps));
@@ -64,38 +89,41 @@ DivergenceText divergence_text(Engine& engine, std::span<const int32_t> tokens, 
   for (auto& s : owned) seqs.push_back(s.get());
 
   DivergenceText r;
-  r.n_scored = steps;
-  r.kl.assign(cells.size(), 0.0);
-  r.nll.assign(cells.size(), 0.0);
-  r.top1.assign(cells.size(), 0.0);
+  span_init(r.all, cells.size());
+  span_init(r.answer, cells.size());
   std::vector<double> logp, logq;
   std::vector<int32_t> step_tokens(n_seq);
   for (int64_t i = prompt_len; i < n; ++i) {
     const auto target = static_cast<size_t>(tokens[static_cast<size_t>(i)]);
     const std::span<const float> full_row(logits.data(), vocab);
     log_softmax(full_row, logp);
-    r.full_nll -= logp[target];
     const size_t full_top = argmax(full_row);
+    const bool in_answer = answer_from != 0 && i >= answer_from;
+    for (DivergenceSpan* sp : {&r.all, in_answer ? &r.answer : nullptr}) {
+      if (sp == nullptr) continue;
+      ++sp->n;
+      sp->full_nll -= logp[target];
+    }
     for (size_t c = 0; c < cells.size(); ++c) {
       const std::span<const float> cell_row(logits.data() + (c + 1) * vocab, vocab);
       log_softmax(cell_row, logq);
-      r.kl[c] += kl_divergence(logp, logq);
-      r.nll[c] -= logq[target];
-      r.top1[c] += argmax(cell_row) == full_top ? 1.0 : 0.0;
+      const double kl = kl_divergence(logp, logq), nll = -logq[target];
+      const double top = argmax(cell_row) == full_top ? 1.0 : 0.0;
+      for (DivergenceSpan* sp : {&r.all, in_answer ? &r.answer : nullptr}) {
+        if (sp == nullptr) continue;
+        sp->kl[c] += kl;
+        sp->nll[c] += nll;
+        sp->top1[c] += top;
+      }
     }
     if (i + 1 < n) {
       std::fill(step_tokens.begin(), step_tokens.end(), tokens[static_cast<size_t>(i)]);
       engine.decode_batch(seqs, step_tokens, logits);
     }
   }
-  const auto inv = 1.0 / static_cast<double>(steps);
-  r.full_nll *= inv;
-  for (size_t c = 0; c < cells.size(); ++c) {
-    r.kl[c] *= inv;
-    r.nll[c] *= inv;
-    r.top1[c] *= inv;
-    r.stats.push_back(owned[c + 1]->stats);
-  }
+  span_finish(r.all);
+  span_finish(r.answer);
+  for (size_t c = 0; c < cells.size(); ++c) r.stats.push_back(owned[c + 1]->stats);
   return r;
 }
 

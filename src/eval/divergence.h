@@ -25,15 +25,24 @@ struct DivergenceCell {
   EvictionConfig eviction;
 };
 
+/// Means over one span of scored positions, for `full` and every cell.
+struct DivergenceSpan {
+  int64_t n = 0;                ///< positions in the span
+  double full_nll = 0;          ///< mean -log p_full(token), nats per token
+  std::vector<double> kl;       ///< [cells] mean KL(p_full || p_cell), nats per token
+  std::vector<double> nll;      ///< [cells] mean -log p_cell(token), nats per token
+  std::vector<double> top1;     ///< [cells] fraction of positions whose argmax equals full's
+};
+
 /// Result of one text for every cell. Positions scored: the continuation tokens
 /// tokens[P], ..., tokens[N-1] (N - P of them), each predicted from everything before it.
+/// `answer` pools the positions [A, N) of a text given an answer start A (a task's final
+/// answer: where a policy that lost what the trace computed shows it, while the whole
+/// continuation's mean is dominated by steps the prompt answers); answer.n = 0 without one.
 struct DivergenceText {
-  int64_t n_scored = 0;            ///< continuation tokens scored (N - P)
-  double full_nll = 0;             ///< mean -log p_full(token), nats per token
-  std::vector<double> kl;          ///< [cells] mean KL(p_full || p_cell) over scored tokens, nats per token
-  std::vector<double> nll;         ///< [cells] mean -log p_cell(token), nats per token
-  std::vector<double> top1;        ///< [cells] fraction of scored tokens whose argmax equals full's
+  DivergenceSpan all;                ///< every scored position (all.n = N - P)
   std::vector<SequenceStats> stats;  ///< [cells] rounds, peak slots, timings
+  DivergenceSpan answer;             ///< positions [answer_from, N); n = 0 without an answer start
 };
 
 /// Teacher-forces `tokens` [N] through `full` and through every cell in lockstep: all sequences
@@ -42,10 +51,12 @@ struct DivergenceText {
 /// in one batch (Engine::decode_batch, so `full` and the cells see bit-identical kernels and
 /// a cell's KL is exactly 0 until its first eviction round). KL and NLL are computed in double
 /// from log-softmax of the logits. sequence_id seeds every random draw of the cells (same id,
-/// same keep-sets, whatever else runs). Throws kvevict::Error when P < 1 or P >= N, a cell does
-/// not evict, or a cell's schedule is invalid (names the cell).
+/// same keep-sets, whatever else runs). `answer_from` = A (0 = none) also pools positions
+/// [A, N) into `answer`. Throws kvevict::Error when P < 1 or P >= N, A is not 0 and not in [P, N),
+/// a cell does not evict, or a cell's schedule is invalid (names the cell).
 DivergenceText divergence_text(Engine& engine, std::span<const int32_t> tokens, int64_t prompt_len,
-                               std::span<const DivergenceCell> cells, uint64_t sequence_id);
+                               std::span<const DivergenceCell> cells, uint64_t sequence_id,
+                               int64_t answer_from = 0);
 
 /// Mean attention mass each query head puts on the first `first_k` positions of a text, under
 /// the full cache: for every query token at position t >= min_position, the sum of its softmax

@@ -487,7 +487,7 @@ bool within_decimal_tolerance(long double a, long double b) {
 
 }  // namespace
 
-std::optional<std::string> extract_last_boxed(std::string_view text) {
+std::optional<BoxedRange> last_boxed_range(std::string_view text) {
   const std::vector<size_t> match = brace_matches(text);
   size_t best_pos = npos, best_begin = 0, best_end = 0;
   for (const std::string_view cmd : {std::string_view("\\boxed"), std::string_view("\\fbox")}) {
@@ -508,7 +508,13 @@ std::optional<std::string> extract_last_boxed(std::string_view text) {
     }
   }
   if (best_pos == npos) return std::nullopt;
-  return std::string(text.substr(best_begin, best_end - best_begin));
+  return BoxedRange{best_begin, best_end};
+}
+
+std::optional<std::string> extract_last_boxed(std::string_view text) {
+  const std::optional<BoxedRange> r = last_boxed_range(text);
+  if (!r) return std::nullopt;
+  return std::string(text.substr(r->begin, r->end - r->begin));
 }
 
 std::string normalize_math_answer(std::string_view answer) {

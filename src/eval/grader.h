@@ -41,6 +41,13 @@ inline constexpr double kDecimalRelTol = 1e-9;
 /// nullopt when there is none.
 std::optional<std::string> extract_last_boxed(std::string_view text);
 
+/// Byte range [begin, end) of what extract_last_boxed returns, within `text`.
+struct BoxedRange {
+  size_t begin = 0, end = 0;
+};
+/// Where extract_last_boxed's content lies in `text` (the same rules); nullopt when it has none.
+std::optional<BoxedRange> last_boxed_range(std::string_view text);
+
 /// Canonical form of a MATH-style answer, so that reformatted variants compare equal as strings:
 /// strips `$`, `\left`/`\right`, spacing commands (`\!`, `\,`, `\;`, `\:`, `\ `, `~`), `\displaystyle`,
 /// degrees (`^\circ`, `^{\circ}`, `°`), `\%`/`%`, dollar signs, trailing units written as
