@@ -270,7 +270,9 @@ def copy_dropout_hide(kinds, offset, gen, keep="uniform"):
     """One recall task under --copy-dropout: one of V's copies drawn uniformly is kept (with
     `keep` = "not-last", drawn uniformly from all but the last copy, the one a full cache is read
     from anyway; with "restatement", from the restatements before the last one, or the memo where
-    there is only one restatement); every other
+    there is only one restatement; with "any-restatement", from every restatement, the last
+    included, never the memo: R = 2's condition in the ablation test, the restatement alone,
+    which "restatement" never trains); every other
     copy is hidden from all queries after it, and phase A's digits from all queries after the memo
     line, as the trace ablation test hides them (tests/trace_ablation_test.cpp: a position is
     removed from the cache once written). Hiding a copy only from the queries after the kept one
@@ -286,6 +288,8 @@ def copy_dropout_hide(kinds, offset, gen, keep="uniform"):
         return [], []
     if keep == "restatement" and len(copies) > 2:  # a restatement other than the last: r1 .. r(n-2)
         i = 1 + int(torch.randint(0, len(copies) - 2, (1,), generator=gen))
+    elif keep == "any-restatement":  # r1 .. r(n-1)
+        i = 1 + int(torch.randint(0, len(copies) - 1, (1,), generator=gen))
     else:
         i = int(torch.randint(0, len(copies) - (keep != "uniform"), (1,), generator=gen))
     memo = copies[0]
@@ -475,9 +479,11 @@ def main():
                     "(copy_dropout_hide); 0 = off. "
                     "Without it the model read V from the memo line only: with the memo hidden and a restatement "
                     "~600 tokens nearer in the cache, 4/20 (tests/trace_ablation_test.cpp; MODEL_CARD.md)")
-    ap.add_argument("--copy-keep", choices=["uniform", "not-last", "restatement"], default="uniform",
-                    help="which copy --copy-dropout keeps: any (uniform), any but the last (not-last), or a "
-                    "restatement before the last (the memo when there is one restatement). R13 (uniform) read a "
+    ap.add_argument("--copy-keep", choices=["uniform", "not-last", "restatement", "any-restatement"],
+                    default="uniform",
+                    help="which copy --copy-dropout keeps: any (uniform), any but the last (not-last), a "
+                    "restatement before the last (restatement; the memo when there is one restatement), or any "
+                    "restatement, the last included, never the memo (any-restatement). R13 (uniform) read a "
                     "later copy with the memo hidden (15/20) but not R = 4's first restatement with the memo and "
                     "the later two hidden (0/20); R14 (not-last) read the memo (13/20) and R = 4's second "
                     "restatement (13/20) alone, not its first, ~120 lines back (1/20; MODEL_CARD.md, Next)")
