@@ -26,7 +26,8 @@ import sys
 
 MODELS = [("stories260k", "stories260K (GGUF, 260K parameters, trained on TinyStories)"),
           ("tinystories656k", "TinyStories-656K (Hugging Face safetensors, loaded directly)"),
-          ("reasoner", "shipped reasoner (models/reasoner/reasoner.gguf) on its own task traces")]
+          ("reasoner", "shipped reasoner (models/reasoner/reasoner.gguf) on its own task traces"),
+          ("trace-reasoner", "trace reasoner (models/trace-reasoner/trace-reasoner.gguf) on the main job's task sets")]
 # Policies that score what to keep (the "scored" side of the random-vs-scored question).
 SCORED = ["snapkv", "snapkv+prompt", "rkv", "rkv+prompt", "vase", "vase+prompt", "h2o", "h2o+prompt",
           "tova", "tova+prompt", "triattention"]

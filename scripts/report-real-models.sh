@@ -12,7 +12,8 @@
 # fourth PG-19 book (10762), which is therefore held out of the evaluation set (reasoner: on
 # held-out tasks, seed 7100).
 #
-# Usage: scripts/report-real-models.sh [model...]   (models: stories260k tinystories656k reasoner;
+# Usage: scripts/report-real-models.sh [model...]   (models: stories260k tinystories656k trace-reasoner, and
+# reasoner, the old small model;
 # default all; CORPORA="wikitext pg19 tinystories" picks the text corpora of the stories models). Needs ./build/kvevict
 # and python3 (stdlib only). The defaults give each stories model 101 texts (50 wikitext + 3 x 16
 # PG-19 + 3 TinyStories windows); one stories model then takes 4-5 wall minutes at -t 1
@@ -46,13 +47,14 @@ POLICIES=random,random-unprotected,random-shared,random-beacon,triattention,rece
 BOOKS_EVAL=("$SHARED"/data/gutenberg-pg19-test-books/{10146,10321,10356}.txt)
 BOOK_CAL="$SHARED/data/gutenberg-pg19-test-books/10762.txt"
 models=("$@")
-[ ${#models[@]} -gt 0 ] || models=(stories260k tinystories656k reasoner)
+[ ${#models[@]} -gt 0 ] || models=(stories260k tinystories656k trace-reasoner)
 
 model_path() {
   case "$1" in
     stories260k) echo "$SHARED/models/stories260K/stories260K.gguf" ;;
     tinystories656k) echo "$SHARED/models/tinystories-656k" ;;
     reasoner) echo "models/reasoner/reasoner.gguf" ;;
+    trace-reasoner) echo "${TRACE_MODEL:-models/trace-reasoner/trace-reasoner.gguf}" ;;
     *) echo "unknown model: $1" >&2; exit 2 ;;
   esac
 }
@@ -95,6 +97,38 @@ for name in "${models[@]}"; do
         args+=(-f "$TMP/tasks-$fam.jsonl")
       done
       run_div "$name" tasks "$TASKS" 1024 "${args[@]}"
+      ;;
+    trace-reasoner)
+      # The trace reasoner on the main job's task sets (scripts/main-job.sh): chain / running / once
+      # (the prompt's facts), recall at M = 1, 2, 4, 8 and revisit (a value computed in the trace and
+      # needed ~1,100 tokens later). Teacher-forced gold traces, which are what the model writes at
+      # full cache (greedy accuracy 0.9-1.0, model card). TriAttention's statistics from held-out
+      # tasks of every family (seed 7100); evaluated tasks use seed 7000.
+      for spec in "chain --length 600" "running --length 600" "once --length 600" \
+                  "recall --steps 166 --depth 6 --restate 1,2,4,8" "revisit --steps 166 --depth 6 --restate 4"; do
+        # shellcheck disable=SC2086  # spec is a family and its options
+        $KV tasks gen --family $spec --count 2 --seed 7100
+      done | python3 -c 'import json,sys; print("\n".join(d["problem"] + d["trace"] for d in map(json.loads, sys.stdin)))' \
+        > "$TMP/cal-trace-tasks.txt"
+      $KV calibrate -m "$m" -f "$TMP/cal-trace-tasks.txt" --tokens 8000 -c 1536 -t 1 -o "$TMP/$name-tri.json" > /dev/null 2>&1
+      # Two corpora, because budgets are fractions of --length and the two kinds of trace differ in
+      # length: ~670 tokens (problem + 600-token trace) and ~1,267 (problem + 166 steps).
+      args=()
+      for fam in chain running once; do
+        $KV tasks gen --family "$fam" --length 600 --count "$TASKS" --seed 7000 -o "$TMP/tasks-$fam.jsonl"
+        args+=(-f "$TMP/tasks-$fam.jsonl")
+      done
+      run_div "$name" prompt-tasks "$TASKS" 664 "${args[@]}"
+      args=()
+      for m_ in 1 2 4 8; do
+        $KV tasks gen --family recall --steps 166 --depth 6 --restate "$m_" --count "$TASKS" --seed 7000 \
+          -o "$TMP/tasks-recall-m$m_.jsonl"
+        args+=(-f "$TMP/tasks-recall-m$m_.jsonl")
+      done
+      $KV tasks gen --family revisit --steps 166 --depth 6 --restate 4 --count "$TASKS" --seed 7000 \
+        -o "$TMP/tasks-revisit-m4.jsonl"
+      args+=(-f "$TMP/tasks-revisit-m4.jsonl")
+      run_div "$name" trace-tasks "$TASKS" 1267 "${args[@]}"
       ;;
     *)
       $KV calibrate -m "$m" -f "$BOOK_CAL" --gutenberg-body --tokens 4000 -t 1 -o "$TMP/$name-tri.json" > /dev/null 2>&1
