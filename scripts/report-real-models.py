@@ -24,10 +24,15 @@ import random
 import re
 import sys
 
-MODELS = [("stories260k", "stories260K (GGUF, 260K parameters, trained on TinyStories)"),
-          ("tinystories656k", "TinyStories-656K (Hugging Face safetensors, loaded directly)"),
-          ("reasoner", "shipped reasoner (models/reasoner/reasoner.gguf) on its own task traces"),
-          ("trace-reasoner", "trace reasoner (models/trace-reasoner/trace-reasoner.gguf) on the main job's task sets")]
+# (name in the report and in reading.md, data folder, corpus or None for all, title). The trace
+# reasoner's two corpora are two sections: their texts differ in length, so their budgets differ.
+MODELS = [("stories260k", "stories260k", None, "stories260K (GGUF, 260K parameters, trained on TinyStories)"),
+          ("tinystories656k", "tinystories656k", None, "TinyStories-656K (Hugging Face safetensors, loaded directly)"),
+          ("reasoner", "reasoner", None, "small test reasoner (models/reasoner/reasoner.gguf) on its own task traces"),
+          ("trace-prompt", "trace-reasoner", "prompt-tasks",
+           "trace reasoner (models/trace-reasoner/trace-reasoner.gguf), prompt sets: chain, running, once"),
+          ("trace-trace", "trace-reasoner", "trace-tasks",
+           "trace reasoner, trace sets: recall M = 1, 2, 4, 8 and revisit (166 steps)")]
 # Policies that score what to keep (the "scored" side of the random-vs-scored question).
 SCORED = ["snapkv", "snapkv+prompt", "rkv", "rkv+prompt", "vase", "vase+prompt", "h2o", "h2o+prompt",
           "tova", "tova+prompt", "triattention"]
@@ -47,20 +52,28 @@ def boot_ci(values):
     return means[int(0.025 * BOOT)], means[int(0.975 * BOOT) - 1]
 
 
-def paired(cells, a, b, budget):
-    """Paired KL(a) - KL(b) at `budget` over the texts both cells hold: (mean, lo, hi, n)."""
+def has_answer(r):
+    """Whether a divergence.csv row scored a final answer apart (task files; answer_* columns)."""
+    return int(r.get("answer_tokens") or 0) > 0
+
+
+def paired(cells, a, b, budget, field="kl"):
+    """Paired field(a) - field(b) at `budget` over the texts both cells hold (and, for answer_kl,
+    that have an answer): (mean, lo, hi, n)."""
     keys = sorted(set(cells[(a, budget)]) & set(cells[(b, budget)]))
-    d = [float(cells[(a, budget)][k]["kl"]) - float(cells[(b, budget)][k]["kl"]) for k in keys]
+    if field.startswith("answer_"):
+        keys = [k for k in keys if has_answer(cells[(a, budget)][k])]
+    d = [float(cells[(a, budget)][k][field]) - float(cells[(b, budget)][k][field]) for k in keys]
     lo, hi = boot_ci(d)
     return sum(d) / len(d), lo, hi, len(d)
 
 
-def load(data, model):
-    root = os.path.join(data, model)
+def load(data, folder, only=None):
+    root = os.path.join(data, folder)
     rows, sinks, corpora = [], {}, []
     for corpus in sorted(os.listdir(root)):
         d = os.path.join(root, corpus)
-        if not os.path.isfile(os.path.join(d, "divergence.csv")):
+        if not os.path.isfile(os.path.join(d, "divergence.csv")) or (only and corpus != only):
             continue
         corpora.append(corpus)
         for r in csv.DictReader(open(os.path.join(d, "divergence.csv"))):
@@ -75,8 +88,8 @@ def fmt_ci(m, lo, hi, sign=False):
     return (f + " [" + f + ", " + f + "]").format(m, lo, hi)
 
 
-def model_section(data, model, title, out, headline, ctx):
-    rows, sinks, corpora = load(data, model)
+def model_section(data, model, folder, only, title, out, headline, ctx):
+    rows, sinks, corpora = load(data, folder, only)
     if not rows:
         return None
     cells = {}
@@ -178,6 +191,8 @@ def model_section(data, model, title, out, headline, ctx):
         out.append(f"| {pb} vs {a} | " + " | ".join(cols) + " |")
     out.append("")
 
+    answer_section(cells, policies, budgets, length, out)
+
     # Sinks.
     out.append("Attention mass on the first 4 positions (full cache, per query head, mean over query "
                "tokens at positions ≥ 16), against uniform attention over the same positions:\n")
@@ -198,6 +213,47 @@ def model_section(data, model, title, out, headline, ctx):
     return model_max
 
 
+def answer_section(cells, policies, budgets, length, out):
+    """Task traces: KL at the final answer's tokens (the content of the last \\boxed{} and its
+    brace), pooled over texts and per task set, where a lost value of the trace shows."""
+    if not any(has_answer(r) for c in cells.values() for r in c.values()):
+        return
+    def answers(p, b, src=None):
+        return [r for r in cells[(p, b)].values() if has_answer(r) and (src is None or r["source"] == src)]
+    toks = [int(r["answer_tokens"]) for r in answers(policies[0], budgets[0])]
+    out.append(f"Final-answer tokens only ({sum(toks) / len(toks):.1f} tokens a text: the content of the last "
+               "`\\boxed{}` and its closing brace; KL there is what the answer read from the cache, while the "
+               "whole-trace KL above is dominated by steps the prompt answers):\n")
+    out.append("| policy | B | B/len | answer KL [95% CI] | answer top-1 | n |")
+    out.append("|---|---:|---:|---|---:|---:|")
+    for p in policies:
+        for b in budgets:
+            a = answers(p, b)
+            kl = [float(r["answer_kl"]) for r in a]
+            lo, hi = boot_ci(kl)
+            t1 = sum(float(r["answer_top1"]) for r in a) / len(a)
+            out.append(f"| {p} | {b} | {b/length:.2f} | {fmt_ci(sum(kl) / len(kl), lo, hi)} | {t1:.3f} | {len(a)} |")
+    out.append("")
+    sources = sorted({r["source"] for r in answers(policies[0], budgets[0])})
+    key = [p for p in ("random", "recency+prompt", "rkv+prompt", "triattention", "h2o+prompt") if p in policies]
+    if "random" not in key or "rkv+prompt" not in key:
+        return
+    out.append("Per task set, answer KL (mean over its texts) and the paired Δ = KL(random) − KL(rkv+prompt):\n")
+    out.append("| set | B | B/len | " + " | ".join(key) + " | Δ random − rkv+prompt [95% CI] | n |")
+    out.append("|---|---:|---:|" + "---:|" * len(key) + "---|---:|")
+    for src in sources:
+        for b in budgets:
+            vals = []
+            for p in key:
+                a = answers(p, b, src)
+                vals.append(f"{sum(float(r['answer_kl']) for r in a) / len(a):.3f}")
+            sub = {(p, b): {k: r for k, r in cells[(p, b)].items() if r["source"] == src} for p in ("random", "rkv+prompt")}
+            dm, lo, hi, n = paired(sub, "random", "rkv+prompt", b, "answer_kl")
+            name = os.path.splitext(src)[0].removeprefix("tasks-")
+            out.append(f"| {name} | {b} | {b/length:.2f} | " + " | ".join(vals) + f" | {fmt_ci(dm, lo, hi, True)} | {n} |")
+    out.append("")
+
+
 class Reading:
     """Fills the {{...}} fields of reading.md from the data. Forms (MODEL a model directory, b1/b2/b3
     its budgets in increasing order, P a policy, src=X keeps the texts of corpus X or of source
@@ -210,6 +266,8 @@ class Reading:
       d MODEL P Q bI [src] [C]   paired KL(P) - KL(Q) and 95% CI (3); C = >0 | <0 | ~0 is a claim
                                  (P or Q = best: the scored policy of lowest mean KL at bI, also in kl)
       dm MODEL P Q bI            KL(P) - KL(Q), difference of means only
+      akl MODEL P bI [src]       mean KL at the final answer's tokens (3; task texts with an answer)
+      ad MODEL P Q bI [src] [C]  paired answer KL(P) - KL(Q) and 95% CI (3), with an optional claim as d
       up / down MODEL P bI bJ [src]   "KL(bI) → KL(bJ)", with the claim that it rises / falls
       nneg MODEL [src]           "k of N": (policy, budget) cells whose ΔNLL vs full has a 95% CI below 0
       sink MODEL (3), sinkx MODEL (1), uniform MODEL (3), heads MODEL, heads03 MODEL: the largest
@@ -306,12 +364,27 @@ class Reading:
     def f_d(self, m, a, src, prec, claim):
         b = self.budget(m, a[2])
         cells = {(p, b): self.cell(m, p, b, src) for p in (a[0], a[1])}  # "best" as a name of its own
-        dm, lo, hi, _ = paired(cells, a[0], a[1], b)
+        return self.claimed(*paired(cells, a[0], a[1], b)[:3], prec, claim)
+
+    @staticmethod
+    def claimed(dm, lo, hi, prec, claim):
+        """A paired difference as text, and why its claim (>0, <0, ~0) fails, or None."""
         f = "{:+." + str(3 if prec is None else prec) + "f}"
         value = f.format(dm) + " [" + f.format(lo) + ", " + f.format(hi) + "]"
         ok = {None: True, ">0": lo > 0, "<0": hi < 0, "~0": lo <= 0 <= hi}[claim]
         return value, None if ok else {">0": "its CI is not above 0", "<0": "its CI is not below 0",
                                        "~0": "its CI excludes 0"}[claim]
+
+    def f_akl(self, m, a, src, prec, claim):
+        c = [r for r in self.cell(m, a[0], self.budget(m, a[1]), src).values() if has_answer(r)]
+        if not c:
+            raise ValueError(f"no texts with an answer for {a[0]} (src={src})")
+        return f"{sum(float(r['answer_kl']) for r in c) / len(c):.{3 if prec is None else prec}f}", None
+
+    def f_ad(self, m, a, src, prec, claim):
+        b = self.budget(m, a[2])
+        cells = {(p, b): self.cell(m, p, b, src) for p in (a[0], a[1])}
+        return self.claimed(*paired(cells, a[0], a[1], b, "answer_kl")[:3], prec, claim)
 
     def f_nneg(self, m, a, src, prec, claim):
         cells = [(p, b) for (p, b) in m["cells"]]
@@ -363,9 +436,9 @@ def main():
     data, out_md = sys.argv[1], sys.argv[2]
     out, headline, maxes, ctx = [], [], {}, {}
     body = []
-    for model, title in MODELS:
-        if os.path.isdir(os.path.join(data, model)):
-            m = model_section(data, model, title, body, headline, ctx)
+    for model, folder, only, title in MODELS:
+        if os.path.isdir(os.path.join(data, folder)) and (only is None or os.path.isdir(os.path.join(data, folder, only))):
+            m = model_section(data, model, folder, only, title, body, headline, ctx)
             if m is not None:
                 maxes[model] = m
     run = open(os.path.join(data, "run.txt")).read().strip() if os.path.exists(os.path.join(data, "run.txt")) else ""

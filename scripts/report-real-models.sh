@@ -66,7 +66,7 @@ run_div() { # model corpus texts length extra-args...
   mkdir -p "$out"
   local start; start=$(date +%s)
   $KV divergence -m "$m" --texts "$texts" --length "$len" --prompt-tokens "$PROMPT" --policies "$POLICIES" \
-    --budget-fractions "$FRACS" -r "$R" --sink-mass --seed 1 -t 1 \
+    --budget-fractions "$FRACS" -r "${RUN_R:-$R}" --sink-mass --seed 1 -t 1 \
     --param "triattention:stats=$TMP/$name-tri.json" -o "$out" "$@" > "$out/stdout.txt" 2> "$TMP/$name-$corpus.log"
   # run.txt keeps one entry per (model, corpus): this run's replaces the previous one.
   { grep -v "^$name $corpus: " "$DATA/run.txt" 2> /dev/null || true; } > "$TMP/run.txt"
@@ -111,6 +111,8 @@ for name in "${models[@]}"; do
       done | python3 -c 'import json,sys; print("\n".join(d["problem"] + d["trace"] for d in map(json.loads, sys.stdin)))' \
         > "$TMP/cal-trace-tasks.txt"
       $KV calibrate -m "$m" -f "$TMP/cal-trace-tasks.txt" --tokens 8000 -c 1536 -t 1 -o "$TMP/$name-tri.json" > /dev/null 2>&1
+      # r = 32 as in the main job (a trace line is ~7 tokens; the stories models' r = 8 is one line).
+      RUN_R=32
       # Two corpora, because budgets are fractions of --length and the two kinds of trace differ in
       # length: ~670 tokens (problem + 600-token trace) and ~1,267 (problem + 166 steps).
       args=()
@@ -129,6 +131,7 @@ for name in "${models[@]}"; do
         -o "$TMP/tasks-revisit-m4.jsonl"
       args+=(-f "$TMP/tasks-revisit-m4.jsonl")
       run_div "$name" trace-tasks "$TASKS" 1267 "${args[@]}"
+      unset RUN_R
       ;;
     *)
       $KV calibrate -m "$m" -f "$BOOK_CAL" --gutenberg-body --tokens 4000 -t 1 -o "$TMP/$name-tri.json" > /dev/null 2>&1
