@@ -449,9 +449,9 @@ def main():
                "texts are teacher-forced through `full` and through every policy in lockstep, and each "
                "scored token contributes KL(p_full ‖ p_policy) in nats and its NLL. Budgets are 10, 20 "
                "and 40% of the window; the first P tokens play the prompt (pinned by `+prompt` policies "
-               "and by `random`, `random-shared`, `random-beacon`, `triattention`); r is 8. TriAttention's "
+               "and by `random`, `random-shared`, `random-beacon`, `triattention`); r is 8 (32 for the trace reasoner, as in the main job). TriAttention's "
                "statistics come from `kvevict calibrate` on PG-19 book 10762, which is not evaluated (reasoner: on held-out tasks, seed 7100). "
-               "P is 8 for the text corpora; for the reasoner the prompt is each task's problem. "
+               "P is 8 for the text corpora; for the reasoners the prompt is each task's problem. "
                "`streaming+prompt` is not run: with a prompt of P ≥ 4 tokens its 4 sinks lie inside the pinned prompt, so it keeps what `recency+prompt` keeps. "
                "Intervals are 95% percentile bootstraps over texts (n texts per cell, given).\n")
     out.append("## Headline: Random Attention vs the best scored policy\n")
