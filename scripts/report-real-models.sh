@@ -18,7 +18,8 @@
 # and python3 (stdlib only). The defaults give each stories model 101 texts (50 wikitext + 3 x 16
 # PG-19 + 3 TinyStories windows); one stories model then takes 4-5 wall minutes at -t 1
 # (measured at load ~3 on 2 cores, one of them busy), the reasoner about 19 minutes (measured at load ~10 with 6 tasks
-# per family); raise WIKI/BOOK/TASKS for tighter CIs.
+# per family), the trace reasoner about 62 minutes (583 s prompt sets + 3,117 s trace sets at load 5-6,
+# TRACE_TASKS=14); raise WIKI/BOOK/TASKS/TRACE_TASKS for tighter CIs.
 # Writes docs/reports/data/real-models/<model>/<corpus>/{divergence.csv,summary.json,sink_mass.csv}
 # (committed) and regenerates docs/reports/real-models.md. Seed 1 everywhere.
 set -euo pipefail
@@ -38,7 +39,8 @@ PROMPT=${PROMPT:-8}  # leading tokens pinned as the prompt: at 10% (B = 26) K_se
 WIKI=${WIKI:-50}     # wikitext-2 test windows per model (the 1.3 MB file holds hundreds of 256-token windows)
 BOOK=${BOOK:-16}     # windows per PG-19 book (3 books of 275-346 KB, each holding hundreds)
 TINY=${TINY:-3}      # TinyStories sample windows: the 3.8 KB file holds only 3 for TinyStories-656K (7 for stories260K)
-TASKS=${TASKS:-6}    # reasoner tasks per family
+TASKS=${TASKS:-6}    # small test reasoner: tasks per family
+TRACE_TASKS=${TRACE_TASKS:-14}  # trace reasoner: tasks per task set (8 sets: 112 texts)
 FRACS=0.1,0.2,0.4
 CORPORA=${CORPORA:-wikitext pg19 tinystories}
 # Every policy that evicts, and the +prompt variants that differ from their base policy.
@@ -117,20 +119,20 @@ for name in "${models[@]}"; do
       # length: ~670 tokens (problem + 600-token trace) and ~1,267 (problem + 166 steps).
       args=()
       for fam in chain running once; do
-        $KV tasks gen --family "$fam" --length 600 --count "$TASKS" --seed 7000 -o "$TMP/tasks-$fam.jsonl"
+        $KV tasks gen --family "$fam" --length 600 --count "$TRACE_TASKS" --seed 7000 -o "$TMP/tasks-$fam.jsonl"
         args+=(-f "$TMP/tasks-$fam.jsonl")
       done
-      run_div "$name" prompt-tasks "$TASKS" 664 "${args[@]}"
+      run_div "$name" prompt-tasks "$TRACE_TASKS" 664 "${args[@]}"
       args=()
       for m_ in 1 2 4 8; do
-        $KV tasks gen --family recall --steps 166 --depth 6 --restate "$m_" --count "$TASKS" --seed 7000 \
+        $KV tasks gen --family recall --steps 166 --depth 6 --restate "$m_" --count "$TRACE_TASKS" --seed 7000 \
           -o "$TMP/tasks-recall-m$m_.jsonl"
         args+=(-f "$TMP/tasks-recall-m$m_.jsonl")
       done
-      $KV tasks gen --family revisit --steps 166 --depth 6 --restate 4 --count "$TASKS" --seed 7000 \
+      $KV tasks gen --family revisit --steps 166 --depth 6 --restate 4 --count "$TRACE_TASKS" --seed 7000 \
         -o "$TMP/tasks-revisit-m4.jsonl"
       args+=(-f "$TMP/tasks-revisit-m4.jsonl")
-      run_div "$name" trace-tasks "$TASKS" 1267 "${args[@]}"
+      run_div "$name" trace-tasks "$TRACE_TASKS" 1267 "${args[@]}"
       unset RUN_R
       ;;
     *)
