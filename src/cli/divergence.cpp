@@ -287,10 +287,12 @@ int run_divergence(const DivergenceArgs& a) {
   for (const auto& [source, idx] : groups) {
     double prompt = 0;
     for (size_t i : idx) prompt += static_cast<double>(texts[i].prompt) / static_cast<double>(idx.size());
+    const double full_all = full_ppl(res, idx, kAll);
     fmt::print("\n{}: {} texts, prompt {:.0f} tokens (mean); full perplexity {:.4f}; KL in nats/token, intervals "
                "percentile bootstrap 95% over texts\n",
-               source, idx.size(), prompt, full_ppl(res, idx, kAll));
+               source, idx.size(), prompt, full_all);
     const std::vector<size_t> ans_idx = with_span(res, idx, kAnswer);
+    const double full_answer = ans_idx.empty() ? 0.0 : full_ppl(res, ans_idx, kAnswer);
     std::vector<CellSummary> ans(cells.size());
     for (size_t c = 0; c < cells.size() && !ans_idx.empty(); ++c)
       ans[c] = summarize(res, ans_idx, kAnswer, c, a.bootstrap, a.policy.seed);
@@ -310,7 +312,7 @@ int run_divergence(const DivergenceArgs& a) {
                   {"kl", ans[c].kl},
                   {"kl_ci", {ans[c].kl_lo, ans[c].kl_hi}},
                   {"perplexity", ans[c].ppl},
-                  {"full_perplexity", full_ppl(res, ans_idx, kAnswer)},
+                  {"full_perplexity", full_answer},
                   {"dnll", ans[c].dnll},
                   {"dnll_ci", {ans[c].dnll_lo, ans[c].dnll_hi}},
                   {"top1", ans[c].top1}};
@@ -322,7 +324,7 @@ int run_divergence(const DivergenceArgs& a) {
                          {"kl", s.kl},
                          {"kl_ci", {s.kl_lo, s.kl_hi}},
                          {"perplexity", s.ppl},
-                         {"full_perplexity", full_ppl(res, idx, kAll)},
+                         {"full_perplexity", full_all},
                          {"dnll", s.dnll},
                          {"dnll_ci", {s.dnll_lo, s.dnll_hi}},
                          {"top1", s.top1},
@@ -334,7 +336,7 @@ int run_divergence(const DivergenceArgs& a) {
     for (size_t i : ans_idx) ans_tokens += static_cast<double>(res[i].answer.n) / static_cast<double>(ans_idx.size());
     fmt::print("\n{}, final answer tokens only (inside the last \\boxed{{}}, {:.1f} tokens a text, {} texts): what the "
                "answer read from the cache; full perplexity {:.4f}\n",
-               source, ans_tokens, ans_idx.size(), full_ppl(res, ans_idx, kAnswer));
+               source, ans_tokens, ans_idx.size(), full_answer);
     fmt::print("{:<22} {:>6} {:>28} {:>11} {:>30} {:>7}\n", "policy", "B", "KL from full [95% CI]", "perplexity",
                "ΔNLL vs full [95% CI]", "top-1");
     for (size_t c = 0; c < cells.size(); ++c)

@@ -34,11 +34,7 @@ size_t argmax(std::span<const float> row) {
   return static_cast<size_t>(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
-}  // namespace
-
-namespace {
-
-/// Running sums of one span, turned into means by finish().
+/// Zeroed running sums of one span over `cells` cells; span_finish turns them into means.
 void span_init(DivergenceSpan& s, size_t cells) {
   s.kl.assign(cells, 0.0);
   s.nll.assign(cells, 0.0);
@@ -98,22 +94,22 @@ DivergenceText divergence_text(Engine& engine, std::span<const int32_t> tokens, 
     const std::span<const float> full_row(logits.data(), vocab);
     log_softmax(full_row, logp);
     const size_t full_top = argmax(full_row);
-    const bool in_answer = answer_from != 0 && i >= answer_from;
-    for (DivergenceSpan* sp : {&r.all, in_answer ? &r.answer : nullptr}) {
-      if (sp == nullptr) continue;
-      ++sp->n;
-      sp->full_nll -= logp[target];
+    // The spans position i counts in: every scored position, and the answer's from answer_from on.
+    DivergenceSpan* const spans[] = {&r.all, &r.answer};
+    const size_t n_spans = answer_from != 0 && i >= answer_from ? 2 : 1;
+    for (size_t k = 0; k < n_spans; ++k) {
+      ++spans[k]->n;
+      spans[k]->full_nll -= logp[target];
     }
     for (size_t c = 0; c < cells.size(); ++c) {
       const std::span<const float> cell_row(logits.data() + (c + 1) * vocab, vocab);
       log_softmax(cell_row, logq);
       const double kl = kl_divergence(logp, logq), nll = -logq[target];
       const double top = argmax(cell_row) == full_top ? 1.0 : 0.0;
-      for (DivergenceSpan* sp : {&r.all, in_answer ? &r.answer : nullptr}) {
-        if (sp == nullptr) continue;
-        sp->kl[c] += kl;
-        sp->nll[c] += nll;
-        sp->top1[c] += top;
+      for (size_t k = 0; k < n_spans; ++k) {
+        spans[k]->kl[c] += kl;
+        spans[k]->nll[c] += nll;
+        spans[k]->top1[c] += top;
       }
     }
     if (i + 1 < n) {
