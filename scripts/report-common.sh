@@ -33,9 +33,9 @@ KV=./build/kvevict
 MODEL="${MODEL:-models/trace-reasoner/trace-reasoner.gguf}"
 JOBS="${JOBS:-1}"
 THREADS="${THREADS:-1}"
-# eval's settings check names the model by file name and size only, so a retrained file of the
-# same shape would resume the old rollouts: the grid is keyed by the model's content and by N
-# (the task file's size is part of the settings too).
+# The grid is keyed by the model's content and by N, so two models' (or two N's) cells sit side
+# by side instead of each refusing the other's folders (eval keys a folder by the model's digest
+# and the task file's digest too, and refuses a mismatch).
 MODEL_SHA=$(sha256sum "$MODEL" | cut -c1-12)
 GRID_ROOT="${GRID_ROOT:-out/report-grid-trace}"
 grid_dir() { echo "$GRID_ROOT/$MODEL_SHA/n$N"; }
