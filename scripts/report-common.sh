@@ -14,7 +14,8 @@
 #
 # Environment: MODEL (default the trace reasoner), N (problems per task set; each report sets its
 # default), BUDGETS (comma-separated; each report sets its default), POLICIES (override a report's
-# list), JOBS (cells run side by side, default 1), THREADS (per eval, default 1).
+# list), JOBS (cells run side by side, default 1), THREADS (per eval, default 1), MARGIN (TOST
+# equivalence margin in accuracy units, default 0.05; kvevict merge --margin).
 #
 # Cost: seconds per generation (one rollout, engine time; measured with N = 3 on 2026-12-03 at
 # load average 2.1-2.8 on the 2 cores, two training runs beside this eval at nice 10, -t 1):
@@ -110,7 +111,7 @@ grid_run() {  # grid_run SET POLICIES BUDGETS: every cell, JOBS at a time
 
 # grid_save SET POLICIES BUDGETS DATA REF...: for each reference REF, one summary of the set's cells
 # against REF (kvevict merge on the combined cells: paired sign test, Holm, Tango TOST with power,
-# all at eval's default margin), and the compact data the report's tables are made from, written to
+# at the equivalence margin MARGIN, default 0.05 = 5 accuracy points), and the compact data the report's tables are made from, written to
 # DATA/SET/: summary-vs-REF.csv, pooled-vs-REF.csv, rollouts.csv (correct per problem), cost.csv,
 # config.json.
 grid_save() {
@@ -127,7 +128,7 @@ grid_save() {
     local comb; comb="$(grid_dir)/combined/${REPORT:-any}/$set-vs-$ref"
     rm -rf "$comb" "$comb-in"; mkdir -p "$(dirname "$comb")"
     /usr/bin/python3 scripts/report-lib.py combine "$comb-in" "$ref" "${dirs[@]}"
-    $KV merge "$comb-in" -o "$comb" --no-plots > "$comb.log" 2>&1 || { echo "merge failed: $comb.log" >&2; return 1; }
+    $KV merge "$comb-in" -o "$comb" --no-plots --margin "${MARGIN:-0.05}" > "$comb.log" 2>&1 || { echo "merge failed: $comb.log" >&2; return 1; }
     /usr/bin/python3 scripts/report-lib.py save "$comb" "$data/$set" "$ref"
   done
 }
@@ -143,7 +144,7 @@ report_commands() {
   echo "kvevict eval -m $MODEL -f S-tasks.jsonl --policies P --budgets B --reference P ${EVAL_OPTS[*]} -t 1 -o S/P@B \\"
   echo "  # triattention adds: --param stats=triattention-stats.json (kvevict calibrate -c 1536 on seed-7 tasks of every family)"
   echo "# per task set and reference R: the cells' rollouts in one folder whose config names R, re-summarized by kvevict"
-  echo "scripts/report-lib.py combine S-vs-R-in R S/*; kvevict merge S-vs-R-in -o S-vs-R"
+  echo "scripts/report-lib.py combine S-vs-R-in R S/*; kvevict merge S-vs-R-in -o S-vs-R --margin ${MARGIN:-0.05}"
   echo '```'
 }
 
