@@ -7,7 +7,7 @@
 # Cells are combined into one summary per task set and reference policy with `kvevict merge`
 # (report-lib.py combine), so every paired statistic is kvevict's own (src/eval/summary.cpp).
 #
-# Task sets are the main job's (scripts/main-job.sh on wip/main-job-trace): chain, running, once at
+# Task sets are the main job's (scripts/main-job.sh): chain, running, once at
 # ~600 trace tokens (~665 with the prompt: they test whether the prompt survives), recall with
 # M = 1, 2, 4, 8 copies of a value computed in the trace and revisit with 4 re-reads (166 steps,
 # ~1,260 tokens). Held-out seed 1000, greedy, one rollout, r = 32, eval seed 1.
