@@ -69,7 +69,7 @@ grid_stats() {
 for line in sys.stdin:
     t = json.loads(line)
     sys.stdout.write(t["problem"] + t["trace"] + "\n")' > "$g/calibration.txt"
-  $KV calibrate -m "$MODEL" -f "$g/calibration.txt" -o "$STATS.tmp" -c 1536 -t "$THREADS" >/dev/null
+  $KV calibrate -m "$MODEL" -f "$g/calibration.txt" --tokens 40000 -o "$STATS.tmp" -c 1536 -t "$THREADS" >/dev/null
   mv "$STATS.tmp" "$STATS"
 }
 
@@ -142,7 +142,7 @@ report_commands() {
   done
   echo "# each cell: policy P in {$POLICIES}, budget B in {$BUDGETS} (full: once), per task set S"
   echo "kvevict eval -m $MODEL -f S-tasks.jsonl --policies P --budgets B --reference P ${EVAL_OPTS[*]} -t 1 -o S/P@B \\"
-  echo "  # triattention adds: --param stats=triattention-stats.json (kvevict calibrate -c 1536 on seed-7 tasks of every family)"
+  echo "  # triattention adds: --param stats=triattention-stats.json (kvevict calibrate --tokens 40000 -c 1536 on seed-7 tasks of every family)"
   echo "# per task set and reference R: the cells' rollouts in one folder whose config names R, re-summarized by kvevict"
   echo "scripts/report-lib.py combine S-vs-R-in R S/*; kvevict merge S-vs-R-in -o S-vs-R --margin ${MARGIN:-0.05}"
   echo '```'
