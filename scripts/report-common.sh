@@ -10,7 +10,8 @@
 # Task sets are the main job's (scripts/main-job.sh): chain, running, once at
 # ~600 trace tokens (~665 with the prompt: they test whether the prompt survives), recall with
 # M = 1, 2, 4, 8 copies of a value computed in the trace and revisit with 4 re-reads (166 steps,
-# ~1,260 tokens). Held-out seed 1000, greedy, one rollout, r = 32, eval seed 1.
+# ~1,260 tokens). Held-out seed 1000, greedy, one rollout, r = 32, eval seed 0 and rollouts cut at
+# 2,048 tokens, as in the main job (so its 16 problems per set are this grid's first 16, rollout for rollout).
 #
 # Environment: MODEL (default the trace reasoner), N (problems per task set; each report sets its
 # default), BUDGETS (comma-separated; each report sets its default), POLICIES (override a report's
@@ -41,7 +42,7 @@ MODEL_SHA=$(sha256sum "$MODEL" | cut -c1-12)
 GRID_ROOT="${GRID_ROOT:-out/report-grid-trace}"
 grid_dir() { echo "$GRID_ROOT/$MODEL_SHA/n$N"; }
 STATS="$GRID_ROOT/$MODEL_SHA/triattention-stats.json"  # depends on the model only
-EVAL_OPTS=(--buffer 32 --temp 0 --rollouts 1 --seed 1)
+EVAL_OPTS=(--buffer 32 --temp 0 --rollouts 1 --max-length 2048 --seed 0)
 
 # Task set name -> `kvevict tasks gen` options.
 declare -A SET_GEN=(
@@ -175,7 +176,7 @@ report_header() {
   echo "# $1"
   echo
   echo "Made by \`scripts/report-$REPORT.sh\` at commit $RUN_COMMIT on $RUN_DATE: model \`$RUN_MODEL\` (sha256 $RUN_MODEL_SHA…),"
-  echo "N = $RUN_N problems per task set (tasks seed 1000, eval seed 1, greedy, one rollout, r = 32), budgets $RUN_BUDGETS;"
+  echo "N = $RUN_N problems per task set (tasks seed 1000, eval seed 0, greedy, one rollout, r = 32, at most 2,048 tokens), budgets $RUN_BUDGETS;"
   local s dirs=()
   for s in $RUN_SETS; do dirs+=("$DATA/$s"); done
   echo "load $RUN_LOAD0 before, $RUN_LOAD1 after; wall $RUN_WALL s (cells already run, by this or another report, are reused,"
