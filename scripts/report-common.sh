@@ -14,7 +14,8 @@
 # 2,048 tokens, as in the main job (so its 16 problems per set are this grid's first 16, rollout for rollout).
 #
 # Environment: MODEL (default the trace reasoner), N (problems per task set; each report sets its
-# default), BUDGETS (comma-separated; each report sets its default), POLICIES (override a report's
+# default), SET_N (per-set exceptions to N, e.g. "recall-m1=300,recall-m2=100": a report runs its
+# equivalence set at the N its margin needs and the others at the N their differences need), BUDGETS (comma-separated; each report sets its default), POLICIES (override a report's
 # list), JOBS (cells run side by side, default 1), THREADS (per eval, default 1), MARGIN (TOST
 # equivalence margin in accuracy units, default 0.05; kvevict merge --margin).
 #
@@ -40,7 +41,25 @@ THREADS="${THREADS:-1}"
 # and the task file's digest too, and refuses a mismatch).
 MODEL_SHA=$(sha256sum "$MODEL" | cut -c1-12)
 GRID_ROOT="${GRID_ROOT:-out/report-grid-trace}"
-grid_dir() { echo "$GRID_ROOT/$MODEL_SHA/n$N"; }
+set_n() {  # set_n SET -> the set's N (SET_N's entry, else N)
+  local kv
+  for kv in ${SET_N//,/ }; do
+    [ "${kv%%=*}" = "$1" ] && { echo "${kv#*=}"; return; }
+  done
+  echo "$N"
+}
+n_label() {  # n_label SET... -> "300" when every set has the same N, else "300 (a), 100 (b, c)"
+  local s n out="" seen=()
+  for s in "$@"; do n=$(set_n "$s"); [[ " ${seen[*]} " == *" $n "* ]] || seen+=("$n"); done
+  [ "${#seen[@]}" = 1 ] && { echo "${seen[0]}"; return; }
+  for n in "${seen[@]}"; do
+    local names=()
+    for s in "$@"; do [ "$(set_n "$s")" = "$n" ] && names+=("$s"); done
+    out+="${out:+, }$n ($(IFS=,; echo "${names[*]}" | sed 's/,/, /g'))"
+  done
+  echo "$out"
+}
+grid_dir() { echo "$GRID_ROOT/$MODEL_SHA/n$(set_n "$1")"; }  # grid_dir SET
 STATS="$GRID_ROOT/$MODEL_SHA/triattention-stats.json"  # depends on the model only
 EVAL_OPTS=(--buffer 32 --temp 0 --rollouts 1 --max-length 2048 --seed 0)
 
@@ -75,15 +94,15 @@ for line in sys.stdin:
 }
 
 grid_tasks() {  # grid_tasks SET -> the set's task file (N problems, seed 1000)
-  local set=$1 g; g=$(grid_dir)
+  local set=$1 g; g=$(grid_dir "$set")
   [ -n "${SET_GEN[$set]:-}" ] || { echo "unknown task set '$set'" >&2; return 1; }
   mkdir -p "$g"
   # shellcheck disable=SC2086  # the set's generator options
-  [ -f "$g/$set-tasks.jsonl" ] || $KV tasks gen ${SET_GEN[$set]} --count "$N" --seed 1000 -o "$g/$set-tasks.jsonl"
+  [ -f "$g/$set-tasks.jsonl" ] || $KV tasks gen ${SET_GEN[$set]} --count "$(set_n "$set")" --seed 1000 -o "$g/$set-tasks.jsonl"
   echo "$g/$set-tasks.jsonl"
 }
 
-cell_dir() { if [ "$2" = full ]; then echo "$(grid_dir)/$1/full"; else echo "$(grid_dir)/$1/$2@$3"; fi; }
+cell_dir() { if [ "$2" = full ]; then echo "$(grid_dir "$1")/$1/full"; else echo "$(grid_dir "$1")/$1/$2@$3"; fi; }
 
 grid_cell() {  # grid_cell SET POLICY B: one cell (resumes; a finished cell only re-summarizes)
   local set=$1 policy=$2 b=$3 tasks dir extra=()
@@ -126,7 +145,7 @@ grid_save() {
   done
   mkdir -p "$data/$set"
   for ref in full "$@"; do
-    local comb; comb="$(grid_dir)/combined/${REPORT:-any}/$set-vs-$ref"
+    local comb; comb="$(grid_dir "$set")/combined/${REPORT:-any}/$set-vs-$ref"
     rm -rf "$comb" "$comb-in"; mkdir -p "$(dirname "$comb")"
     /usr/bin/python3 scripts/report-lib.py combine "$comb-in" "$ref" "${dirs[@]}"
     $KV merge "$comb-in" -o "$comb" --no-plots --margin "${MARGIN:-0.05}" > "$comb.log" 2>&1 || { echo "merge failed: $comb.log" >&2; return 1; }
@@ -139,7 +158,7 @@ report_commands() {
   local set
   echo '```'
   for set in "$@"; do
-    echo "kvevict tasks gen ${SET_GEN[$set]} --count $N --seed 1000 -o $set-tasks.jsonl"
+    echo "kvevict tasks gen ${SET_GEN[$set]} --count $(set_n "$set") --seed 1000 -o $set-tasks.jsonl"
   done
   echo "# each cell: policy P in {$POLICIES}, budget B in {$BUDGETS} (full: once), per task set S"
   echo "kvevict eval -m $MODEL -f S-tasks.jsonl --policies P --budgets B --reference P ${EVAL_OPTS[*]} -t 1 -o S/P@B \\"
@@ -164,7 +183,7 @@ report_begin() {
 # report_record SET...: after the grid, the run's settings and commands beside its data.
 report_record() {
   {
-    printf 'RUN_%s=%q\n' N "$N" BUDGETS "$BUDGETS" POLICIES "$POLICIES" MODEL "$MODEL" MODEL_SHA "$MODEL_SHA" \
+    printf 'RUN_%s=%q\n' N "$(n_label "$@")" BUDGETS "$BUDGETS" POLICIES "$POLICIES" MODEL "$MODEL" MODEL_SHA "$MODEL_SHA" \
       SETS "$*" LOAD0 "$RUN_LOAD0" LOAD1 "$(cut -d' ' -f1-3 /proc/loadavg)" WALL "$(( $(date +%s) - RUN_START ))" \
       DATE "$(date -u +%Y-%m-%dT%H:%MZ)" COMMIT "$(git rev-parse --short HEAD)"
   } > "$DATA/run.env"
@@ -194,7 +213,7 @@ report_reading() {
   local f=docs/reports/readings/$REPORT.md
   echo "## Reading"
   echo
-  if [ -f "$f" ] && head -1 "$f" | grep -q "sha256 $RUN_MODEL_SHA, N = $RUN_N\b"; then
+  if [ -f "$f" ] && head -1 "$f" | grep -qF "sha256 $RUN_MODEL_SHA, N = $RUN_N"; then
     cat "$f"
   else
     echo "*Not written for this run yet ($f must name \"sha256 $RUN_MODEL_SHA, N = $RUN_N\" in its first line).*"

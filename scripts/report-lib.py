@@ -212,9 +212,11 @@ def compare(out_md, vs, across, runs):
             pos = sum(x == "1" and y == "0" for x, y in pairs)
             neg = sum(x == "0" and y == "1" for x, y in pairs)
             n = len(pairs)
-            acc = lambda s: sum(x == "1" for x in s) / max(1, sum(x != "-" for x in s))  # noqa: E731
+            # Over the paired problems only: two sets of different N pair their first min(N) problems
+            # (problem i of every recall set shares its phase A), and both accuracies are over those.
+            acc_a, acc_b = (sum(x[k] == "1" for x in pairs) / max(1, n) for k in (0, 1))
             rows.append({"set": f"{la} − {lb}", "policy": p, "ref": f"{p} on {lb}", "budget": str(b), "n": n,
-                         "acc": f"{acc(sa):.2f} / {acc(sb):.2f}", "diff": (pos - neg) / n if n else 0.0,
+                         "acc": f"{acc_a:.2f} / {acc_b:.2f}", "diff": (pos - neg) / n if n else 0.0,
                          "lo": None, "hi": None, "pos": pos, "neg": neg, "ties": n - pos - neg,
                          "sign_p": sign_p(pos, neg), "kv_holm": None, "eq_p": None, "power": None,
                          "margin": None, "method": ""})
