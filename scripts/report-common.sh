@@ -133,7 +133,7 @@ grid_run() {  # grid_run SET POLICIES BUDGETS: every cell, JOBS at a time
 # against REF (kvevict merge on the combined cells: paired sign test, Holm, Tango TOST with power,
 # at the equivalence margin MARGIN, default 0.05 = 5 accuracy points), and the compact data the report's tables are made from, written to
 # DATA/SET/: summary-vs-REF.csv, pooled-vs-REF.csv, rollouts.csv (correct per problem), cost.csv,
-# config.json.
+# stops.csv (how rollouts ended: first answer right, answered twice, at the length cap), config.json.
 grid_save() {
   local set=$1 policies=$2 budgets=$3 data=$4 ref p b dirs=()
   shift 4
@@ -149,7 +149,7 @@ grid_save() {
     rm -rf "$comb" "$comb-in"; mkdir -p "$(dirname "$comb")"
     /usr/bin/python3 scripts/report-lib.py combine "$comb-in" "$ref" "${dirs[@]}"
     $KV merge "$comb-in" -o "$comb" --no-plots --margin "${MARGIN:-0.05}" > "$comb.log" 2>&1 || { echo "merge failed: $comb.log" >&2; return 1; }
-    /usr/bin/python3 scripts/report-lib.py save "$comb" "$data/$set" "$ref"
+    /usr/bin/python3 scripts/report-lib.py save "$comb" "$data/$set" "$ref" "$comb-in"
   done
 }
 

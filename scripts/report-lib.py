@@ -26,21 +26,25 @@ Usage:
         One `kvevict eval` folder from per-cell folders of one task set: their rollouts (text
         dropped) and a config naming every cell and REF as the reference, for `kvevict merge
         OUT -o DIR` to summarize (eval fixes the reference in its config; merge re-summarizes
-        with the config it finds, so nothing is recomputed).
-    report-lib.py save MERGED DATA REF
+        with the config it finds, so nothing is recomputed); and OUT/stops.csv, how each cell's
+        rollouts ended (read from the text before it is dropped: graded right, first \\boxed{}
+        right, two or more \\boxed{}, stopped at the length cap).
+    report-lib.py save MERGED DATA REF [COMBINED]
         The compact data a report is made from, into DATA: summary-vs-REF.csv (kvevict's
         summary.csv), pooled-vs-REF.csv (summary.json's pooled comparisons), and, for REF = full,
         config.json and rollouts.csv (policy,budget,correct: one character per problem index,
-        1 right, 0 wrong, - not run) and cost.csv (engine seconds per cell). Checks that Holm here
-        reproduces kvevict's sign_p_holm.
+        1 right, 0 wrong, - not run), cost.csv (engine seconds per cell) and COMBINED's
+        stops.csv. Checks that Holm here reproduces kvevict's sign_p_holm.
     report-lib.py cost DATA...
         One line: the engine time of every cell in the data folders (cost.csv).
 /usr/bin/python3 with matplotlib and scipy (scripts/setup.sh installs them).
 """
 
+import collections
 import csv
 import json
 import os
+import re
 import shutil
 import sys
 
@@ -142,6 +146,26 @@ def table(out_md, png, title, runs):
                         continue
                     cells.append(f"kept {r['fact_kept_correct']}/{r['fact_kept_rollouts']}, "
                                  f"lost {r['fact_lost_correct']}/{r['fact_lost_rollouts']}")
+                md.append(f"| {p} | " + " | ".join(cells) + " |")
+            md.append("")
+        stops_path = os.path.join(dir_, "stops.csv")
+        stops = {(r["policy"], int(r["budget"] or 0)): r for r in read_csv(stops_path)} if os.path.exists(stops_path) else {}
+        late = [k for k, r in stops.items() if int(r["answered_twice_or_more"]) or int(r["at_length_cap"])]
+        if late:
+            md.append(f"How rollouts ended ({label}), where some answered more than once or ran to the length cap: "
+                      "graded right / first answer right / answered twice or more / at the length cap, of the cell's "
+                      "rollouts (the grader reads the last `\\boxed{}`)\n")
+            lb = sorted({b for _, b in late})
+            md.append("| policy | " + " | ".join(f"B = {b}" if b else "full" for b in lb) + " |")
+            md.append("|---|" + "---|" * len(lb))
+            for p in ["full"] + policies:
+                if not any(k[0] == p for k in late):
+                    continue
+                cells = []
+                for b in lb:
+                    r = stops.get((p, b))
+                    cells.append(f"{r['graded_right']} / {r['first_answer_right']} / {r['answered_twice_or_more']} / "
+                                 f"{r['at_length_cap']} of {r['rollouts']}" if r else "–")
                 md.append(f"| {p} | " + " | ".join(cells) + " |")
             md.append("")
     handles, labels = axes[0][-1].get_legend_handles_labels()
@@ -292,6 +316,7 @@ def combine(out, ref, dirs):
     base["reference"] = ref
     base["eviction"] = dict(base["eviction"], params=params)
     os.makedirs(out, exist_ok=True)
+    stops = collections.defaultdict(list)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(base, f, indent=2)
     with open(os.path.join(out, "rollouts.jsonl"), "w") as f:
@@ -300,12 +325,39 @@ def combine(out, ref, dirs):
             for line in open(path) if os.path.exists(path) else []:
                 if line.endswith("\n"):  # a torn last line is a rollout still to run
                     r = json.loads(line)
+                    stops[(r["policy"], r["budget"] or 0)].append(answers(r, path))
                     r["text"] = ""  # the summary does not read it
                     f.write(json.dumps(r) + "\n")
+    # How each cell's rollouts ended, which the summary does not keep: a rollout that writes the
+    # right answer and goes on to a second, wrong one is graded wrong (the grader reads the last
+    # \boxed{}), a stopping failure rather than a lost value.
+    with open(os.path.join(out, "stops.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["policy", "budget", "rollouts", "graded_right", "first_answer_right", "answered_twice_or_more",
+                    "at_length_cap"])
+        for (p, b), rs in stops.items():
+            w.writerow([p, b or "", len(rs), sum(r[0] for r in rs), sum(r[1] for r in rs), sum(r[2] >= 2 for r in rs),
+                        sum(r[3] for r in rs)])
 
 
-def save(merged, data, ref):
+BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+
+
+def answers(r, path):
+    """(graded right, first \\boxed{} right, number of \\boxed{}, stopped at the length cap) for one
+    rollout. The answers of these task families hold no braces, so a flat match finds them; the
+    last one must grade as kvevict's grader did (exact match after trimming, src/eval/grader.cpp)."""
+    boxes = [b.strip() for b in BOXED.findall(r["text"])]
+    gold = r["gold"].strip()
+    if r.get("grade") == "graded" and (bool(boxes) and boxes[-1] == gold) != bool(r["correct"]):
+        sys.exit(f"{path}: problem {r['problem_index']}: the last \\boxed{{}} here and kvevict's grade disagree")
+    return (bool(r["correct"]), bool(boxes) and boxes[0] == gold, len(boxes), r.get("finish") == "length")
+
+
+def save(merged, data, ref, combined=None):
     os.makedirs(data, exist_ok=True)
+    if combined and ref == "full":  # combine's stopping counts (one file per task set)
+        shutil.copy(os.path.join(combined, "stops.csv"), os.path.join(data, "stops.csv"))
     shutil.copy(os.path.join(merged, "summary.csv"), os.path.join(data, f"summary-vs-{ref}.csv"))
     cells = read_csv(os.path.join(merged, "summary.csv"))
     tested = [c for c in cells if c["sign_p"]]
@@ -388,8 +440,8 @@ def main(argv):
         combine(argv[2], argv[3], argv[4:])
     elif len(argv) >= 3 and argv[1] == "cost":
         total_cost(argv[2:])
-    elif len(argv) == 5 and argv[1] == "save":
-        save(argv[2], argv[3], argv[4])
+    elif len(argv) in (5, 6) and argv[1] == "save":
+        save(*argv[2:])
     else:
         sys.exit(__doc__)
 
