@@ -53,9 +53,10 @@ n_label() {  # n_label SET... -> "300" when every set has the same N, else "300 
   for s in "$@"; do n=$(set_n "$s"); [[ " ${seen[*]} " == *" $n "* ]] || seen+=("$n"); done
   [ "${#seen[@]}" = 1 ] && { echo "${seen[0]}"; return; }
   for n in "${seen[@]}"; do
-    local names=()
+    local names=() joined
     for s in "$@"; do [ "$(set_n "$s")" = "$n" ] && names+=("$s"); done
-    out+="${out:+, }$n ($(IFS=,; echo "${names[*]}" | sed 's/,/, /g'))"
+    joined=$(IFS=,; echo "${names[*]}")
+    out+="${out:+, }$n (${joined//,/, })"
   done
   echo "$out"
 }
