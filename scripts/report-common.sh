@@ -43,7 +43,7 @@ MODEL_SHA=$(sha256sum "$MODEL" | cut -c1-12)
 GRID_ROOT="${GRID_ROOT:-out/report-grid-trace}"
 set_n() {  # set_n SET -> the set's N (SET_N's entry, else N)
   local kv
-  for kv in ${SET_N//,/ }; do
+  for kv in ${SET_N:+${SET_N//,/ }}; do
     [ "${kv%%=*}" = "$1" ] && { echo "${kv#*=}"; return; }
   done
   echo "$N"
