@@ -5,8 +5,9 @@
 # and R-KV with the prompt pinned (rkv+prompt), and recency+prompt (the control). Does score-free
 # eviction plus a few attention-chosen far slots keep far revisits? Each policy is tested against
 # random and random-beacon against the scored ones on the same problems (TOST).
-# Grid and statistics: scripts/report-common.sh. Cost at the defaults: 1 set x 31 cells x N =
-# ~10 CPU-s per problem (report-common.sh's rates), ~0.8 CPU-hours at N = 300.
+# Grid and statistics: scripts/report-common.sh. Cost at the defaults: 1 set x 31 cells at N = 300,
+# about 0.5 h of wall time with two cells side by side on the 2 cores (2026-12-03, load ~2; rkv+prompt's
+# cells are half of it); the report's header gives the measured CPU time.
 # Usage: scripts/report-q4-beacons.sh [--from-data]   (env N, BUDGETS, POLICIES, SETS, JOBS, MODEL)
 set -euo pipefail
 cd "$(dirname "$0")/.."
