@@ -4,11 +4,11 @@
 #    28, 32 = the default B/4). With the 67-token prompt pinned, K_sel = 96 leaves 29 free slots;
 #    a tier of n_large >= 29 takes all of them and the SnapKV-weighted sample never runs.
 # 2. running at B = 128 / 192 / 256 for snapkv+prompt and rkv+prompt (the main job saw lower
-#    accuracy at 256 than at 128), from the shared grid (scripts/report-common.sh).
+#    accuracy at 256 than at 128), from the old reasoner's grid (scripts/report-common-reasoner.sh).
 # Usage: scripts/report-anomalies.sh  (env N = problems, default 20)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/report-common.sh
+source scripts/report-common-reasoner.sh
 start=$(date +%s); load0=$(cut -d' ' -f1-3 /proc/loadavg)
 grid_run running running 600
 $KV tasks gen --family chain --n "$N" --seed 1000 --length 600 -o "$GRID/vase-chain-tasks.jsonl"
@@ -67,7 +67,7 @@ REPORT_POLICIES=random,snapkv+prompt,rkv+prompt,vase+prompt,h2o+prompt,tova+prom
   echo
   echo "![vase](anomalies/vase.png)"
   echo
-  echo "## 2. running: accuracy vs budget (the shared grid, scripts/report-common.sh)"
+  echo "## 2. running: accuracy vs budget (the old reasoner's grid, scripts/report-common-reasoner.sh)"
   echo
   cat docs/reports/anomalies/running.md
   echo "![running](anomalies/running.png)"

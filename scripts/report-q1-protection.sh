@@ -1,38 +1,55 @@
 #!/usr/bin/env bash
-# Report Q1 "protection off" (docs/reports/q1-protection.md): every scored selector and random,
-# with and without the prompt pinned, at B = 128, 192, 256 on chain, running and once (reasoner,
-# 20 held-out problems each, seed 1000, greedy, r = 32). Does any scored selector clearly beat
-# random once protection is off? Shares its eval grid with the Q2 and Q4 reports
-# (scripts/report-common.sh). Usage: scripts/report-q1-protection.sh  (env N = problems per family)
+# Report Q1 "protection off" (docs/reports/q1-protection.md), trace reasoner: every scored
+# selector and random, with and without the prompt pinned (+prompt), and recency+prompt (the
+# prompt plus the newest slots only: where it matches random, the set needs no older trace), on
+# chain, running, once (what they test is whether the prompt survives) and recall M = 1 (a value
+# computed once in the trace). Unpinned selectors are tested against random-unprotected (does any
+# beat random once protection is off?), pinned ones against random (equivalence, TOST).
+# Grid and statistics: scripts/report-common.sh. Cost at the defaults: 4 sets x 66 cells x N =
+# ~35 CPU-s per problem (report-common.sh's rates), ~2.9 CPU-hours at N = 300.
+# Usage: scripts/report-q1-protection.sh [--from-data]   (env N, BUDGETS, POLICIES, SETS, JOBS, MODEL)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/report-common.sh
-start=$(date +%s); load0=$(cut -d' ' -f1-3 /proc/loadavg)
-for f in chain running once; do grid_run "$f" "$f" 600; done
-mkdir -p docs/reports/q1-protection
-REPORT_POLICIES=random-unprotected,random,snapkv,snapkv+prompt,rkv,rkv+prompt,vase,vase+prompt,h2o,h2o+prompt,tova,tova+prompt \
-  /usr/bin/python3 scripts/report-lib.py table docs/reports/q1-protection/tables.md docs/reports/q1-protection/accuracy.png \
-  "Q1: prompt pinned (dashed) or not (solid)" chain=$GRID/chain running=$GRID/running once=$GRID/once
+N="${N:-300}"
+BUDGETS="${BUDGETS:-128,192,256,384,512}"
+POLICIES="${POLICIES:-full,random,random-unprotected,recency+prompt,snapkv,snapkv+prompt,rkv,rkv+prompt,vase,vase+prompt,h2o,h2o+prompt,tova,tova+prompt}"
+read -r -a SETS <<< "${SETS:-chain running once recall-m1}"
+report_begin q1-protection "$@"
+if [ "$FROM_DATA" = 0 ]; then
+  for s in "${SETS[@]}"; do grid_run "$s" "$POLICIES" "$BUDGETS"; done
+  rm -rf "$DATA"
+  for s in "${SETS[@]}"; do grid_save "$s" "$POLICIES" "$BUDGETS" "$DATA" random random-unprotected; done
+  report_record "${SETS[@]}"
+fi
+# shellcheck source=/dev/null
+source "$DATA/run.env"
+read -r -a SETS <<< "$RUN_SETS"
+out=docs/reports/$REPORT
+runs=(); for s in "${SETS[@]}"; do runs+=("$s=$DATA/$s"); done
+pinned=() unpinned=(random)
+for p in ${RUN_POLICIES//,/ }; do
+  case $p in full|random|random-unprotected) ;; *+prompt|random-shared|random-beacon|triattention) pinned+=("$p") ;; *) unpinned+=("$p") ;; esac
+done
+/usr/bin/python3 scripts/report-lib.py table "$out/tables.md" "$out/accuracy.png" \
+  "Q1: prompt pinned (dashed) or not (solid)" "${runs[@]}"
+/usr/bin/python3 scripts/report-lib.py compare "$out/compare.md" \
+  --vs "random=$(IFS=,; echo "${pinned[*]}")" --diff "random-unprotected=$(IFS=,; echo "${unpinned[*]}")" "${runs[@]}"
 {
-  echo "# Q1: with prompt protection off, does any scored selector beat random?"
+  report_header "Q1: with prompt protection off, does any scored selector beat random?"
+  echo "Accuracy [95% interval]; \`random-unprotected\` is random with protection off, \`random\` with it on;"
+  echo "\`recency+prompt\` keeps the prompt and the newest slots only (the control)."
   echo
-  echo "Made by \`scripts/report-q1-protection.sh\` (N = $N problems per family, tasks seed 1000, eval seed 1, greedy, r = 32;"
-  echo "load $load0 before, $(cut -d' ' -f1-3 /proc/loadavg) after; wall $(( $(date +%s) - start )) s including any grid runs shared with Q2/Q4)."
-  echo "Grid command per family F (scripts/report-common.sh):"
-  echo
-  echo '```'
-  echo "kvevict tasks gen --family F --n $N --seed 1000 --length 600 -o F-tasks.jsonl"
-  echo "kvevict eval -m models/reasoner/reasoner.gguf --tasks F-tasks.jsonl --policies $GRID_POLICIES \\"
-  echo "  --budgets $GRID_BUDGETS --buffer 32 --temp 0 --rollouts 1 --seed 1 --param stats=triattention-stats.json"
-  echo '```'
-  echo
-  echo "Accuracy [95% interval, method named above each table]; \`random-unprotected\` is random with protection off, \`random\` with it on."
-  echo
-  cat docs/reports/q1-protection/tables.md
+  cat "$out/tables.md"
   echo "![accuracy](q1-protection/accuracy.png)"
   echo
-  echo "## Reading"
+  echo "## Paired tests"
   echo
-  cat docs/reports/readings/q1-protection.md
-} > docs/reports/q1-protection.md
-echo "wrote docs/reports/q1-protection.md"
+  echo "Pinned policies against \`random\` (does pinned random match them?), unpinned ones and \`random\` against"
+  echo "\`random-unprotected\` (does anything beat random once protection is off?)."
+  echo
+  cat "$out/compare.md"
+  echo
+  report_reading
+} > "docs/reports/$REPORT.md"
+echo "wrote docs/reports/$REPORT.md"

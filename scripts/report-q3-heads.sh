@@ -27,7 +27,7 @@ for f in chain running once; do  # kept when present, so that side-by-side runs 
   [ -f "$OUT/$f-tasks.jsonl" ] || $KV tasks gen --family "$f" --n "$N" --seed 1000 --length 600 -o "$OUT/$f-tasks.jsonl"
 done
 # TriAttention's query statistics, per model, from tasks outside the evaluation (seed 7), as
-# scripts/report-common.sh does for the shipped model.
+# scripts/report-common-reasoner.sh does for the old reasoner.
 [ -f "$OUT/calibration.txt" ] || for f in chain running once; do $KV tasks gen --family "$f" --n 25 --seed 7 --length 600; done |
   /usr/bin/python3 -c 'import json, sys
 for line in sys.stdin:

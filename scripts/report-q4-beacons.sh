@@ -1,55 +1,51 @@
 #!/usr/bin/env bash
-# Report Q4 "beacons" (docs/reports/q4-beacons.md): random-beacon vs random vs TriAttention and
-# R-KV (rkv+prompt, matched protection) on once and the other families, B = 128, 192, 256
-# (reasoner, 20 held-out problems each, seed 1000, greedy, r = 32). Does score-free eviction plus
-# a few attention-chosen far slots keep a fact stated once? Shares its eval grid with Q1/Q2
-# (scripts/report-common.sh). Usage: scripts/report-q4-beacons.sh  (env N = problems per family)
+# Report Q4 "beacons" (docs/reports/q4-beacons.md), trace reasoner: revisit (a value computed
+# early in the trace and re-read at 4 far checkpoints and at the end), random-beacon (random plus
+# a share of K_sel on the far slots the last queries attend to most) against random, TriAttention
+# and R-KV with the prompt pinned (rkv+prompt), and recency+prompt (the control). Does score-free
+# eviction plus a few attention-chosen far slots keep far revisits? Each policy is tested against
+# random and random-beacon against the scored ones on the same problems (TOST).
+# Grid and statistics: scripts/report-common.sh. Cost at the defaults: 1 set x 31 cells at N = 300,
+# about 0.5 h of wall time with two cells side by side on the 2 cores (2026-12-03, load ~2; rkv+prompt's
+# cells are half of it); the report's header gives the measured CPU time.
+# Usage: scripts/report-q4-beacons.sh [--from-data]   (env N, BUDGETS, POLICIES, SETS, JOBS, MODEL)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/report-common.sh
-start=$(date +%s); load0=$(cut -d' ' -f1-3 /proc/loadavg)
-for f in chain running once; do grid_run "$f" "$f" 600; done
-# Beacons without the prompt pin: random-beacon and random with --no-protect-prompt (same tasks).
-for f in chain once; do
-  $KV eval -m "$MODEL" --tasks "$GRID/$f-tasks.jsonl" --policies full,random,random-beacon --no-protect-prompt \
-    --budgets "$GRID_BUDGETS" --buffer 32 --temp 0 --rollouts 1 --seed 1 -t 1 --no-plots -o "$GRID/$f-unpinned-beacon" \
-    > "$GRID/$f-unpinned-beacon.log" 2>&1
-done
-mkdir -p docs/reports/q4-beacons
-/usr/bin/python3 scripts/report-lib.py table docs/reports/q4-beacons/unpinned.md docs/reports/q4-beacons/unpinned.png \
-  "Q4: prompt not pinned (--no-protect-prompt)" chain=$GRID/chain-unpinned-beacon once=$GRID/once-unpinned-beacon
-REPORT_POLICIES=random,random-shared,random-beacon,triattention,rkv+prompt,snapkv+prompt \
-  /usr/bin/python3 scripts/report-lib.py table docs/reports/q4-beacons/tables.md docs/reports/q4-beacons/accuracy.png \
-  "Q4: random + beacons" chain=$GRID/chain running=$GRID/running once=$GRID/once
+N="${N:-300}"
+BUDGETS="${BUDGETS:-128,192,256,384,512,768}"
+POLICIES="${POLICIES:-full,random,random-beacon,triattention,rkv+prompt,recency+prompt}"
+read -r -a SETS <<< "${SETS:-revisit-m4}"
+report_begin q4-beacons "$@"
+if [ "$FROM_DATA" = 0 ]; then
+  for s in "${SETS[@]}"; do grid_run "$s" "$POLICIES" "$BUDGETS"; done
+  rm -rf "$DATA"
+  for s in "${SETS[@]}"; do grid_save "$s" "$POLICIES" "$BUDGETS" "$DATA" random random-beacon; done
+  report_record "${SETS[@]}"
+fi
+# shellcheck source=/dev/null
+source "$DATA/run.env"
+read -r -a SETS <<< "$RUN_SETS"
+out=docs/reports/$REPORT
+runs=(); for s in "${SETS[@]}"; do runs+=("$s=$DATA/$s"); done
+others=$(echo ",$RUN_POLICIES," | sed 's/,full,/,/; s/,random,/,/; s/^,//; s/,$//')
+scored=$(echo ",$others," | sed 's/,random-beacon,/,/; s/,recency+prompt,/,/; s/^,//; s/,$//')
+/usr/bin/python3 scripts/report-lib.py table "$out/tables.md" "$out/accuracy.png" "Q4: random + beacons" "${runs[@]}"
+/usr/bin/python3 scripts/report-lib.py compare "$out/compare.md" --vs "random=$others" --vs "random-beacon=$scored" "${runs[@]}"
 {
-  echo "# Q4: random plus beacons — does score-free eviction keep far revisits?"
-  echo
-  echo "Made by \`scripts/report-q4-beacons.sh\` (N = $N problems per family, tasks seed 1000, eval seed 1, greedy, r = 32;"
-  echo "load $load0 before, $(cut -d' ' -f1-3 /proc/loadavg) after; wall $(( $(date +%s) - start )) s including any grid runs shared with Q1/Q2)."
+  report_header "Q4: random plus beacons — does score-free eviction keep far revisits?"
   echo "\`random-beacon\` with its defaults: share 1/8 of K_sel, window 32 queries, distance 64 tokens; prompt pinned as \`random\`."
-  echo "Grid command per family F (scripts/report-common.sh):"
+  echo "Accuracy [95% interval]; \`recency+prompt\` keeps the prompt and the newest slots only (the control)."
   echo
-  echo '```'
-  echo "kvevict tasks gen --family F --n $N --seed 1000 --length 600 -o F-tasks.jsonl"
-  echo "kvevict eval -m models/reasoner/reasoner.gguf --tasks F-tasks.jsonl --policies $GRID_POLICIES \\"
-  echo "  --budgets $GRID_BUDGETS --buffer 32 --temp 0 --rollouts 1 --seed 1 --param stats=triattention-stats.json"
-  echo '```'
-  echo
-  cat docs/reports/q4-beacons/tables.md
+  cat "$out/tables.md"
   echo "![accuracy](q4-beacons/accuracy.png)"
   echo
-  echo "With the prompt not pinned (\`--no-protect-prompt\`, so \`random\` here is random-unprotected):"
+  echo "## Paired tests"
   echo
-  echo '```'
-  echo "kvevict eval -m models/reasoner/reasoner.gguf --tasks F-tasks.jsonl --policies full,random,random-beacon --no-protect-prompt \\"
-  echo "  --budgets $GRID_BUDGETS --buffer 32 --temp 0 --rollouts 1 --seed 1"
-  echo '```'
+  echo "Each policy against \`random\`, and the scored ones against \`random-beacon\`, on the same problems and budget."
   echo
-  cat docs/reports/q4-beacons/unpinned.md
-  echo "![unpinned](q4-beacons/unpinned.png)"
+  cat "$out/compare.md"
   echo
-  echo "## Reading"
-  echo
-  cat docs/reports/readings/q4-beacons.md
-} > docs/reports/q4-beacons.md
-echo "wrote docs/reports/q4-beacons.md"
+  report_reading
+} > "docs/reports/$REPORT.md"
+echo "wrote docs/reports/$REPORT.md"

@@ -20,7 +20,7 @@
 # all-fresh run; loads.txt keeps the clock time and load of every bench that ran).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/report-common.sh   # KV, MODEL (the reasoner), grid_stats (TriAttention statistics)
+source scripts/report-common-reasoner.sh   # KV, MODEL (the reasoner), grid_stats (TriAttention statistics)
 OUT=out/q5-throughput
 DOC=docs/reports/q5-throughput
 MAX_LOAD=${MAX_LOAD:-3} MAX_WAIT=${MAX_WAIT:-30} THREADS=${THREADS:-2} SERVE=${SERVE:-1}
