@@ -191,6 +191,26 @@ report_record() {
   report_commands "$@" > "$DATA/commands.md"
 }
 
+# report_grid REF...: unless --from-data, every cell of SETS x POLICIES x BUDGETS, the report's data
+# against full and each REF (grid_save), and the run's record; then, either way, the recorded run:
+# its RUN_* settings (run.env), SETS as run, out (the report's folder) and runs (SET=DATA/SET, the
+# arguments report-lib.py table and compare take).
+report_grid() {
+  local s
+  if [ "$FROM_DATA" = 0 ]; then
+    for s in "${SETS[@]}"; do grid_run "$s" "$POLICIES" "$BUDGETS"; done
+    rm -rf "$DATA"
+    for s in "${SETS[@]}"; do grid_save "$s" "$POLICIES" "$BUDGETS" "$DATA" "$@"; done
+    report_record "${SETS[@]}"
+  fi
+  # shellcheck source=/dev/null
+  source "$DATA/run.env"
+  read -r -a SETS <<< "$RUN_SETS"
+  out=docs/reports/$REPORT
+  runs=()
+  for s in "${SETS[@]}"; do runs+=("$s=$DATA/$s"); done
+}
+
 # report_header TITLE: the report's first lines, from $DATA/run.env (sourced by the caller).
 report_header() {
   echo "# $1"

@@ -16,17 +16,7 @@ BUDGETS="${BUDGETS:-128,192,256,384,512}"
 POLICIES="${POLICIES:-full,random,random-unprotected,recency+prompt,snapkv,snapkv+prompt,rkv,rkv+prompt,vase,vase+prompt,h2o,h2o+prompt,tova,tova+prompt}"
 read -r -a SETS <<< "${SETS:-chain running once recall-m1}"
 report_begin q1-protection "$@"
-if [ "$FROM_DATA" = 0 ]; then
-  for s in "${SETS[@]}"; do grid_run "$s" "$POLICIES" "$BUDGETS"; done
-  rm -rf "$DATA"
-  for s in "${SETS[@]}"; do grid_save "$s" "$POLICIES" "$BUDGETS" "$DATA" random random-unprotected; done
-  report_record "${SETS[@]}"
-fi
-# shellcheck source=/dev/null
-source "$DATA/run.env"
-read -r -a SETS <<< "$RUN_SETS"
-out=docs/reports/$REPORT
-runs=(); for s in "${SETS[@]}"; do runs+=("$s=$DATA/$s"); done
+report_grid random random-unprotected
 pinned=() unpinned=(random)
 for p in ${RUN_POLICIES//,/ }; do
   case $p in full|random|random-unprotected) ;; *+prompt|random-shared|random-beacon|triattention) pinned+=("$p") ;; *) unpinned+=("$p") ;; esac

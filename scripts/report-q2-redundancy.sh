@@ -22,21 +22,9 @@ BUDGETS="${BUDGETS:-128,192,256,384,512,768}"
 POLICIES="${POLICIES:-full,random,recency+prompt,triattention,snapkv+prompt,rkv+prompt,vase+prompt,h2o+prompt}"
 read -r -a SETS <<< "${SETS:-recall-m1 recall-m2 recall-m4 recall-m8}"
 report_begin q2-redundancy "$@"
-if [ "$FROM_DATA" = 0 ]; then
-  for s in "${SETS[@]}"; do grid_run "$s" "$POLICIES" "$BUDGETS"; done
-  rm -rf "$DATA"
-  for s in "${SETS[@]}"; do grid_save "$s" "$POLICIES" "$BUDGETS" "$DATA" random; done
-  report_record "${SETS[@]}"
-fi
-# shellcheck source=/dev/null
-source "$DATA/run.env"
-read -r -a SETS <<< "$RUN_SETS"
-out=docs/reports/$REPORT
-runs=() across=()
-for s in "${SETS[@]}"; do
-  runs+=("$s=$DATA/$s")
-  [ "$s" = "${SETS[0]}" ] || across+=(--across "random:$s:${SETS[0]}")
-done
+report_grid random
+across=()
+for s in "${SETS[@]:1}"; do across+=(--across "random:$s:${SETS[0]}"); done
 others=$(echo ",$RUN_POLICIES," | sed 's/,full,/,/; s/,random,/,/; s/^,//; s/,$//')
 /usr/bin/python3 scripts/report-lib.py table "$out/tables.md" "$out/accuracy.png" \
   "Q2: recall, the value written M times" "${runs[@]}"

@@ -17,17 +17,7 @@ BUDGETS="${BUDGETS:-128,192,256,384,512,768}"
 POLICIES="${POLICIES:-full,random,random-beacon,triattention,rkv+prompt,recency+prompt}"
 read -r -a SETS <<< "${SETS:-revisit-m4}"
 report_begin q4-beacons "$@"
-if [ "$FROM_DATA" = 0 ]; then
-  for s in "${SETS[@]}"; do grid_run "$s" "$POLICIES" "$BUDGETS"; done
-  rm -rf "$DATA"
-  for s in "${SETS[@]}"; do grid_save "$s" "$POLICIES" "$BUDGETS" "$DATA" random random-beacon; done
-  report_record "${SETS[@]}"
-fi
-# shellcheck source=/dev/null
-source "$DATA/run.env"
-read -r -a SETS <<< "$RUN_SETS"
-out=docs/reports/$REPORT
-runs=(); for s in "${SETS[@]}"; do runs+=("$s=$DATA/$s"); done
+report_grid random random-beacon
 others=$(echo ",$RUN_POLICIES," | sed 's/,full,/,/; s/,random,/,/; s/^,//; s/,$//')
 scored=$(echo ",$others," | sed 's/,random-beacon,/,/; s/,recency+prompt,/,/; s/^,//; s/,$//')
 /usr/bin/python3 scripts/report-lib.py table "$out/tables.md" "$out/accuracy.png" "Q4: random + beacons" "${runs[@]}"
