@@ -40,6 +40,30 @@ TEST(Bench, SummaryIsMedianMinMax) {
   EXPECT_THROW(summarize({}), Error);
 }
 
+TEST(Bench, MedianIntervalIsTheSignTestOne) {
+  // Binomial(10, 1/2): P(X <= 1) = 11/1024 <= 0.025 < P(X <= 2) = 56/1024, so k = 2: the 2nd and
+  // 9th order statistics, coverage 1 - 22/1024. n = 6: P(X <= 0) = 1/64, k = 1 (min and max),
+  // coverage 1 - 2/64. n = 5: P(X <= 0) = 1/32 > 0.025, no interval.
+  const MedianCi a = median_ci({10, 3, 7, 1, 9, 2, 8, 4, 6, 5});
+  EXPECT_TRUE(a.valid);
+  EXPECT_DOUBLE_EQ(a.median, 5.5);
+  EXPECT_DOUBLE_EQ(a.lo, 2.0);
+  EXPECT_DOUBLE_EQ(a.hi, 9.0);
+  EXPECT_NEAR(a.coverage, 1 - 22.0 / 1024, 1e-12);
+  const MedianCi b = median_ci({6, 5, 4, 3, 2, 1});
+  EXPECT_TRUE(b.valid);
+  EXPECT_DOUBLE_EQ(b.lo, 1.0);
+  EXPECT_DOUBLE_EQ(b.hi, 6.0);
+  EXPECT_NEAR(b.coverage, 1 - 2.0 / 64, 1e-12);
+  const MedianCi c = median_ci({5, 4, 3, 2, 1});
+  EXPECT_FALSE(c.valid);
+  EXPECT_DOUBLE_EQ(c.median, 3.0);
+  // Level 0.9 at n = 10: P(X <= 2) = 56/1024 = 0.0547 > 0.05, so still k = 2.
+  EXPECT_DOUBLE_EQ(median_ci({10, 3, 7, 1, 9, 2, 8, 4, 6, 5}, 0.9).lo, 2.0);
+  EXPECT_THROW(median_ci({}), Error);
+  EXPECT_THROW(median_ci({1.0}, 1.0), Error);
+}
+
 TEST(Bench, LoadAverageIsReadable) {
   // /proc/loadavg exists on Linux: three numbers, the first one also as a double.
   EXPECT_GE(load_average_1m(), 0.0);
@@ -104,6 +128,50 @@ TEST(Bench, ProbsKernelPairForcesProbabilitiesEveryStepAndLayer) {
   EXPECT_TRUE(j["iso_batch"][1]["needs_probs"].get<bool>());
   // `full` has no selector to wrap: refused before anything runs.
   c.probs_kernel = {"full"};
+  EXPECT_THROW(bench_throughput(c), Error);
+}
+
+TEST(Bench, InterleavedTableTimesEveryPolicyInEveryRepetition) {
+  // 6 repetitions of 32 steps at r = 16: every policy has 6 samples, random (3 sequences) 2 rounds
+  // per sequence per repetition (see the round-count test above) = 36, full none. The gain is the
+  // per-repetition time ratio to the baseline minus 1, so the baseline's own is 0 in every one.
+  ThroughputBenchConfig c = tiny_throughput(32);
+  c.policies = {"full", "random", "h2o"};
+  c.common.reps = 6;
+  c.iso_batch = false;
+  c.interleaved = true;
+  const nlohmann::json j = bench_throughput(c);
+  const auto& rows = j["interleaved"]["rows"];
+  ASSERT_EQ(rows.size(), 3u) << j.dump(2);
+  EXPECT_EQ(j["interleaved"]["baseline"], "random");
+  const auto& base = rows[1];
+  EXPECT_EQ(base["policy"], "random");
+  EXPECT_EQ(base["rounds_timed"], 36);
+  EXPECT_EQ(rows[0]["rounds_timed"], 0);
+  EXPECT_EQ(rows[2]["rounds_timed"], 36);
+  for (const auto& row : rows) {
+    ASSERT_EQ(row["step_ms"]["samples"].size(), 6u);
+    ASSERT_EQ(row["gain_samples"].size(), 6u);
+    EXPECT_TRUE(row["gain"]["valid"].get<bool>());  // n = 6 is the smallest n with a 95% interval
+    for (size_t i = 0; i < 6; ++i) {
+      const double t = row["step_ms"]["samples"][i], tb = base["step_ms"]["samples"][i];
+      EXPECT_NEAR(row["gain_samples"][i].get<double>(), t / tb - 1, 1e-12);
+      EXPECT_NEAR(row["other_gain_samples"][i].get<double>(),
+                  row["gain_samples"][i].get<double>() - row["round_gain_samples"][i].get<double>(), 1e-12);
+    }
+  }
+  for (const auto& g : base["gain_samples"]) EXPECT_EQ(g.get<double>(), 0.0);
+  for (const auto& g : base["round_gain_samples"]) EXPECT_EQ(g.get<double>(), 0.0);
+  // full never runs a round: its rounds share is minus the baseline's rounds time over its step.
+  EXPECT_LE(rows[0]["round_gain"]["median"].get<double>(), 0.0);
+  // Refused before measuring: steps not a multiple of r, a baseline not run, a pool too small.
+  c.steps = 24;
+  EXPECT_THROW(bench_throughput(c), Error);
+  c.steps = 32;
+  c.baseline = "tova";
+  EXPECT_THROW(bench_throughput(c), Error);
+  c.baseline = "random";
+  c.pool_bytes = 1024;
   EXPECT_THROW(bench_throughput(c), Error);
 }
 
