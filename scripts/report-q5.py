@@ -136,7 +136,11 @@ def accuracy_table():
 def plot():
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
     js = {b: load(f"t-b{b}") for b in T_BUDGETS}
-    policies = [r["policy"] for r in js[128]["interleaved"]["rows"] if r["policy"] not in ("random",)]
+    every = [r["policy"] for r in js[128]["interleaved"]["rows"]]
+    color = {p: f"C{i}" if i < 10 else "black" for i, p in enumerate(every)}  # one per policy, both panels
+    policies = [p for p in every if p != "random"]
+    acc = [ACC["recall-m1"].get(("random", b)) for b in T_BUDGETS]
+    a2.plot(T_BUDGETS, acc, marker="o", ms=3, color=color["random"], label="random")
     for p in policies:
         med, lo, hi = [], [], []
         for b in T_BUDGETS:
@@ -144,11 +148,11 @@ def plot():
             med.append(100 * r["gain"]["median"])
             lo.append(100 * (r["gain"]["median"] - r["gain"]["lo"]))
             hi.append(100 * (r["gain"]["hi"] - r["gain"]["median"]))
-        a1.errorbar(T_BUDGETS, med, yerr=[lo, hi], marker="o", ms=3, capsize=2, label=p)
+        a1.errorbar(T_BUDGETS, med, yerr=[lo, hi], marker="o", ms=3, capsize=2, label=p, color=color[p])
         acc = [ACC["recall-m1"].get((p, b)) for b in T_BUDGETS]
         if any(a is not None for a in acc):
             a2.plot([b for b, a in zip(T_BUDGETS, acc) if a is not None], [a for a in acc if a is not None],
-                    marker="o", ms=3, label=p)
+                    marker="o", ms=3, label=p, color=color[p])
     a1.axhline(0, color="grey", lw=0.8)
     a1.set_yscale("symlog", linthresh=10)
     a1.set_xlabel("budget B (tokens per KV head)")
@@ -159,6 +163,7 @@ def plot():
     a2.set_ylim(-0.02, 1.02)
     a2.set_title("accuracy at the same B and r", fontsize=9)
     a1.legend(fontsize=7, ncol=2)
+    a2.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(PLOT, dpi=110)
 
