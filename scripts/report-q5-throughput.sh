@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Report Q5 "where does random's throughput gain come from?" (docs/reports/q5-throughput.md),
 # measured: `kvevict bench throughput --tables interleaved` times every policy inside each
-# repetition (order rotated), so each repetition gives random's gain over each policy side by side,
+# repetition (in a seeded random order), so each repetition gives random's gain over each policy side by side,
 # split into the eviction rounds' part (timed by the selectors' own counters in the same steps) and
 # the rest; medians with sign-test intervals over the repetitions. Two models:
 #   trace reasoner (models/trace-reasoner, the model whose accuracy Q2 and Q4 measured at the same
@@ -104,9 +104,11 @@ source "$DATA/run.env"
   echo "Made by \`scripts/report-q5-throughput.sh\` at commit $COMMIT on $DATE ($CPU; benches' wall"
   echo "time $WALL s; each bench waited for a 1-minute load average below $MAX_LOAD, the load before and after each is in"
   echo "its table). Measured, not modelled: every policy is timed in each of the $REPS repetitions (64 batched decode"
-  echo "steps each, order rotated), so each repetition gives random's gain over it side by side; the part of that"
+  echo "steps each, in a seeded random order), so each repetition gives random's gain over it side by side; the part of that"
   echo "gain the eviction rounds account for is timed by the selectors' counters in the same steps, the rest is what"
-  echo "remains. Medians over repetitions with 95% sign-test intervals (\`bench/bench.h\` median_ci). Data: \`$DATA/\`"
+  echo "remains. Medians over repetitions with sign-test intervals of at least 95% coverage (\`bench/bench.h\` median_ci;"
+  echo "each table gives the exact coverage). \`full\` never evicts, so its context grows by 64 tokens per"
+  echo "repetition (from the start length to + $((REPS * 64))): its row is a median over that range. Data: \`$DATA/\`"
   echo "(one JSON per bench, with every repetition); \`--from-data\` re-makes this file from it."
   echo
   echo "Commands (\`kvevict bench throughput\`; T = \`$MODEL\`, S = the SmolLM2-135M shape with synthetic Q8_0"

@@ -67,9 +67,11 @@ def pct(ci, digits=0):
 
 def setting(j):
     i = j["interleaved"] if "interleaved" in j else {}
+    cover = next((r["gain"]["coverage"] for r in i.get("rows", []) if r["gain"]["valid"]), None)
     return (f"B = {j['budget']}, r = {j['recent']}, batch {i.get('batch', '?')}, from {j['start_length']} generated "
             f"tokens, {j['reps']} repetitions x {i.get('steps', '?')} steps, {j['threads']} thread(s); "
-            f"load {j['load_before']} before, {j['load_after']} after ({j['load_wait']})")
+            f"load {j['load_before']} before, {j['load_after']} after ({j['load_wait']})" +
+            (f"; intervals cover {100 * cover:.1f}%" if cover else ""))
 
 
 def detail(name, title, with_acc):
@@ -112,6 +114,27 @@ def sweep(title, names, label, key):
             cells.append(pct(r["gain"]) if r else "–")
         print(f"| {p} | " + " | ".join(cells) + " |")
     print()
+
+
+def rest_resolved(names):
+    """The sweep cells whose rest (gain minus the rounds part) has an interval excluding 0."""
+    hits, cells, seen, miss = [], 0, set(), 0.0
+    for n in names:
+        if n in seen:
+            continue
+        seen.add(n)
+        j = load(n)
+        for r in j["interleaved"]["rows"]:
+            if r["policy"] in ("random", "full"):
+                continue
+            c = r["other_gain"]
+            cells += 1
+            miss += 1 - c["coverage"]
+            if c["valid"] and (c["lo"] > 0 or c["hi"] < 0):
+                hits.append(f"{n} {r['policy']} {pct(c, 1)}")
+    print(f"The rest (gain minus its rounds part) excludes 0 in {len(hits)} of the {cells} (setting, evicting policy) "
+          f"cells of these sweeps (about {miss:.1f} expected by chance at each interval's coverage)" +
+          (": " + "; ".join(hits) + "." if hits else ".") + "\n")
 
 
 def accuracy_table():
@@ -174,12 +197,14 @@ def probs_and_memory():
     print("`random` with and without the attention kernel forced to compute probabilities (same selection), "
           "timed in alternating blocks of 8 steps; " + f"load {j['load_before']} before.\n")
     print("| policy | plain step ms (min–max) | forced step ms (min–max) | forced − plain, ms per step: median of "
-          "block pairs (min–max) | % of plain |\n|---|---:|---:|---:|---:|")
+          "block pairs [95% interval] (min–max) | % of plain [interval] |\n|---|---:|---:|---:|---:|")
     for r in j["probs_kernel"]:
-        p, f, d = r["plain"]["step_ms"], r["forced"]["step_ms"], r["diff_ms_per_step"]
+        p, f, d, c = r["plain"]["step_ms"], r["forced"]["step_ms"], r["diff_ms_per_step"], r["diff_ci"]
         print(f"| {r['policy']} | {p['median']:.2f} ({p['min']:.2f}–{p['max']:.2f}) | {f['median']:.2f} "
-              f"({f['min']:.2f}–{f['max']:.2f}) | {d['median']:+.2f} ({d['min']:+.2f}–{d['max']:+.2f}) | "
-              f"{100 * d['median'] / p['median']:+.1f}% |")
+              f"({f['min']:.2f}–{f['max']:.2f}) | {c['median']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}] "
+              f"({d['min']:+.2f}–{d['max']:+.2f}), {r['blocks']} pairs | "
+              f"{100 * c['median'] / p['median']:+.1f}% [{100 * c['lo'] / p['median']:+.1f}, "
+              f"{100 * c['hi'] / p['median']:+.1f}] |")
     m = load("s-memory")
     print("\n### Equal KV memory (SmolLM2-135M shape, 256 MiB pool, B = 1024, r = 64, from 4,096 tokens)\n")
     print(f"Load {m['load_before']} before. Batch admitted = pool / (slots x bytes per slot), checked against the "
@@ -205,9 +230,12 @@ sweep("Batch sweep (B = 384, r = 32, from 1,024 tokens)", ["t-batch1", "t-batch4
       lambda j: j["interleaved"]["batch"])
 sweep("Context sweep (B = 384, r = 32, batch 16)", ["t-ctx512", "t-b384", "t-ctx2048"], "from",
       lambda j: j["start_length"])
+rest_resolved([f"t-b{b}" for b in T_BUDGETS] + ["t-r16", "t-r64", "t-batch1", "t-batch4", "t-batch64", "t-ctx512",
+                                                 "t-ctx2048"])
 print("## SmolLM2-135M shape, synthetic weights: a real model's proportions, no accuracy\n")
 detail("s-b1024", "At B = 1024, r = 64, batch 4, from 4,096 tokens", False)
 sweep("Budget sweep (r = 64, batch 4, from 4,096 tokens)", ["s-b512", "s-b1024", "s-b2048"], "B",
       lambda j: j["budget"])
+rest_resolved(["s-b512", "s-b1024", "s-b2048"])
 probs_and_memory()
 plot()

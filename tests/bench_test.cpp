@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <set>
 #include <string>
 
 #include "bench/bench.h"
@@ -119,6 +120,7 @@ TEST(Bench, ProbsKernelPairForcesProbabilitiesEveryStepAndLayer) {
   EXPECT_EQ(random["plain"]["rounds_timed"], 6);
   EXPECT_EQ(random["forced"]["rounds_timed"], 6);
   EXPECT_EQ(random["diff_ms_per_step"]["samples"].size(), 4u);
+  EXPECT_FALSE(random["diff_ci"]["valid"].get<bool>());  // 4 block pairs: too few for a 95% interval
   // A selector that itself reads probabilities (h2o) still gets them through the wrapper.
   EXPECT_EQ(j["probs_kernel"][1]["forced"]["forced_prob_observations"].get<int64_t>(), 3 * 32 * n_layers);
   // needs_*: what each selector declares (h2o reads probabilities; random reads nothing).
@@ -162,6 +164,17 @@ TEST(Bench, InterleavedTableTimesEveryPolicyInEveryRepetition) {
   }
   for (const auto& g : base["gain_samples"]) EXPECT_EQ(g.get<double>(), 0.0);
   for (const auto& g : base["round_gain_samples"]) EXPECT_EQ(g.get<double>(), 0.0);
+  // Each repetition times every row once, in a seeded order that is not the same every time.
+  const auto& orders = j["interleaved"]["orders"];
+  ASSERT_EQ(orders.size(), 6u);
+  std::set<std::vector<int>> distinct;
+  for (const auto& o : orders) {
+    std::vector<int> v = o.get<std::vector<int>>();
+    distinct.insert(v);
+    std::sort(v.begin(), v.end());
+    EXPECT_EQ(v, (std::vector<int>{0, 1, 2}));
+  }
+  EXPECT_GT(distinct.size(), 1u);
   // full never runs a round: its rounds share is minus the baseline's rounds time over its step.
   EXPECT_LE(rows[0]["round_gain"]["median"].get<double>(), 0.0);
   // Refused before measuring: steps not a multiple of r, a baseline not run, a pool too small.

@@ -128,9 +128,9 @@ struct ThroughputBenchConfig {
   /// alone. Each must be an evicting policy (Error before measuring: `full` has no selector).
   std::vector<std::string> probs_kernel;
   /// Table "interleaved": every policy's batch is built first, then each repetition times
-  /// `steps` steps of every policy in turn, the order rotated by one policy per repetition, so a
-  /// slow spell of a shared machine falls on every policy in turn instead of on one policy's
-  /// block of repetitions. Each repetition also gives `baseline`'s throughput gain over every
+  /// `steps` steps of every policy in turn, in a fresh order drawn from `seed` per repetition, so a
+  /// slow spell of a shared machine, or what one policy leaves in the caches, falls on every policy
+  /// in turn instead of on one policy's block of repetitions. Each repetition also gives `baseline`'s throughput gain over every
   /// other policy measured side by side (t_policy / t_baseline - 1), with the share of it the
   /// eviction rounds account for; medians with a sign-test interval (median_ci). Needs steps a
   /// multiple of r (every repetition then holds the same number of rounds) and all batches' KV

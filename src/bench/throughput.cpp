@@ -11,6 +11,7 @@
 #include "bench/bench.h"
 #include "bench/common.h"
 #include "util/error.h"
+#include "util/rng.h"
 
 namespace kvevict {
 
@@ -218,15 +219,23 @@ struct InterleavedRow {
 };
 
 std::vector<InterleavedRow> run_interleaved(Engine& engine, const std::vector<Policy>& pols,
-                                            const ThroughputBenchConfig& cfg, size_t base) {
+                                            const ThroughputBenchConfig& cfg, size_t base,
+                                            std::vector<std::vector<size_t>>& orders) {
   std::vector<std::unique_ptr<BatchRun>> runs;
   for (const Policy& p : pols) runs.push_back(std::make_unique<BatchRun>(engine, p, cfg, cfg.batch));
   const size_t P = pols.size();
   std::vector<InterleavedRow> rows(P);
   for (size_t i = 0; i < P; ++i) rows[i].name = pols[i].name;
+  std::vector<size_t> order(P);
   for (int rep = 0; rep < cfg.common.reps; ++rep) {
-    for (size_t j = 0; j < P; ++j) {
-      const size_t i = (j + static_cast<size_t>(rep)) % P;  // rotated: each policy leads in turn
+    // A fresh seeded order each repetition (Fisher-Yates on our own Rng): no policy always
+    // follows the same one, so what a predecessor leaves in the caches falls on every policy.
+    for (size_t i = 0; i < P; ++i) order[i] = i;
+    Rng rng(stream_id({cfg.common.seed, 0x17e41ea5ull, static_cast<uint64_t>(rep)}));
+    for (size_t i = P - 1; i > 0; --i)
+      std::swap(order[i], order[static_cast<size_t>(rng.uniform() * static_cast<double>(i + 1))]);
+    orders.push_back(order);
+    for (size_t i : order) {
       const double r0 = runs[i]->rounds_ms();
       rows[i].step_ms.push_back(runs[i]->time_steps(cfg.steps));
       rows[i].round_ms.push_back((runs[i]->rounds_ms() - r0) / cfg.steps);
@@ -274,17 +283,19 @@ nlohmann::json interleaved_table(Engine& engine, const ThroughputBenchConfig& cf
         static_cast<double>(need) / (1 << 20), static_cast<double>(cfg.pool_bytes) / (1 << 20)));
   fmt::print(
       "\n## interleaved: batch {}, B = {}, r = {}, from {} generated tokens; {} repetitions of {} steps, every "
-      "policy in each, order rotated; gain = t / t_{} - 1 per repetition, median [sign-test interval]\n"
+      "policy in each, in a seeded random order; gain = t / t_{} - 1 per repetition, median [sign-test interval]\n"
       "| policy | tok/s | step ms (min-max) | rounds ms/step | {}'s gain | of which rounds | rest |\n"
       "|---|---|---|---|---|---|---|\n",
       cfg.batch, cfg.budget, cfg.common.recent, cfg.start_length, cfg.common.reps, cfg.steps, cfg.baseline,
       cfg.baseline);
-  const std::vector<InterleavedRow> rows = run_interleaved(engine, pols, cfg, base);
+  std::vector<std::vector<size_t>> orders;
+  const std::vector<InterleavedRow> rows = run_interleaved(engine, pols, cfg, base, orders);
   nlohmann::json out = {{"baseline", cfg.baseline},
                         {"batch", cfg.batch},
                         {"steps", cfg.steps},
                         {"reps", cfg.common.reps},
                         {"kv_bytes_all_batches", need},
+                        {"orders", orders},  // per repetition, the rows' indices in the order timed
                         {"rows", nlohmann::json::array()}};
   for (const InterleavedRow& row : rows) {
     const Summary step = summarize(row.step_ms), rounds = summarize(row.round_ms);
@@ -406,7 +417,8 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
                             {"blocks", r.diff_ms.samples.size()},
                             {"plain", side(r.plain)},
                             {"forced", side(r.forced)},
-                            {"diff_ms_per_step", r.diff_ms.to_json()}});
+                            {"diff_ms_per_step", r.diff_ms.to_json()},
+                            {"diff_ci", median_ci(r.diff_ms.samples).to_json()}});
     fmt::print("| {} | {:.2f} ({:.2f}-{:.2f}) | {:.2f} ({:.2f}-{:.2f}) | {:.2f} ({:.2f}-{:.2f}) | {:.1f}% |\n",
                plain.name, r.plain.step_ms.median, r.plain.step_ms.min, r.plain.step_ms.max, r.forced.step_ms.median,
                r.forced.step_ms.min, r.forced.step_ms.max, r.diff_ms.median, r.diff_ms.min, r.diff_ms.max,

@@ -217,8 +217,8 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
   auto tables = std::make_shared<std::string>("iso-batch,iso-memory");
   tp_cmd
       ->add_option("--tables", *tables,
-                   "Tables to run: iso-batch, iso-memory, interleaved (every policy in each repetition, order "
-                   "rotated, with the --baseline policy's gain over each; comma-separated)")
+                   "Tables to run: iso-batch, iso-memory, interleaved (every policy in each repetition, in a "
+                   "seeded random order, with the --baseline policy's gain over each; comma-separated)")
       ->capture_default_str();
   tp_cmd->add_option("--baseline", tc->baseline, "Interleaved table: the policy whose gain over the others is given")
       ->capture_default_str();
