@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <set>
 #include <string>
 
 #include "bench/bench.h"
@@ -38,6 +39,30 @@ TEST(Bench, SummaryIsMedianMinMax) {
   const Summary b = summarize({4.0, 1.0, 2.0, 10.0});
   EXPECT_DOUBLE_EQ(b.median, 3.0);
   EXPECT_THROW(summarize({}), Error);
+}
+
+TEST(Bench, MedianIntervalIsTheSignTestOne) {
+  // Binomial(10, 1/2): P(X <= 1) = 11/1024 <= 0.025 < P(X <= 2) = 56/1024, so k = 2: the 2nd and
+  // 9th order statistics, coverage 1 - 22/1024. n = 6: P(X <= 0) = 1/64, k = 1 (min and max),
+  // coverage 1 - 2/64. n = 5: P(X <= 0) = 1/32 > 0.025, no interval.
+  const MedianCi a = median_ci({10, 3, 7, 1, 9, 2, 8, 4, 6, 5});
+  EXPECT_TRUE(a.valid);
+  EXPECT_DOUBLE_EQ(a.median, 5.5);
+  EXPECT_DOUBLE_EQ(a.lo, 2.0);
+  EXPECT_DOUBLE_EQ(a.hi, 9.0);
+  EXPECT_NEAR(a.coverage, 1 - 22.0 / 1024, 1e-12);
+  const MedianCi b = median_ci({6, 5, 4, 3, 2, 1});
+  EXPECT_TRUE(b.valid);
+  EXPECT_DOUBLE_EQ(b.lo, 1.0);
+  EXPECT_DOUBLE_EQ(b.hi, 6.0);
+  EXPECT_NEAR(b.coverage, 1 - 2.0 / 64, 1e-12);
+  const MedianCi c = median_ci({5, 4, 3, 2, 1});
+  EXPECT_FALSE(c.valid);
+  EXPECT_DOUBLE_EQ(c.median, 3.0);
+  // Level 0.9 at n = 10: P(X <= 2) = 56/1024 = 0.0547 > 0.05, so still k = 2.
+  EXPECT_DOUBLE_EQ(median_ci({10, 3, 7, 1, 9, 2, 8, 4, 6, 5}, 0.9).lo, 2.0);
+  EXPECT_THROW(median_ci({}), Error);
+  EXPECT_THROW(median_ci({1.0}, 1.0), Error);
 }
 
 TEST(Bench, LoadAverageIsReadable) {
@@ -95,6 +120,7 @@ TEST(Bench, ProbsKernelPairForcesProbabilitiesEveryStepAndLayer) {
   EXPECT_EQ(random["plain"]["rounds_timed"], 6);
   EXPECT_EQ(random["forced"]["rounds_timed"], 6);
   EXPECT_EQ(random["diff_ms_per_step"]["samples"].size(), 4u);
+  EXPECT_FALSE(random["diff_ci"]["valid"].get<bool>());  // 4 block pairs: too few for a 95% interval
   // A selector that itself reads probabilities (h2o) still gets them through the wrapper.
   EXPECT_EQ(j["probs_kernel"][1]["forced"]["forced_prob_observations"].get<int64_t>(), 3 * 32 * n_layers);
   // needs_*: what each selector declares (h2o reads probabilities; random reads nothing).
@@ -104,6 +130,61 @@ TEST(Bench, ProbsKernelPairForcesProbabilitiesEveryStepAndLayer) {
   EXPECT_TRUE(j["iso_batch"][1]["needs_probs"].get<bool>());
   // `full` has no selector to wrap: refused before anything runs.
   c.probs_kernel = {"full"};
+  EXPECT_THROW(bench_throughput(c), Error);
+}
+
+TEST(Bench, InterleavedTableTimesEveryPolicyInEveryRepetition) {
+  // 6 repetitions of 32 steps at r = 16: every policy has 6 samples, random (3 sequences) 2 rounds
+  // per sequence per repetition (see the round-count test above) = 36, full none. The gain is the
+  // per-repetition time ratio to the baseline minus 1, so the baseline's own is 0 in every one.
+  ThroughputBenchConfig c = tiny_throughput(32);
+  c.policies = {"full", "random", "h2o"};
+  c.common.reps = 6;
+  c.iso_batch = false;
+  c.interleaved = true;
+  const nlohmann::json j = bench_throughput(c);
+  const auto& rows = j["interleaved"]["rows"];
+  ASSERT_EQ(rows.size(), 3u) << j.dump(2);
+  EXPECT_EQ(j["interleaved"]["baseline"], "random");
+  const auto& base = rows[1];
+  EXPECT_EQ(base["policy"], "random");
+  EXPECT_EQ(base["rounds_timed"], 36);
+  EXPECT_EQ(rows[0]["rounds_timed"], 0);
+  EXPECT_EQ(rows[2]["rounds_timed"], 36);
+  for (const auto& row : rows) {
+    ASSERT_EQ(row["step_ms"]["samples"].size(), 6u);
+    ASSERT_EQ(row["gain_samples"].size(), 6u);
+    EXPECT_TRUE(row["gain"]["valid"].get<bool>());  // n = 6 is the smallest n with a 95% interval
+    for (size_t i = 0; i < 6; ++i) {
+      const double t = row["step_ms"]["samples"][i], tb = base["step_ms"]["samples"][i];
+      EXPECT_NEAR(row["gain_samples"][i].get<double>(), t / tb - 1, 1e-12);
+      EXPECT_NEAR(row["other_gain_samples"][i].get<double>(),
+                  row["gain_samples"][i].get<double>() - row["round_gain_samples"][i].get<double>(), 1e-12);
+    }
+  }
+  for (const auto& g : base["gain_samples"]) EXPECT_EQ(g.get<double>(), 0.0);
+  for (const auto& g : base["round_gain_samples"]) EXPECT_EQ(g.get<double>(), 0.0);
+  // Each repetition times every row once, in a seeded order that is not the same every time.
+  const auto& orders = j["interleaved"]["orders"];
+  ASSERT_EQ(orders.size(), 6u);
+  std::set<std::vector<int>> distinct;
+  for (const auto& o : orders) {
+    std::vector<int> v = o.get<std::vector<int>>();
+    distinct.insert(v);
+    std::sort(v.begin(), v.end());
+    EXPECT_EQ(v, (std::vector<int>{0, 1, 2}));
+  }
+  EXPECT_GT(distinct.size(), 1u);
+  // full never runs a round: its rounds share is minus the baseline's rounds time over its step.
+  EXPECT_LE(rows[0]["round_gain"]["median"].get<double>(), 0.0);
+  // Refused before measuring: steps not a multiple of r, a baseline not run, a pool too small.
+  c.steps = 24;
+  EXPECT_THROW(bench_throughput(c), Error);
+  c.steps = 32;
+  c.baseline = "tova";
+  EXPECT_THROW(bench_throughput(c), Error);
+  c.baseline = "random";
+  c.pool_bytes = 1024;
   EXPECT_THROW(bench_throughput(c), Error);
 }
 

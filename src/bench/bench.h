@@ -40,6 +40,21 @@ struct Summary {
 /// Summarises samples (Error when empty).
 Summary summarize(std::vector<double> samples);
 
+/// A distribution-free confidence interval for the median of n samples: [x_(k), x_(n+1-k)] of
+/// the sorted samples with k the largest rank whose binomial(n, 1/2) tail P(X <= k-1) is at most
+/// (1 - level) / 2 (the sign-test interval; e.g. Hollander & Wolfe, Nonparametric Statistical
+/// Methods, §3.6). `coverage` is its exact coverage, 1 - 2 P(X <= k-1) >= level. With too few
+/// samples for any such k (n < 6 at level 0.95) `valid` is false and lo/hi are the min and max.
+struct MedianCi {
+  double median = 0, lo = 0, hi = 0, coverage = 0;
+  bool valid = false;
+  nlohmann::json to_json() const;
+};
+
+/// The median's interval at `level` (0 < level < 1). Throws kvevict::Error when samples is empty
+/// or level is out of range.
+MedianCi median_ci(std::vector<double> samples, double level = 0.95);
+
 /// The 1-, 5- and 15-minute load averages from /proc/loadavg ("?" fields when unreadable).
 std::string load_average();
 /// 1-minute load average, or -1 when unreadable.
@@ -112,6 +127,16 @@ struct ThroughputBenchConfig {
   /// difference is what a policy that reads attention probabilities (H2O) pays in the kernel
   /// alone. Each must be an evicting policy (Error before measuring: `full` has no selector).
   std::vector<std::string> probs_kernel;
+  /// Table "interleaved": every policy's batch is built first, then each repetition times
+  /// `steps` steps of every policy in turn, in a fresh order drawn from `seed` per repetition, so a
+  /// slow spell of a shared machine, or what one policy leaves in the caches, falls on every policy
+  /// in turn instead of on one policy's block of repetitions. Each repetition also gives `baseline`'s throughput gain over every
+  /// other policy measured side by side (t_policy / t_baseline - 1), with the share of it the
+  /// eviction rounds account for; medians with a sign-test interval (median_ci). Needs steps a
+  /// multiple of r (every repetition then holds the same number of rounds) and all batches' KV
+  /// within pool_bytes at once (Error otherwise, before anything runs).
+  bool interleaved = false;
+  std::string baseline = "random";
 };
 
 /// Each runner prints its table to stdout as it goes and returns everything as JSON (config,

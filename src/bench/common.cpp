@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 
 #include "util/error.h"
@@ -132,6 +133,40 @@ Summary summarize(std::vector<double> samples) {
   s.min = samples.front();
   s.max = samples.back();
   return s;
+}
+
+nlohmann::json MedianCi::to_json() const {
+  return {{"median", median}, {"lo", lo}, {"hi", hi}, {"coverage", coverage}, {"valid", valid}};
+}
+
+MedianCi median_ci(std::vector<double> samples, double level) {
+  if (samples.empty()) throw Error("median_ci: no samples");
+  if (!(level > 0 && level < 1)) throw Error(fmt::format("median_ci: level {} is not in (0, 1)", level));
+  std::sort(samples.begin(), samples.end());
+  const size_t n = samples.size();
+  MedianCi ci;
+  ci.median = summarize(samples).median;
+  ci.lo = samples.front();
+  ci.hi = samples.back();
+  // P(X <= j) for X ~ binomial(n, 1/2), accumulated in log space so large n cannot overflow.
+  const double alpha_half = (1 - level) / 2;
+  double tail = 0;  // P(X <= k-1) of the best k so far
+  size_t k = 0;
+  double cdf = 0;
+  for (size_t j = 0; j < n / 2; ++j) {
+    const double log_pmf = std::lgamma(static_cast<double>(n) + 1) - std::lgamma(static_cast<double>(j) + 1) -
+                           std::lgamma(static_cast<double>(n - j) + 1) - static_cast<double>(n) * std::log(2.0);
+    cdf += std::exp(log_pmf);
+    if (cdf > alpha_half) break;
+    k = j + 1;
+    tail = cdf;
+  }
+  if (k == 0) return ci;
+  ci.valid = true;
+  ci.lo = samples[k - 1];
+  ci.hi = samples[n - k];
+  ci.coverage = 1 - 2 * tail;
+  return ci;
 }
 
 std::string load_average() {

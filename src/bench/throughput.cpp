@@ -3,11 +3,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "bench/bench.h"
 #include "bench/common.h"
 #include "util/error.h"
+#include "util/rng.h"
 
 namespace kvevict {
 
@@ -64,6 +68,13 @@ int64_t prob_observations(const Sequence& s) {
   return st ? st->prob_observations : 0;
 }
 
+constexpr int kWarmSteps = 64;  ///< untimed batched steps after the fast-forward
+
+/// Decode steps a benchmarked sequence takes at most: warm-up, timed steps, and a margin of 2.
+int64_t max_new_tokens(const ThroughputBenchConfig& cfg) {
+  return cfg.start_length + kWarmSteps + int64_t{cfg.common.reps} * cfg.steps + 2;
+}
+
 struct ThroughputRun {
   double tok_per_s = 0;
   double round_ms_per_step = 0;          ///< eviction rounds (score + compact), all sequences, per timed step
@@ -84,8 +95,7 @@ class BatchRun {
     ec.budget = cfg.budget;
     ec.recent = cfg.common.recent;
     ec.seed = cfg.common.seed;
-    const int warm = 64;
-    const int64_t max_new = cfg.start_length + warm + int64_t{cfg.common.reps} * cfg.steps + 2;
+    const int64_t max_new = max_new_tokens(cfg);
     for (int i = 0; i < batch; ++i) {
       auto s = engine.new_sequence(static_cast<uint64_t>(i), pol, ec, kPromptLen, max_new);
       engine.prefill(*s, random_tokens(kPromptLen, V_, cfg.common.seed + static_cast<uint64_t>(i)), logits_);
@@ -93,7 +103,7 @@ class BatchRun {
       ptrs_.push_back(s.get());
       seqs_.push_back(std::move(s));
     }
-    for (int w = 0; w < warm; ++w) step();
+    for (int w = 0; w < kWarmSteps; ++w) step();
     round0_ = selector_ms(true);
     observe0_ = selector_ms(false);
     rounds0_ = rounds();
@@ -105,6 +115,8 @@ class BatchRun {
     for (int i = 0; i < n; ++i) step();
     return seconds_since(t0) * 1e3 / n;
   }
+  /// Eviction rounds' time (score + compact), all sequences, since the batch was made (ms).
+  double rounds_ms() const { return selector_ms(true); }
   /// Selector and schedule counters since the end of the warm-up.
   void finish(ThroughputRun& out, double timed_steps) const {
     out.rounds_timed = rounds() - rounds0_;
@@ -195,6 +207,124 @@ PairedRun run_paired(Engine& engine, const Policy& plain, const Policy& forced, 
   return out;
 }
 
+/// The interleaved table (ThroughputBenchConfig::interleaved): per policy, ms per step and rounds
+/// ms per step in every repetition, and the baseline's gain over it in the same repetition.
+struct InterleavedRow {
+  std::string name;
+  std::vector<double> step_ms, round_ms;
+  /// Per rep: t / t_base - 1; its part from eviction rounds, (rounds - rounds_base) / t_base; and
+  /// the rest (gain - rounds part: the forward pass, observation, memory traffic).
+  std::vector<double> gain, round_gain, other_gain;
+  ThroughputRun counters;
+};
+
+std::vector<InterleavedRow> run_interleaved(Engine& engine, const std::vector<Policy>& pols,
+                                            const ThroughputBenchConfig& cfg, size_t base,
+                                            std::vector<std::vector<size_t>>& orders) {
+  std::vector<std::unique_ptr<BatchRun>> runs;
+  for (const Policy& p : pols) runs.push_back(std::make_unique<BatchRun>(engine, p, cfg, cfg.batch));
+  const size_t P = pols.size();
+  std::vector<InterleavedRow> rows(P);
+  for (size_t i = 0; i < P; ++i) rows[i].name = pols[i].name;
+  std::vector<size_t> order(P);
+  for (int rep = 0; rep < cfg.common.reps; ++rep) {
+    // A fresh seeded order each repetition (Fisher-Yates on our own Rng): no policy always
+    // follows the same one, so what a predecessor leaves in the caches falls on every policy.
+    for (size_t i = 0; i < P; ++i) order[i] = i;
+    Rng rng(stream_id({cfg.common.seed, 0x17e41ea5ull, static_cast<uint64_t>(rep)}));
+    for (size_t i = P - 1; i > 0; --i)
+      std::swap(order[i], order[static_cast<size_t>(rng.uniform() * static_cast<double>(i + 1))]);
+    orders.push_back(order);
+    for (size_t i : order) {
+      const double r0 = runs[i]->rounds_ms();
+      rows[i].step_ms.push_back(runs[i]->time_steps(cfg.steps));
+      rows[i].round_ms.push_back((runs[i]->rounds_ms() - r0) / cfg.steps);
+    }
+    const double tb = rows[base].step_ms.back(), rb = rows[base].round_ms.back();
+    for (InterleavedRow& row : rows) {
+      row.gain.push_back(row.step_ms.back() / tb - 1);
+      row.round_gain.push_back((row.round_ms.back() - rb) / tb);
+      row.other_gain.push_back(row.gain.back() - row.round_gain.back());
+    }
+  }
+  const double timed = static_cast<double>(cfg.common.reps) * cfg.steps;
+  for (size_t i = 0; i < P; ++i) runs[i]->finish(rows[i].counters, timed);
+  return rows;
+}
+
+nlohmann::json interleaved_table(Engine& engine, const ThroughputBenchConfig& cfg) {
+  if (cfg.steps % cfg.common.recent != 0)
+    throw Error(fmt::format(
+        "bench throughput: the interleaved table needs --steps ({}) a multiple of -r ({}), so that every "
+        "repetition holds the same number of eviction rounds",
+        cfg.steps, cfg.common.recent));
+  std::vector<Policy> pols;
+  size_t base = SIZE_MAX;
+  for (const std::string& name : policy_list(cfg.policies, false)) {
+    pols.push_back(policy_with_params(name, cfg.params));
+    if (pols.back().name == cfg.baseline) base = pols.size() - 1;
+  }
+  if (base == SIZE_MAX)
+    throw Error(fmt::format("bench throughput: --baseline '{}' is not among --policies", cfg.baseline));
+  // Every batch lives at once: refuse before allocating what the pool does not hold.
+  const int64_t slot_bytes = engine.kv_shape().bytes_per_token();
+  int64_t need = 0;
+  for (const Policy& p : pols) {
+    EvictionConfig ec;
+    ec.budget = cfg.budget;
+    ec.recent = cfg.common.recent;
+    const int64_t max_new = max_new_tokens(cfg);
+    need += cfg.batch * required_capacity(ec, p, kPromptLen, max_new) * slot_bytes;
+  }
+  if (need > cfg.pool_bytes)
+    throw Error(fmt::format(
+        "bench throughput: the interleaved table holds every policy's batch at once: {:.0f} MiB of KV, over "
+        "--pool-mib {:.0f} (fewer policies, a smaller --batch or a larger --pool-mib)",
+        static_cast<double>(need) / (1 << 20), static_cast<double>(cfg.pool_bytes) / (1 << 20)));
+  fmt::print(
+      "\n## interleaved: batch {}, B = {}, r = {}, from {} generated tokens; {} repetitions of {} steps, every "
+      "policy in each, in a seeded random order; gain = t / t_{} - 1 per repetition, median [sign-test interval]\n"
+      "| policy | tok/s | step ms (min-max) | rounds ms/step | {}'s gain | of which rounds | rest |\n"
+      "|---|---|---|---|---|---|---|\n",
+      cfg.batch, cfg.budget, cfg.common.recent, cfg.start_length, cfg.common.reps, cfg.steps, cfg.baseline,
+      cfg.baseline);
+  std::vector<std::vector<size_t>> orders;
+  const std::vector<InterleavedRow> rows = run_interleaved(engine, pols, cfg, base, orders);
+  nlohmann::json out = {{"baseline", cfg.baseline},
+                        {"batch", cfg.batch},
+                        {"steps", cfg.steps},
+                        {"reps", cfg.common.reps},
+                        {"kv_bytes_all_batches", need},
+                        {"orders", orders},  // per repetition, the rows' indices in the order timed
+                        {"rows", nlohmann::json::array()}};
+  for (const InterleavedRow& row : rows) {
+    const Summary step = summarize(row.step_ms), rounds = summarize(row.round_ms);
+    const MedianCi g = median_ci(row.gain), rg = median_ci(row.round_gain), og = median_ci(row.other_gain);
+    out["rows"].push_back({{"policy", row.name},
+                           {"tok_per_s", cfg.batch * 1e3 / step.median},
+                           {"step_ms", step.to_json()},
+                           {"round_ms_per_step", rounds.to_json()},
+                           {"rounds_timed", row.counters.rounds_timed},
+                           {"observe_ms_per_step", row.counters.observe_ms_per_step},
+                           {"kv_bytes_per_seq", row.counters.kv_bytes_per_seq},
+                           {"gain", g.to_json()},
+                           {"gain_samples", row.gain},
+                           {"round_gain", rg.to_json()},
+                           {"round_gain_samples", row.round_gain},
+                           {"other_gain", og.to_json()},
+                           {"other_gain_samples", row.other_gain}});
+    const auto pct = [](const MedianCi& c) {
+      return c.valid ? fmt::format("{:+.1f}% [{:+.1f}, {:+.1f}]", 100 * c.median, 100 * c.lo, 100 * c.hi)
+                     : fmt::format("{:+.1f}% (too few reps for an interval)", 100 * c.median);
+    };
+    fmt::print("| {} | {:.2f} | {:.2f} ({:.2f}-{:.2f}) | {:.2f} | {} | {} | {} |\n", row.name,
+               cfg.batch * 1e3 / step.median, step.median, step.min, step.max, rounds.median, pct(g), pct(rg), pct(og));
+  }
+  std::fflush(stdout);
+  if (cfg.common.on_cell) cfg.common.on_cell("interleaved");
+  return out;
+}
+
 }  // namespace
 
 nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
@@ -220,6 +350,7 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
   nlohmann::json iso_batch = nlohmann::json::array(), iso_mem = nlohmann::json::array(),
                  skipped = nlohmann::json::array();
 
+  if (cfg.interleaved) out["interleaved"] = interleaved_table(engine, cfg);
   if (cfg.iso_batch) {
     fmt::print("\n## iso-batch: batch {}, B = {}, r = {}, timed from {} generated tokens ({} steps x {} reps)\n",
                cfg.batch, cfg.budget, cfg.common.recent, cfg.start_length, cfg.steps, cfg.common.reps);
@@ -286,7 +417,8 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
                             {"blocks", r.diff_ms.samples.size()},
                             {"plain", side(r.plain)},
                             {"forced", side(r.forced)},
-                            {"diff_ms_per_step", r.diff_ms.to_json()}});
+                            {"diff_ms_per_step", r.diff_ms.to_json()},
+                            {"diff_ci", median_ci(r.diff_ms.samples).to_json()}});
     fmt::print("| {} | {:.2f} ({:.2f}-{:.2f}) | {:.2f} ({:.2f}-{:.2f}) | {:.2f} ({:.2f}-{:.2f}) | {:.1f}% |\n",
                plain.name, r.plain.step_ms.median, r.plain.step_ms.min, r.plain.step_ms.max, r.forced.step_ms.median,
                r.forced.step_ms.min, r.forced.step_ms.max, r.diff_ms.median, r.diff_ms.min, r.diff_ms.max,
@@ -309,7 +441,7 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
       EvictionConfig ec;
       ec.budget = cfg.budget;
       ec.recent = cfg.common.recent;
-      const int64_t max_new = cfg.start_length + 64 + int64_t{cfg.common.reps} * cfg.steps + 2;
+      const int64_t max_new = max_new_tokens(cfg);
       // Slots each sequence holds at its peak: B + r when it evicts, else all it will see.
       const int64_t slots = required_capacity(ec, pol, kPromptLen, max_new);
       const int64_t max_batch = cfg.pool_bytes / (slots * slot_bytes);

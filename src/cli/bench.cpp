@@ -215,7 +215,12 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
                      "to compute probabilities (ignored), in alternating blocks of 8 steps: the probability "
                      "kernel's cost for the same selection");
   auto tables = std::make_shared<std::string>("iso-batch,iso-memory");
-  tp_cmd->add_option("--tables", *tables, "Tables to run: iso-batch, iso-memory (comma-separated)")
+  tp_cmd
+      ->add_option("--tables", *tables,
+                   "Tables to run: iso-batch, iso-memory, interleaved (every policy in each repetition, in a "
+                   "seeded random order, with the --baseline policy's gain over each; comma-separated)")
+      ->capture_default_str();
+  tp_cmd->add_option("--baseline", tc->baseline, "Interleaved table: the policy whose gain over the others is given")
       ->capture_default_str();
 
   out.push_back({bench, [=] {
@@ -255,20 +260,26 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
                      tc->pool_bytes = *pool_mib * (int64_t{1} << 20);
                      if (!tp->empty()) tc->policies = split_list(*tp, "--policies");
                      if (!probs_kernel->empty()) tc->probs_kernel = split_list(*probs_kernel, "--probs-kernel");
-                     tc->iso_batch = tc->iso_memory = false;
+                     tc->iso_batch = tc->iso_memory = tc->interleaved = false;
                      for (const std::string& t : split_list(*tables, "--tables")) {
                        if (t == "iso-batch")
                          tc->iso_batch = true;
                        else if (t == "iso-memory")
                          tc->iso_memory = true;
+                       else if (t == "interleaved")
+                         tc->interleaved = true;
                        else
-                         throw Error(fmt::format("--tables: unknown table '{}' (iso-batch, iso-memory)", t));
+                         throw Error(
+                             fmt::format("--tables: unknown table '{}' (iso-batch, iso-memory, interleaved)", t));
                      }
+                     if (!tc->interleaved && tp_cmd->count("--baseline") > 0)
+                       throw Error("--baseline is the interleaved table's: add interleaved to --tables");
                      const int64_t n_pol = tc->policies.empty() ? static_cast<int64_t>(all_policies().size())
                                                                 : static_cast<int64_t>(tc->policies.size());
                      auto progress = std::make_shared<Progress>(
                          "bench throughput",
-                         n_pol * (tc->iso_batch + tc->iso_memory) + static_cast<int64_t>(tc->probs_kernel.size()),
+                         n_pol * (tc->iso_batch + tc->iso_memory) + tc->interleaved +
+                             static_cast<int64_t>(tc->probs_kernel.size()),
                          "cells", 0, false);
                      tc->common.on_cell = [progress](const std::string& label) { progress->add(1, label); };
                      const std::string note = wait_for_load(*ta);
