@@ -220,22 +220,19 @@ struct InterleavedRow {
 
 std::vector<InterleavedRow> run_interleaved(Engine& engine, const std::vector<Policy>& pols,
                                             const ThroughputBenchConfig& cfg, size_t base,
-                                            std::vector<std::vector<size_t>>& orders) {
+                                            std::vector<std::vector<int64_t>>& orders) {
   std::vector<std::unique_ptr<BatchRun>> runs;
   for (const Policy& p : pols) runs.push_back(std::make_unique<BatchRun>(engine, p, cfg, cfg.batch));
   const size_t P = pols.size();
   std::vector<InterleavedRow> rows(P);
   for (size_t i = 0; i < P; ++i) rows[i].name = pols[i].name;
-  std::vector<size_t> order(P);
   for (int rep = 0; rep < cfg.common.reps; ++rep) {
-    // A fresh seeded order each repetition (Fisher-Yates on our own Rng): no policy always
-    // follows the same one, so what a predecessor leaves in the caches falls on every policy.
-    for (size_t i = 0; i < P; ++i) order[i] = i;
+    // A fresh seeded order each repetition: no policy always follows the same one, so what a
+    // predecessor leaves in the caches falls on every policy.
     Rng rng(stream_id({cfg.common.seed, 0x17e41ea5ull, static_cast<uint64_t>(rep)}));
-    for (size_t i = P - 1; i > 0; --i)
-      std::swap(order[i], order[static_cast<size_t>(rng.uniform() * static_cast<double>(i + 1))]);
-    orders.push_back(order);
-    for (size_t i : order) {
+    orders.push_back(random_permutation(rng, static_cast<int64_t>(P)));
+    for (const int64_t idx : orders.back()) {
+      const size_t i = static_cast<size_t>(idx);
       const double r0 = runs[i]->rounds_ms();
       rows[i].step_ms.push_back(runs[i]->time_steps(cfg.steps));
       rows[i].round_ms.push_back((runs[i]->rounds_ms() - r0) / cfg.steps);
@@ -288,7 +285,7 @@ nlohmann::json interleaved_table(Engine& engine, const ThroughputBenchConfig& cf
       "|---|---|---|---|---|---|---|\n",
       cfg.batch, cfg.budget, cfg.common.recent, cfg.start_length, cfg.common.reps, cfg.steps, cfg.baseline,
       cfg.baseline);
-  std::vector<std::vector<size_t>> orders;
+  std::vector<std::vector<int64_t>> orders;
   const std::vector<InterleavedRow> rows = run_interleaved(engine, pols, cfg, base, orders);
   nlohmann::json out = {{"baseline", cfg.baseline},
                         {"batch", cfg.batch},

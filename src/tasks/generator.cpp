@@ -44,15 +44,6 @@ std::string shuffled_letters(Rng& rng, int64_t k) {
   return letters.substr(0, static_cast<size_t>(k));
 }
 
-/// A random permutation of 0..n-1 (Fisher-Yates from the top).
-std::vector<int64_t> shuffled_order(Rng& rng, int64_t n) {
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
-  for (int64_t i = n - 1; i > 0; --i)
-    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(below(rng, i + 1))]);
-  return order;
-}
-
 /// recall / revisit (see generator.h): two cycles, phase A computes V, phase B carries it.
 void generate_trace_family(Task& t, Rng& rng) {
   const TaskSize& size = t.size;
@@ -62,7 +53,7 @@ void generate_trace_family(Task& t, Rng& rng) {
   const std::string a = letters.substr(0, static_cast<size_t>(ca)), b = letters.substr(static_cast<size_t>(ca));
   const auto at = [](const std::string& cyc, int64_t i) { return cyc[static_cast<size_t>(i % static_cast<int64_t>(cyc.size()))]; };
   // Fact lines of both cycles, shuffled together: line j < ca is A's fact j, else B's fact j - ca.
-  for (int64_t j : shuffled_order(rng, f)) {
+  for (int64_t j : random_permutation(rng, f)) {
     const std::string& cyc = j < ca ? a : b;
     const int64_t i = j < ca ? j : j - ca;
     t.problem += at(cyc, i);
@@ -320,14 +311,8 @@ Task generate_task(TaskFamily family, const TaskSize& requested, uint64_t seed, 
   const int64_t m = size.facts, n = size.steps;
 
   // M distinct letters in a random order; the order is the cycle sym[i] -> sym[i+1].
-  std::string letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ";
-  for (int64_t i = 0; i < m; ++i)
-    std::swap(letters[static_cast<size_t>(i)], letters[static_cast<size_t>(i + below(rng, 26 - i))]);
-  const std::string sym = letters.substr(0, static_cast<size_t>(m));
-  std::vector<int64_t> order(static_cast<size_t>(m));
-  for (int64_t i = 0; i < m; ++i) order[static_cast<size_t>(i)] = i;
-  for (int64_t i = m - 1; i > 0; --i)
-    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(below(rng, i + 1))]);
+  const std::string sym = shuffled_letters(rng, m);
+  const std::vector<int64_t> order = random_permutation(rng, m);
   const int64_t start = below(rng, m);
 
   Task t;

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <utility>
+#include <vector>
 
 namespace kvevict {
 
@@ -58,5 +60,16 @@ class Rng {
   static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
   uint64_t s_[4];
 };
+
+/// A random permutation of 0..n-1 (Fisher-Yates from the top, each swap index drawn as
+/// floor(uniform() * (i + 1))), so the same stream gives the same order on every platform.
+inline std::vector<int64_t> random_permutation(Rng& rng, int64_t n) {
+  std::vector<int64_t> order(static_cast<size_t>(n > 0 ? n : 0));
+  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+  for (int64_t i = n - 1; i > 0; --i)
+    std::swap(order[static_cast<size_t>(i)],
+              order[static_cast<size_t>(rng.uniform() * static_cast<double>(i + 1))]);
+  return order;
+}
 
 }  // namespace kvevict
