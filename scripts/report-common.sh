@@ -228,15 +228,16 @@ report_header() {
   echo
 }
 
-# report_reading: the reading, only if it was written for this data (its first line names the
-# model's sha256 prefix and N as "sha256 XXXXXXXXXXXX, N = n"); a reading of another run is not shown.
+# report_reading [KEY]: the reading, only if it was written for this data: its first line names KEY,
+# by default the model's sha256 prefix and N as "sha256 XXXXXXXXXXXX, N = n" (a report without a
+# grid passes its own, e.g. its run's date); a reading of another run is not shown.
 report_reading() {
-  local f=docs/reports/readings/$REPORT.md
+  local f=docs/reports/readings/$REPORT.md key=${1:-"sha256 $RUN_MODEL_SHA, N = $RUN_N"}
   echo "## Reading"
   echo
-  if [ -f "$f" ] && head -1 "$f" | grep -qF "sha256 $RUN_MODEL_SHA, N = $RUN_N"; then
+  if [ -f "$f" ] && head -1 "$f" | grep -qF "$key"; then
     cat "$f"
   else
-    echo "*Not written for this run yet ($f must name \"sha256 $RUN_MODEL_SHA, N = $RUN_N\" in its first line).*"
+    echo "*Not written for this run yet ($f must name \"$key\" in its first line).*"
   fi
 }

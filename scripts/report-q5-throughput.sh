@@ -123,10 +123,6 @@ source "$DATA/run.env"
   echo
   cat "$DOC/tables.md"
   echo
-  echo "## Reading"
-  echo
-  f=docs/reports/readings/q5-throughput.md
-  if [ -f "$f" ] && head -1 "$f" | grep -qF "run of $DATE"; then cat "$f"
-  else echo "*Not written for this run yet ($f must name \"run of $DATE\" in its first line).*"; fi
+  REPORT=q5-throughput report_reading "run of $DATE"
 } > docs/reports/q5-throughput.md
 echo "wrote docs/reports/q5-throughput.md"
