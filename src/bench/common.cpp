@@ -5,9 +5,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 
-#include "eval/stats.h"
 #include "util/error.h"
 #include "util/rng.h"
 
@@ -148,15 +148,18 @@ MedianCi median_ci(std::vector<double> samples, double level) {
   ci.median = summarize(samples).median;
   ci.lo = samples.front();
   ci.hi = samples.back();
-  // k: the largest rank with P(X <= k-1) <= (1 - level) / 2, X ~ binomial(n, 1/2). For j < n/2
-  // the two-sided sign-test p of j against n - j is exactly 2 P(X <= j) (eval/stats.h).
+  // P(X <= j) for X ~ binomial(n, 1/2), accumulated in log space so large n cannot overflow.
+  const double alpha_half = (1 - level) / 2;
   double tail = 0;  // P(X <= k-1) of the best k so far
   size_t k = 0;
+  double cdf = 0;
   for (size_t j = 0; j < n / 2; ++j) {
-    const double p = sign_test_p(static_cast<int64_t>(j), static_cast<int64_t>(n - j));
-    if (p > 1 - level) break;
+    const double log_pmf = std::lgamma(static_cast<double>(n) + 1) - std::lgamma(static_cast<double>(j) + 1) -
+                           std::lgamma(static_cast<double>(n - j) + 1) - static_cast<double>(n) * std::log(2.0);
+    cdf += std::exp(log_pmf);
+    if (cdf > alpha_half) break;
     k = j + 1;
-    tail = p / 2;
+    tail = cdf;
   }
   if (k == 0) return ci;
   ci.valid = true;
