@@ -123,7 +123,7 @@ PY
 {
   echo "# Seed 004's sink claims, re-run"
   echo
-  echo "Made by \`scripts/report-sinks.sh\` (seed 1; parts 1-2 model \`stories260K\`, $(cat "$OUT/run.txt" | tr '\n' ' ');"
+  echo "Made by \`scripts/report-sinks.sh\` (seed 1; parts 1-2 model \`stories260K\`, $(tr '\n' ' ' < "$OUT/run.txt");"
   echo "part 3 every model of the [real-models report](real-models.md), the trace reasoner included, from its committed data)."
   echo
   echo "Commands (from the script):"
