@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Shared by report-q1-protection.sh, report-q2-redundancy.sh and report-q4-beacons.sh (sourced,
-# not run): the eval grid on the trace reasoner, one `kvevict eval` output folder per
+# Shared by report-q1-protection.sh, report-q2-redundancy.sh, report-q4-beacons.sh,
+# report-anomalies.sh and report-q5-throughput.sh (sourced, not run): the eval grid on the trace reasoner, one `kvevict eval` output folder per
 # (task set, policy, budget) cell, so each report runs only the cells its question needs, reports
 # that need the same cell share it, and a budget or policy added later leaves finished cells alone
 # (kvevict eval resumes a folder rollout by rollout and refuses one made with other settings).
