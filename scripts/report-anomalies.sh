@@ -1,84 +1,144 @@
 #!/usr/bin/env bash
-# Report "anomalies" (docs/reports/anomalies.md), reasoner, held-out seed 1000, greedy, r = 32:
-# 1. vase+prompt on chain at B = 128: accuracy vs VaSE's value-range tier n_large (0, 8, 16, 24,
-#    28, 32 = the default B/4). With the 67-token prompt pinned, K_sel = 96 leaves 29 free slots;
-#    a tier of n_large >= 29 takes all of them and the SnapKV-weighted sample never runs.
-# 2. running at B = 128 / 192 / 256 for snapkv+prompt and rkv+prompt (the main job saw lower
-#    accuracy at 256 than at 128), from the old reasoner's grid (scripts/report-common-reasoner.sh).
-# Usage: scripts/report-anomalies.sh  (env N = problems, default 20)
+# Report "anomalies" (docs/reports/anomalies.md), trace reasoner: two effects earlier grids showed.
+# 1. vase+prompt at B = 128 loses everything (0.00 on chain and once with the small reasoner;
+#    with the trace reasoner 0.00-0.01 on every recall set and 0.46 on running, though 1.00 on
+#    chain). VaSE's value-range tier takes n_large slots (default B/4 = 32) before its
+#    SnapKV-weighted sample; with r = 32 and the prompt pinned, K_sel = 96 leaves 96 - 67 = 29 free
+#    slots on chain and running and 96 - 72 = 24 on recall (prompt = BOS + problem, one token per
+#    character). Sweep n_large = 0, 8, 16, 24, 28 (cells beside the grid's, tagged nlarge<N>; 32 is
+#    the grid's own vase+prompt cell) on chain, running and recall-m1, each against random and full
+#    on the same problems.
+# 2. Is a larger budget ever worse? (The small reasoner's rkv+prompt: 0.90 on running at B = 256
+#    vs 0.98 at 128.) Every pinned scored selector on chain, running and once, each budget against
+#    the next, problem by problem (exact sign test, Holm over the table), read from Q1's committed
+#    data (docs/reports/q1-protection/data: the same grid cells), so run Q1's script first.
+# Grid and statistics: scripts/report-common.sh. Cost: 10 cells of N = 300 beyond Q1's, about
+# 10 CPU-minutes; the report's header gives the measured time.
+# Usage: scripts/report-anomalies.sh [--from-data]   (env N, JOBS, MODEL)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/report-common-reasoner.sh
-start=$(date +%s); load0=$(cut -d' ' -f1-3 /proc/loadavg)
-grid_run running running 600
-$KV tasks gen --family chain --n "$N" --seed 1000 --length 600 -o "$GRID/vase-chain-tasks.jsonl"
-for nl in 0 8 16 24 28 32; do
-  $KV eval -m "$MODEL" --tasks "$GRID/vase-chain-tasks.jsonl" --policies full,vase+prompt,random --budgets 128 --buffer 32 \
-    --temp 0 --rollouts 1 --seed 1 --param "n_large=$nl" -t 1 --no-plots -o "$GRID/vase-nlarge-$nl" > /dev/null 2>&1
-done
-# The running dip with 3x the problems (60; the first 20 are the grid's), pinned policies only.
-$KV tasks gen --family running --n 60 --seed 1000 --length 600 -o "$GRID/running60-tasks.jsonl"
-$KV eval -m "$MODEL" --tasks "$GRID/running60-tasks.jsonl" --policies full,random,snapkv+prompt,rkv+prompt \
-  --budgets "$GRID_BUDGETS" --buffer 32 --temp 0 --rollouts 1 --seed 1 -t 1 --no-plots -o "$GRID/running60" \
-  > "$GRID/running60.log" 2>&1
-mkdir -p docs/reports/anomalies
-/usr/bin/python3 scripts/report-lib.py table docs/reports/anomalies/running60.md docs/reports/anomalies/running60.png \
-  "running, 60 problems" "running, 60 problems"=$GRID/running60
-/usr/bin/python3 - "$GRID" <<'PY'
+source scripts/report-common.sh
+N="${N:-300}"
+BUDGETS=128
+POLICIES=full,random,vase+prompt
+NLARGE=(0 8 16 24 28)
+read -r -a SETS <<< "chain running recall-m1"
+declare -A FREE=([chain]=29 [running]=29 [recall-m1]=24)  # K_sel - prompt tokens at B = 128, r = 32
+Q1=docs/reports/q1-protection/data
+SCORED=(snapkv+prompt rkv+prompt vase+prompt h2o+prompt tova+prompt)
+report_begin anomalies "$@"
+[ -f "$Q1/run.env" ] || { echo "$Q1/run.env: part 2 reads Q1's data; run scripts/report-q1-protection.sh first" >&2; exit 1; }
+if [ "$FROM_DATA" = 0 ]; then
+  failed=0
+  for s in "${SETS[@]}"; do
+    grid_run "$s" "$POLICIES" "$BUDGETS"
+    # The free-slot count above holds only for this prompt length.
+    /usr/bin/python3 - "$(grid_tasks "$s")" "$((96 - FREE[$s] - 1))" <<'PY'
+import json, sys
+lengths = {len(json.loads(line)["problem"]) for line in open(sys.argv[1])}
+if lengths != {int(sys.argv[2])}:
+    sys.exit(f"{sys.argv[1]}: problem lengths {sorted(lengths)}, the script assumes {sys.argv[2]} characters")
+PY
+    for nl in "${NLARGE[@]}"; do
+      while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || failed=1; done
+      grid_cell "$s" vase+prompt 128 "nlarge$nl" --param "vase+prompt:n_large=$nl" &
+    done
+  done
+  while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
+  [ "$failed" = 0 ] || exit 1
+  rm -rf "$DATA"
+  for s in "${SETS[@]}"; do
+    base=("$(cell_dir "$s" full 128)" "$(cell_dir "$s" random 128)")
+    for nl in "${NLARGE[@]}"; do
+      cells_save "$s" "$s-nlarge$nl" "$DATA/$s-nlarge$nl" "full random" "${base[@]}" "$(cell_dir "$s" vase+prompt 128)-nlarge$nl"
+    done
+    cells_save "$s" "$s-nlarge32" "$DATA/$s-nlarge32" "full random" "${base[@]}" "$(cell_dir "$s" vase+prompt 128)"
+  done
+  report_record "${SETS[@]}"
+  {
+    echo '```'
+    echo "# part 1: the sweep's cells (n_large 32, the default B/4, is the grid's vase+prompt@128 cell)"
+    echo "kvevict eval -m $MODEL -f S-tasks.jsonl --policies vase+prompt --budgets 128 --reference vase+prompt ${EVAL_OPTS[*]} \\"
+    echo "  --param vase+prompt:n_large=NL -t 1 -o S/vase+prompt@128-nlargeNL     # S in chain recall-m1, NL in ${NLARGE[*]}"
+    echo "# part 2: Q1's cells (scripts/report-q1-protection.sh), compared across budgets by scripts/report-lib.py"
+    echo '```'
+  } >> "$DATA/commands.md"
+fi
+# shellcheck source=/dev/null
+source "$DATA/run.env"
+out=docs/reports/$REPORT
+mkdir -p "$out"
+/usr/bin/python3 - "$DATA" "$out" "${NLARGE[*]} 32" "chain=${FREE[chain]} running=${FREE[running]} recall-m1=${FREE[recall-m1]}" <<'PY'
 import csv, os, sys
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-grid = sys.argv[1]
-rows = []
-for nl in (0, 8, 16, 24, 28, 32):
-    for r in csv.DictReader(open(os.path.join(grid, f"vase-nlarge-{nl}", "summary.csv"))):
-        if r["policy"] == "vase+prompt":
-            rows.append((nl, float(r["accuracy"]), float(r["accuracy_lo"]), float(r["accuracy_hi"]), float(r["mean_generated"])))
-with open("docs/reports/anomalies/vase.md", "w") as f:
-    f.write("| n_large | free slots left for the weighted sample (29 - n_large) | vase+prompt accuracy [95% CI] | mean generated tokens |\n")
-    f.write("|---:|---:|---|---:|\n")
-    for nl, a, lo, hi, g in rows:
-        f.write(f"| {nl} | {max(0, 29 - nl)} | {a:.2f} [{lo:.2f}, {hi:.2f}] | {g:.0f} |\n")
-fig, ax = plt.subplots(figsize=(5, 3.5))
-ax.plot([r[0] for r in rows], [r[1] for r in rows], marker="o")
-ax.axvline(29, color="k", ls=":", label="free slots = 29")
-ax.set_xlabel("n_large (VaSE value-range tier)"); ax.set_ylabel("accuracy, chain, B = 128"); ax.set_ylim(-0.03, 1.03)
-ax.legend(); fig.tight_layout(); fig.savefig("docs/reports/anomalies/vase.png", dpi=100)
+data, out, nls = sys.argv[1], sys.argv[2], sorted(int(x) for x in sys.argv[3].split())
+free = dict(kv.split("=") for kv in sys.argv[4].split())
+md = ["| task set | n_large | free slots − n_large | vase+prompt [95% CI] | random | Δ vs random [95% CI] | sign p (+/−/=) | full |",
+      "|---|---:|---:|---|---:|---|---|---:|"]
+fig, ax = plt.subplots(figsize=(5.5, 3.5))
+for s in free:
+    xs, ys, lo, hi = [], [], [], []
+    for nl in nls:
+        rows = {r["policy"]: r for r in csv.DictReader(open(os.path.join(data, f"{s}-nlarge{nl}", "summary-vs-random.csv")))}
+        v, r, f = rows["vase+prompt"], rows["random"], rows["full"]
+        md.append(f"| {s} | {nl}{' (default B/4)' if nl == 32 else ''} | {int(free[s]) - nl} | "
+                  f"{float(v['accuracy']):.3f} [{float(v['accuracy_lo']):.3f}, {float(v['accuracy_hi']):.3f}] | "
+                  f"{float(r['accuracy']):.3f} | {float(v['diff']):+.3f} [{float(v['diff_lo']):+.3f}, {float(v['diff_hi']):+.3f}] | "
+                  f"{float(v['sign_p']):.3g} ({v['sign_pos']}/{v['sign_neg']}/{v['sign_ties']}) | {float(f['accuracy']):.2f} |")
+        xs.append(nl); ys.append(float(v["accuracy"]))
+        lo.append(ys[-1] - float(v["accuracy_lo"])); hi.append(float(v["accuracy_hi"]) - ys[-1])
+    line = ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=f"{s} ({free[s]} free slots)")
+    ax.axvline(int(free[s]), color=line[0].get_color(), ls=":")
+    ax.axhline(float(r["accuracy"]), color=line[0].get_color(), ls="--", lw=0.8)
+ax.set_xlabel("n_large (VaSE's value-range tier)"); ax.set_ylabel("vase+prompt accuracy, B = 128")
+ax.set_title("dotted: free slots; dashed: random"); ax.set_ylim(-0.03, 1.03); ax.legend(fontsize=8)
+fig.tight_layout(); fig.savefig(os.path.join(out, "vase.png"), dpi=100)
+with open(os.path.join(out, "vase.md"), "w") as fo:
+    fo.write("\n".join(md) + "\n")
 PY
-REPORT_POLICIES=random,snapkv+prompt,rkv+prompt,vase+prompt,h2o+prompt,tova+prompt \
-  /usr/bin/python3 scripts/report-lib.py table docs/reports/anomalies/running.md docs/reports/anomalies/running.png \
-  "running: accuracy vs budget" running=$GRID/running
+between=()
+for s in chain running once; do
+  for p in "${SCORED[@]}"; do
+    prev=""
+    for b in 128 192 256 384 512; do
+      [ -n "$prev" ] && between+=(--between "$p:$s:$b:$prev")
+      prev=$b
+    done
+  done
+done
+/usr/bin/python3 scripts/report-lib.py compare "$out/budgets.md" "${between[@]}" \
+  chain="$Q1/chain" running="$Q1/running" once="$Q1/once"
 {
-  echo "# Anomalies: vase+prompt at B = 128, and running vs budget"
+  echo "# Anomalies: vase+prompt at B = 128, and whether a larger budget is ever worse"
   echo
-  echo "Made by \`scripts/report-anomalies.sh\` (N = $N problems, tasks seed 1000, eval seed 1, greedy, r = 32;"
-  echo "load $load0 before, $(cut -d' ' -f1-3 /proc/loadavg) after; wall $(( $(date +%s) - start )) s)."
+  echo "Made by \`scripts/report-anomalies.sh\` at commit $RUN_COMMIT on $RUN_DATE: model \`$RUN_MODEL\` (sha256 $RUN_MODEL_SHA…),"
+  echo "N = $RUN_N problems per task set (tasks seed 1000, eval seed 0, greedy, one rollout, r = 32, at most 2,048 tokens);"
+  echo "load $RUN_LOAD0 before, $RUN_LOAD1 after; wall $RUN_WALL s. The tables are re-made from the committed data"
+  echo "(\`docs/reports/$REPORT/data/\`, and Q1's for part 2) by \`scripts/report-$REPORT.sh --from-data\`. Commands:"
   echo
-  echo '```'
-  echo "kvevict tasks gen --family chain --n $N --seed 1000 --length 600 -o chain.jsonl"
-  echo "kvevict eval -m models/reasoner/reasoner.gguf --tasks chain.jsonl --policies full,vase+prompt,random --budgets 128 \\"
-  echo "  --buffer 32 --temp 0 --rollouts 1 --seed 1 --param n_large=NL     # NL in 0 8 16 24 28 32"
-  echo '```'
+  cat "$DATA/commands.md"
   echo
-  echo "## 1. vase+prompt on chain at B = 128"
+  echo "## 1. vase+prompt at B = 128 against VaSE's range tier n_large"
   echo
-  cat docs/reports/anomalies/vase.md
+  echo "With r = 32 the selector fills K_sel = 96 slots; the pinned prompt takes 67 (chain) or 72 (recall),"
+  echo "leaving 29 or 24. VaSE keeps n_large slots by value range first and samples the rest by SnapKV"
+  echo "weight; the column \"free slots − n_large\" is what the weighted sample gets (≤ 0: it never runs)."
+  echo "Δ, its paired bootstrap CI and the exact sign test are kvevict's (\`kvevict merge\`, same problems)."
+  echo
+  cat "$out/vase.md"
   echo
   echo "![vase](anomalies/vase.png)"
   echo
-  echo "## 2. running: accuracy vs budget (the old reasoner's grid, scripts/report-common-reasoner.sh)"
+  echo "## 2. Is a larger budget ever worse? (Q1's cells, pinned scored selectors)"
   echo
-  cat docs/reports/anomalies/running.md
-  echo "![running](anomalies/running.png)"
+  echo "Each row: accuracy at a budget minus at the next smaller one (column B), on the same problems (Q1's"
+  # shellcheck source=/dev/null
+  echo "N = $(. "$Q1/run.env"; echo "$RUN_N")); a negative Δ that Holm keeps (≠) would be a budget dip."
   echo
-  echo "The same with 60 problems (pinned policies; \`kvevict tasks gen --family running --n 60 --seed 1000 --length 600\`):"
+  cat "$out/budgets.md"
   echo
-  cat docs/reports/anomalies/running60.md
-  echo "![running60](anomalies/running60.png)"
-  echo
-  echo "## Reading"
-  echo
-  cat docs/reports/readings/anomalies.md
-} > docs/reports/anomalies.md
-echo "wrote docs/reports/anomalies.md"
+  report_reading
+} > "docs/reports/$REPORT.md"
+echo "wrote docs/reports/$REPORT.md"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Shared by report-q1-protection.sh, report-q2-redundancy.sh and report-q4-beacons.sh (sourced,
-# not run): the eval grid on the trace reasoner, one `kvevict eval` output folder per
+# Shared by report-q1-protection.sh, report-q2-redundancy.sh, report-q4-beacons.sh,
+# report-anomalies.sh and report-q5-throughput.sh (sourced, not run): the eval grid on the trace reasoner, one `kvevict eval` output folder per
 # (task set, policy, budget) cell, so each report runs only the cells its question needs, reports
 # that need the same cell share it, and a budget or policy added later leaves finished cells alone
 # (kvevict eval resumes a folder rollout by rollout and refuses one made with other settings).
@@ -105,10 +105,14 @@ grid_tasks() {  # grid_tasks SET -> the set's task file (N problems, seed 1000)
 
 cell_dir() { if [ "$2" = full ]; then echo "$(grid_dir "$1")/$1/full"; else echo "$(grid_dir "$1")/$1/$2@$3"; fi; }
 
-grid_cell() {  # grid_cell SET POLICY B: one cell (resumes; a finished cell only re-summarizes)
+# grid_cell SET POLICY B [TAG EVAL_OPTION...]: one cell (resumes; a finished cell only
+# re-summarizes). With TAG, a cell run with extra eval options (e.g. a selector parameter the grid
+# does not vary), in the folder POLICY@B-TAG beside the grid's.
+grid_cell() {
   local set=$1 policy=$2 b=$3 tasks dir extra=()
   tasks=$(grid_tasks "$set"); dir=$(cell_dir "$set" "$policy" "$b")
-  [[ $policy == triattention* ]] && extra=(--param "stats=$STATS")
+  if [ $# -gt 3 ]; then dir+="-$4"; extra+=("${@:5}"); fi
+  [[ $policy == triattention* ]] && extra+=(--param "stats=$STATS")
   mkdir -p "$(dirname "$dir")"
   nice -n "${NICE:-10}" $KV eval -m "$MODEL" -f "$tasks" --policies "$policy" --budgets "$b" --reference "$policy" \
     "${EVAL_OPTS[@]}" "${extra[@]}" -t "$THREADS" --no-plots -o "$dir" > "$dir.log" 2>&1 ||
@@ -136,7 +140,7 @@ grid_run() {  # grid_run SET POLICIES BUDGETS: every cell, JOBS at a time
 # DATA/SET/: summary-vs-REF.csv, pooled-vs-REF.csv, rollouts.csv (correct per problem), cost.csv,
 # stops.csv (how rollouts ended: first answer right, answered twice, at the length cap), config.json.
 grid_save() {
-  local set=$1 policies=$2 budgets=$3 data=$4 ref p b dirs=()
+  local set=$1 policies=$2 budgets=$3 data=$4 p b dirs=()
   shift 4
   for p in ${policies//,/ }; do
     for b in ${budgets//,/ }; do
@@ -144,13 +148,23 @@ grid_save() {
       dirs+=("$(cell_dir "$set" "$p" "$b")")
     done
   done
-  mkdir -p "$data/$set"
-  for ref in full "$@"; do
-    local comb; comb="$(grid_dir "$set")/combined/${REPORT:-any}/$set-vs-$ref"
+  cells_save "$set" "$set" "$data/$set" "full $*" "${dirs[@]}"
+}
+
+# cells_save SET NAME DATA "REF..." CELLDIR...: grid_save's work for any list of cell folders of one
+# task set (e.g. cells run with a selector parameter the grid does not vary): for each REF, the
+# cells combined and summarized by kvevict merge against REF, saved to DATA (NAME keys the combined
+# folders under the set's grid folder; the first REF must be full, which saves rollouts.csv).
+cells_save() {
+  local set=$1 name=$2 data=$3 refs=$4 ref
+  shift 4
+  mkdir -p "$data"
+  for ref in $refs; do
+    local comb; comb="$(grid_dir "$set")/combined/${REPORT:-any}/$name-vs-$ref"
     rm -rf "$comb" "$comb-in"; mkdir -p "$(dirname "$comb")"
-    /usr/bin/python3 scripts/report-lib.py combine "$comb-in" "$ref" "${dirs[@]}"
+    /usr/bin/python3 scripts/report-lib.py combine "$comb-in" "$ref" "$@"
     $KV merge "$comb-in" -o "$comb" --no-plots --margin "${MARGIN:-0.05}" > "$comb.log" 2>&1 || { echo "merge failed: $comb.log" >&2; return 1; }
-    /usr/bin/python3 scripts/report-lib.py save "$comb" "$data/$set" "$ref" "$comb-in"
+    /usr/bin/python3 scripts/report-lib.py save "$comb" "$data" "$ref" "$comb-in"
   done
 }
 

@@ -9,7 +9,7 @@ Usage:
         eval` output folder (summary.csv). Plots accuracy vs budget, one panel per LABEL. Env
         REPORT_POLICIES (comma-separated) keeps only those policies.
     report-lib.py compare OUT.md [--vs REF=P1,...[@LABEL,...]]... [--diff REF=P1,...[@LABEL,...]]...
-                          [--across POLICY:LABEL_A:LABEL_B]... LABEL=DIR...
+                          [--across POLICY:LABEL_A:LABEL_B]... [--between POLICY:LABEL:B1:B2]... LABEL=DIR...
         Paired comparisons, read from DIR/summary-vs-REF.csv and DIR/pooled-vs-REF.csv (per
         budget, and pooled over budgets with each problem counted once): Δ with its bootstrap CI,
         the exact sign test, and (--vs, where equivalence is the claim; not --diff) the TOST
@@ -21,7 +21,8 @@ Usage:
         sets on the same problem indices (DIR/rollouts.csv), at each budget both ran, with the
         same exact sign test (scipy.stats.binomtest on the discordant pairs, which kvevict's
         sign_test_p equals: min(1, 2 P(X <= min)), X ~ Binomial(n+ + n-, 1/2)); its p-values join the
-        sign-test family.
+        sign-test family. --between compares one policy on one task set between two budgets, B1 − B2,
+        problem by problem, with the same test (is a larger budget ever worse?).
     report-lib.py combine OUT REF CELLDIR...
         One `kvevict eval` folder from per-cell folders of one task set: their rollouts (text
         dropped) and a config naming every cell and REF as the reference, for `kvevict merge
@@ -192,7 +193,22 @@ def sign_p(n_pos, n_neg):
     return 1.0 if n_pos + n_neg == 0 else binomtest(n_pos, n_pos + n_neg, 0.5).pvalue
 
 
-def compare(out_md, vs, across, runs):
+def paired_row(label, policy, ref, budget, sa, sb):
+    """A sign-test row for two per-problem correctness strings on the same problem indices
+    (problems not run on either side, '-', are left out): Δ = accuracy(a) − accuracy(b)."""
+    pairs = [(x, y) for x, y in zip(sa, sb) if x != "-" and y != "-"]
+    pos = sum(x == "1" and y == "0" for x, y in pairs)
+    neg = sum(x == "0" and y == "1" for x, y in pairs)
+    n = len(pairs)
+    acc_a, acc_b = (sum(x[k] == "1" for x in pairs) / max(1, n) for k in (0, 1))
+    return {"set": label, "policy": policy, "ref": ref, "budget": budget, "n": n,
+            "acc": f"{acc_a:.2f} / {acc_b:.2f}", "diff": (pos - neg) / n if n else 0.0,
+            "lo": None, "hi": None, "pos": pos, "neg": neg, "ties": n - pos - neg,
+            "sign_p": sign_p(pos, neg), "kv_holm": None, "eq_p": None, "power": None,
+            "margin": None, "method": ""}
+
+
+def compare(out_md, vs, across, between, runs):
     """vs: (reference, policies, with the TOST?, only these labels (all if empty))."""
     rows = []  # one dict per comparison
     for ref, policies, tost, only in vs:
@@ -231,19 +247,16 @@ def compare(out_md, vs, across, runs):
         policy, la, lb = spec.split(":")
         ca, cb = read_correct(dirs[la]), read_correct(dirs[lb])
         for (p, b) in sorted(k for k in ca if k[0] == policy and k in cb):
-            sa, sb = ca[(p, b)], cb[(p, b)]
-            pairs = [(x, y) for x, y in zip(sa, sb) if x != "-" and y != "-"]
-            pos = sum(x == "1" and y == "0" for x, y in pairs)
-            neg = sum(x == "0" and y == "1" for x, y in pairs)
-            n = len(pairs)
             # Over the paired problems only: two sets of different N pair their first min(N) problems
             # (problem i of every recall set shares its phase A), and both accuracies are over those.
-            acc_a, acc_b = (sum(x[k] == "1" for x in pairs) / max(1, n) for k in (0, 1))
-            rows.append({"set": f"{la} − {lb}", "policy": p, "ref": f"{p} on {lb}", "budget": str(b), "n": n,
-                         "acc": f"{acc_a:.2f} / {acc_b:.2f}", "diff": (pos - neg) / n if n else 0.0,
-                         "lo": None, "hi": None, "pos": pos, "neg": neg, "ties": n - pos - neg,
-                         "sign_p": sign_p(pos, neg), "kv_holm": None, "eq_p": None, "power": None,
-                         "margin": None, "method": ""})
+            rows.append(paired_row(f"{la} − {lb}", p, f"{p} on {lb}", str(b), ca[(p, b)], cb[(p, b)]))
+    for spec in between:
+        policy, label, b1, b2 = spec.split(":")
+        c = read_correct(dirs[label])
+        if (policy, int(b1)) not in c or (policy, int(b2)) not in c:
+            sys.exit(f"--between {spec}: {dirs[label]}/rollouts.csv has no {policy} at B = {b1} and {b2}")
+        rows.append(paired_row(label, policy, f"{policy} at B = {b2}", f"{b1} − {b2}", c[(policy, int(b1))],
+                               c[(policy, int(b2))]))
     # The cross-set rows' sign test must be kvevict's: checked on every row kvevict computed.
     for r in rows:
         if abs(sign_p(r["pos"], r["neg"]) - r["sign_p"]) > 1e-9 * max(1.0, r["sign_p"]):
@@ -259,17 +272,25 @@ def compare(out_md, vs, across, runs):
     powers = sorted(r["power"] for r in rows if r["power"] is not None and r["eq_p"] is not None)
     ns = sorted({r["n"] for r in rows})
     methods = sorted({r["method"] for r in rows if r["method"] and r["eq_p"] is not None})
-    md = [f"Paired comparisons ({len(rows)}; problems per comparison n = {', '.join(map(str, ns))}). "
-          "Δ = accuracy(policy) − accuracy(reference) with its paired, problem-clustered 95% bootstrap CI; "
-          "sign test exact, two-sided (+/−/= problems). Where equivalence is the claim, TOST within "
-          f"±{', '.join(f'{100 * m:g}' for m in margins)} accuracy points at α = {ALPHA} "
-          f"({' / '.join(methods)}: Tango 1998's score test on the discordant pairs of one greedy rollout per problem; "
-          "the paired t test on per-problem means for the pooled rows); power = the probability that the TOST shows "
-          "equivalence at this n when the true difference is 0 and the discordance (pooled: the spread) is as observed. "
-          f"Holm's adjustment runs over all {len(rows)} sign tests of this table and, separately, all {len(eq)} TOSTs; "
-          "≈ only where the Holm-adjusted TOST p < 0.05. Pooled rows: each problem's mean over the budgets, "
-          "so a problem counts once. Computed by kvevict (src/eval/summary.cpp, src/eval/stats.h) except Holm "
-          "across task sets and the cross-set rows (scripts/report-lib.py)."]
+    if eq:
+        md = [f"Paired comparisons ({len(rows)}; problems per comparison n = {', '.join(map(str, ns))}). "
+              "Δ = accuracy(policy) − accuracy(reference) with its paired, problem-clustered 95% bootstrap CI; "
+              "sign test exact, two-sided (+/−/= problems). Where equivalence is the claim, TOST within "
+              f"±{', '.join(f'{100 * m:g}' for m in margins)} accuracy points at α = {ALPHA} "
+              f"({' / '.join(methods)}: Tango 1998's score test on the discordant pairs of one greedy rollout per problem; "
+              "the paired t test on per-problem means for the pooled rows); power = the probability that the TOST shows "
+              "equivalence at this n when the true difference is 0 and the discordance (pooled: the spread) is as observed. "
+              f"Holm's adjustment runs over all {len(rows)} sign tests of this table and, separately, all {len(eq)} TOSTs; "
+              "≈ only where the Holm-adjusted TOST p < 0.05. Pooled rows: each problem's mean over the budgets, "
+              "so a problem counts once. Computed by kvevict (src/eval/summary.cpp, src/eval/stats.h) except Holm "
+              "across task sets and the cross-set rows (scripts/report-lib.py)."]
+    else:  # only sign tests: no TOST and no equivalence claim in this table
+        md = [f"Paired comparisons ({len(rows)}; problems per comparison n = {', '.join(map(str, ns))}). "
+              "Δ = accuracy(a) − accuracy(b) on the same problems; sign test exact, two-sided (+/−/= problems: a right "
+              f"and b wrong / the reverse / the same), scipy.stats.binomtest on the discordant pairs; Holm's adjustment "
+              f"over all {len(rows)} sign tests of this table (scripts/report-lib.py)."]
+    if between and eq:
+        md[0] = md[0][:-len(").")] + ", with the cross-budget rows)."
     if powers:
         md[0] += f" TOST power here: median {powers[len(powers) // 2]:.2f}, range {powers[0]:.2f}–{powers[-1]:.2f}."
     md.append("")
@@ -422,20 +443,20 @@ def main(argv):
     if len(argv) >= 6 and argv[1] == "table":
         table(argv[2], argv[3], argv[4], [a.split("=", 1) for a in argv[5:]])
     elif len(argv) >= 3 and argv[1] == "compare":
-        vs, across, runs, i = [], [], [], 3
+        vs, across, between, runs, i = [], [], [], [], 3
         while i < len(argv):
             if argv[i] in ("--vs", "--diff"):
                 ref, ps = argv[i + 1].split("=", 1)
                 ps, _, only = ps.partition("@")
                 vs.append((ref, [p for p in ps.split(",") if p], argv[i] == "--vs", [x for x in only.split(",") if x]))
                 i += 2
-            elif argv[i] == "--across":
-                across.append(argv[i + 1])
+            elif argv[i] in ("--across", "--between"):
+                (across if argv[i] == "--across" else between).append(argv[i + 1])
                 i += 2
             else:
                 runs.append(tuple(argv[i].split("=", 1)))
                 i += 1
-        compare(argv[2], vs, across, runs)
+        compare(argv[2], vs, across, between, runs)
     elif len(argv) >= 5 and argv[1] == "combine":
         combine(argv[2], argv[3], argv[4:])
     elif len(argv) >= 3 and argv[1] == "cost":

@@ -26,8 +26,7 @@ start=$(date +%s); load0=$(cut -d' ' -f1-3 /proc/loadavg)
 for f in chain running once; do  # kept when present, so that side-by-side runs never rewrite them
   [ -f "$OUT/$f-tasks.jsonl" ] || $KV tasks gen --family "$f" --n "$N" --seed 1000 --length 600 -o "$OUT/$f-tasks.jsonl"
 done
-# TriAttention's query statistics, per model, from tasks outside the evaluation (seed 7), as
-# scripts/report-common-reasoner.sh does for the old reasoner.
+# TriAttention's query statistics, per model, from tasks outside the evaluation (seed 7).
 [ -f "$OUT/calibration.txt" ] || for f in chain running once; do $KV tasks gen --family "$f" --n 25 --seed 7 --length 600; done |
   /usr/bin/python3 -c 'import json, sys
 for line in sys.stdin:

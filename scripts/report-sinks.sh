@@ -5,6 +5,10 @@
 # 2. Sink survival vs budget from keep-logs: the fraction of (layer, KV head) pairs that still
 #    hold each of the first 4 positions after the last round of a 1000-token generation, for h2o,
 #    tova, snapkv, random-unprotected and streaming.
+# 3. Every model of the real-models report, the trace reasoner included, from that report's
+#    committed data (docs/reports/data/real-models): its largest per-head attention mass on the
+#    first 4 positions, and what 4 sinks add to a window (teacher-forced KL of streaming vs recency,
+#    paired over texts): scripts/report-sinks-models.py.
 # Usage: scripts/report-sinks.sh   (needs ./build/kvevict and /usr/bin/python3 with matplotlib;
 # about 2 minutes on a quiet 2-core machine). Seed 1 everywhere.
 set -euo pipefail
@@ -32,6 +36,17 @@ for pol in h2o tova snapkv random-unprotected streaming; do
       --seed 1 -t 1 --keep-log "$OUT/keep-$pol-$b.jsonl" --keep-log-positions > /dev/null 2>&1
   done
 done
+# The same on the trace reasoner, generating its own trace for the first held-out recall problem
+# (prompt 72 tokens: BOS and the problem; it stops after its answer, ~1,210 tokens), r = 32.
+mkdir -p "$OUT/trace"
+TRACE_PROMPT=$($KV tasks gen --family recall --steps 166 --depth 6 --restate 1 --count 1 --seed 1000 |
+  /usr/bin/python3 -c 'import json, sys; sys.stdout.write(json.loads(sys.stdin.readline())["problem"])')
+for pol in h2o tova snapkv random-unprotected streaming; do
+  for b in 128 192 256 384 512; do
+    $KV generate -m models/trace-reasoner/trace-reasoner.gguf -p "$TRACE_PROMPT" -n 1400 --temp 0 --policy "$pol" \
+      --budget "$b" -r 32 --seed 1 -t 1 --keep-log "$OUT/trace/keep-$pol-$b.jsonl" --keep-log-positions > /dev/null 2>&1
+  done
+done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg); wall $(( $(date +%s) - start )) s" >> "$OUT/run.txt"
 /usr/bin/python3 - "$OUT" <<'PY'
 import json, os, sys, collections
@@ -54,17 +69,30 @@ res = {s: read_ppl(f) for s, f in settings}
 full, ppl, _ = res[settings[0][0]]
 budgets = sorted({b for pol, b in ppl})
 # Part 2: sink survival after the last round, from the kept positions of every (layer, KV head).
-surv = collections.defaultdict(dict)
-for fn in sorted(os.listdir(out)):
-    if not fn.startswith("keep-"):
-        continue
-    pol, b = fn[5:-6].rsplit("-", 1)
-    lines = [json.loads(l) for l in open(os.path.join(out, fn))]
-    last = max(l["round"] for l in lines)
-    heads = [set(h) for l in lines if l["round"] == last for h in l["positions"]]
-    n_seen = [l["n_seen"] for l in lines if l["round"] == last][0]
-    surv[pol][int(b)] = (sum(sum(p in h for h in heads) for p in range(4)) / (4 * len(heads)),
-                         sum(0 in h for h in heads) / len(heads), n_seen)
+def survival(folder):
+    surv = collections.defaultdict(dict)
+    for fn in sorted(os.listdir(folder)):
+        if not fn.startswith("keep-"):
+            continue
+        pol, b = fn[5:-6].rsplit("-", 1)
+        lines = [json.loads(l) for l in open(os.path.join(folder, fn))]
+        last = max(l["round"] for l in lines)
+        heads = [set(h) for l in lines if l["round"] == last for h in l["positions"]]
+        n_seen = [l["n_seen"] for l in lines if l["round"] == last][0]
+        surv[pol][int(b)] = (sum(sum(p in h for h in heads) for p in range(4)) / (4 * len(heads)),
+                             sum(0 in h for h in heads) / len(heads), n_seen)
+    return surv
+def survival_table(f, surv, what):
+    f.write(f"\nSink survival, {what}:\n\n| policy | " + " | ".join(f"B = {b}" for b in sorted(next(iter(surv.values())))) + " |\n")
+    f.write("|---|" + "---:|" * len(next(iter(surv.values()))) + "\n")
+    for pol in surv:
+        cells = [f"{surv[pol][b][0]:.2f} ({surv[pol][b][1]:.2f})" for b in sorted(surv[pol])]
+        f.write(f"| {pol} | " + " | ".join(cells) + " |\n")
+    seen = sorted({v[2] for per in surv.values() for v in per.values()})
+    f.write(f"\nCells: mean survival of positions 0-3 over (layer, KV head) pairs after the last round "
+            f"(in parentheses: of position 0, the BOS token); sequence length at the last round "
+            f"{seen[0] if len(seen) == 1 else f'{seen[0]}-{seen[-1]}'}.\n")
+surv = survival(out)
 with open(os.path.join(out, "tables.md"), "w") as f:
     for name, (fl, pp, n) in res.items():
         f.write(f"Perplexity, {name} ({n} scored tokens):\n\n")
@@ -72,14 +100,10 @@ with open(os.path.join(out, "tables.md"), "w") as f:
         for b in budgets:
             f.write(f"| {b} | {pp[('recency', b)]:.3f} | {pp[('streaming', b)]:.3f} | {fl:.3f} |\n")
         f.write("\n")
-    f.write("\n| policy | " + " | ".join(f"B = {b}" for b in sorted(next(iter(surv.values())))) + " |\n")
-    f.write("|---|" + "---:|" * len(next(iter(surv.values()))) + "\n")
-    for pol in surv:
-        cells = [f"{surv[pol][b][0]:.2f} ({surv[pol][b][1]:.2f})" for b in sorted(surv[pol])]
-        f.write(f"| {pol} | " + " | ".join(cells) + " |\n")
-    n_seen = next(iter(next(iter(surv.values())).values()))[2]
-    f.write(f"\nCells: mean survival of positions 0-3 over (layer, KV head) pairs after the last round "
-            f"(in parentheses: of position 0, the BOS token); sequence length at the last round {n_seen}.\n")
+    survival_table(f, surv, "stories260K, a 1,005-token generation from \"Once upon a time\" (r = 16)")
+    survival_table(f, survival(os.path.join(out, "trace")),
+                   "trace reasoner, its own trace for held-out recall problem 0 (r = 32; positions 0-3 are BOS and "
+                   "the prompt's first fact)")
 fig, ax = plt.subplots(1, 2, figsize=(10, 4))
 for (name, (fl, pp, n)), c in zip(res.items(), ("C0", "C1", "C2")):
     for pol, ls in (("recency", "-"), ("streaming", "--")):
@@ -95,10 +119,12 @@ ax[1].set_xscale("log", base=2); ax[1].set_xlabel("budget B"); ax[1].set_ylabel(
 ax[1].set_title("after the last round, 1005-token generation"); ax[1].legend()
 fig.tight_layout(); fig.savefig(os.path.join(out, "sinks.png"), dpi=110)
 PY
+/usr/bin/python3 scripts/report-sinks-models.py docs/reports/data/real-models "$OUT/models.md"
 {
   echo "# Seed 004's sink claims, re-run"
   echo
-  echo "Made by \`scripts/report-sinks.sh\` (seed 1; model \`stories260K\`; $(cat "$OUT/run.txt" | tr '\n' ' '))."
+  echo "Made by \`scripts/report-sinks.sh\` (seed 1; parts 1-2 model \`stories260K\`, $(tr '\n' ' ' < "$OUT/run.txt");"
+  echo "part 3 every model of the [real-models report](real-models.md), the trace reasoner included, from its committed data)."
   echo
   echo "Commands (from the script):"
   echo
@@ -112,9 +138,16 @@ PY
   echo
   echo "![sinks](sinks/sinks.png)"
   echo
+  echo "## 3. Every model: sink heads, and what 4 sinks add to a window (teacher-forced KL from full)"
+  echo
+  echo "\`streaming\` keeps positions 0-3 and the newest B − 4 slots, \`recency\` the newest B; neither pins the"
+  echo "prompt. Δ < 0: the sinks help (StreamingLLM's claim); Δ > 0: the 4 slots were worth more as recent ones."
+  echo
+  cat "$OUT/models.md"
+  echo
   echo "## Reading"
   echo
   cat docs/reports/readings/sinks.md
 } > docs/reports/sinks.md
-rm -f "$OUT"/keep-*.jsonl "$OUT/nll.csv"
+rm -rf "$OUT"/keep-*.jsonl "$OUT/trace" "$OUT/nll.csv"
 echo "wrote docs/reports/sinks.md"

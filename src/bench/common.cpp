@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "util/binomial.h"
 #include "util/error.h"
 #include "util/rng.h"
 
@@ -148,15 +149,13 @@ MedianCi median_ci(std::vector<double> samples, double level) {
   ci.median = summarize(samples).median;
   ci.lo = samples.front();
   ci.hi = samples.back();
-  // P(X <= j) for X ~ binomial(n, 1/2), accumulated in log space so large n cannot overflow.
+  // The largest k with P(X <= k - 1) <= (1 - level) / 2, X ~ Binomial(n, 1/2): the k-th smallest
+  // and k-th largest samples bound the median with coverage 1 - 2 P(X <= k - 1).
   const double alpha_half = (1 - level) / 2;
-  double tail = 0;  // P(X <= k-1) of the best k so far
+  double tail = 0;  // P(X <= k - 1) of the best k so far
   size_t k = 0;
-  double cdf = 0;
   for (size_t j = 0; j < n / 2; ++j) {
-    const double log_pmf = std::lgamma(static_cast<double>(n) + 1) - std::lgamma(static_cast<double>(j) + 1) -
-                           std::lgamma(static_cast<double>(n - j) + 1) - static_cast<double>(n) * std::log(2.0);
-    cdf += std::exp(log_pmf);
+    const double cdf = binomial_half_cdf(static_cast<int64_t>(n), static_cast<int64_t>(j));
     if (cdf > alpha_half) break;
     k = j + 1;
     tail = cdf;

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <tuple>
 
+#include "util/binomial.h"
 #include "util/error.h"
 #include "util/rng.h"
 
@@ -92,28 +93,7 @@ double sign_test_p(int64_t n_pos, int64_t n_neg) {
   if (n_pos < 0 || n_neg < 0) throw Error("sign test: negative counts");
   const int64_t n = n_pos + n_neg;
   if (n == 0) return 1.0;
-  const int64_t k = std::min(n_pos, n_neg);
-  long double sum = 0;
-  if (n <= 16000) {
-    // P(X <= k) = sum_i C(n, i) 2^-n by the recurrence t_{i+1} = t_i (n - i) / (i + 1) from
-    // t_0 = 2^-n (representable in long double for these n). While C(n, i) (n - i) fits in the
-    // 64-bit mantissa every step is exact, so small cases give the exact binomial sum.
-    long double t = std::ldexp(1.0L, static_cast<int>(-n));
-    for (int64_t i = 0; i <= k; ++i) {
-      sum += t;
-      t = t * static_cast<long double>(n - i) / static_cast<long double>(i + 1);
-    }
-  } else {
-    // Log space from the largest term down (terms grow with i for i <= n/2).
-    const auto log_term = [&](int64_t i) {
-      return std::lgamma(static_cast<long double>(n) + 1) - std::lgamma(static_cast<long double>(i) + 1) -
-          std::lgamma(static_cast<long double>(n - i) + 1) + static_cast<long double>(n) * std::log(0.5L);
-    };
-    const long double top = log_term(k);
-    for (int64_t i = 0; i <= k; ++i) sum += std::exp(log_term(i) - top);
-    sum *= std::exp(top);
-  }
-  return std::min(1.0, static_cast<double>(2 * sum));
+  return std::min(1.0, 2 * binomial_half_cdf(n, std::min(n_pos, n_neg)));
 }
 
 SignTest paired_sign_test(std::span<const double> a, std::span<const double> b) {

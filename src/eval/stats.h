@@ -94,8 +94,7 @@ ProportionCi wilson_interval(double p_hat, int64_t n, double level = 0.95);
 
 /// Exact two-sided sign test p-value for n_pos successes and n_neg failures (ties already
 /// dropped): min(1, 2 P(X <= min(n_pos, n_neg))) with X ~ Binomial(n_pos + n_neg, 1/2);
-/// 1 when n_pos + n_neg == 0. Summed term by term in long double up to n = 16000 (exact for
-/// small n), in log space beyond.
+/// 1 when n_pos + n_neg == 0. The tail is util/binomial.h's binomial_half_cdf (exact for small n).
 double sign_test_p(int64_t n_pos, int64_t n_neg);
 
 /// Per-problem sign test of a against b.
