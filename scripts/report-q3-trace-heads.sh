@@ -9,8 +9,12 @@
 # report). Sets: recall-m1 (a value computed once in the trace, needed ~1,100 tokens later) and
 # revisit-m4 (re-read at 4 far checkpoints), prompt pinned by both policies; random is tested
 # against random-shared on the same problems (sign test, TOST within the margin).
+# Then where V survives: tools/value_survival.py (needs /usr/bin/python3 with torch for the
+# tokenizer: scripts/setup.sh --train) on 100 recall-m1 problems at B = 768 for both policies —
+# which (layer, KV head) caches hold a digit of V when the answer is written, in right and in
+# wrong rollouts: does a right answer need V in some cache, or in a particular one?
 # Grid and statistics: scripts/report-common.sh. Cost: 2 sets x 11 cells at N = 300, about
-# 20 CPU-minutes; the report's header gives the measured time.
+# 20 CPU-minutes, and 2 x 100 generations; the report's header gives the grid's measured time.
 # Usage: scripts/report-q3-trace-heads.sh [--from-data]   (env N, BUDGETS, POLICIES, SETS, JOBS, MODEL)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +25,13 @@ POLICIES="${POLICIES:-full,random,random-shared}"
 read -r -a SETS <<< "${SETS:-recall-m1 revisit-m4}"
 report_begin q3-trace-heads "$@"
 report_grid random-shared
+SURVIVAL_N=100 SURVIVAL_B=768
+if [ "$FROM_DATA" = 0 ]; then
+  for p in random random-shared; do
+    /usr/bin/python3 tools/value_survival.py --kvevict "$KV" --model "$MODEL" --n "$SURVIVAL_N" --budget "$SURVIVAL_B" \
+      --policy "$p" -- --family recall --steps 166 --depth 6 --restate 1 > "$DATA/value-survival-$p.txt"
+  done
+fi
 /usr/bin/python3 scripts/report-lib.py table "$out/tables.md" "$out/accuracy.png" \
   "Q3 on the trace reasoner: per-head vs shared draws" "${runs[@]}"
 /usr/bin/python3 scripts/report-lib.py compare "$out/compare.md" --vs "random-shared=random" "${runs[@]}"
@@ -37,6 +48,17 @@ report_grid random-shared
   echo "\`random\` against \`random-shared\` on the same problems and budget."
   echo
   cat "$out/compare.md"
+  echo
+  echo "## Where the value survives (recall-m1, B = $SURVIVAL_B, $SURVIVAL_N problems, one greedy rollout each)"
+  echo
+  echo "\`tools/value_survival.py --n $SURVIVAL_N --budget $SURVIVAL_B --policy P -- --family recall --steps 166 --depth 6 --restate 1\`"
+  echo "(eval seed = the task's index; L*l*H*h* is layer l, KV head h):"
+  echo
+  for p in random random-shared; do
+    echo '```'
+    cat "$DATA/value-survival-$p.txt"
+    echo '```'
+  done
   echo
   report_reading
 } > "docs/reports/$REPORT.md"
