@@ -59,7 +59,7 @@ PY
     echo '```'
     echo "# part 1: the sweep's cells (n_large 32, the default B/4, is the grid's vase+prompt@128 cell)"
     echo "kvevict eval -m $MODEL -f S-tasks.jsonl --policies vase+prompt --budgets 128 --reference vase+prompt ${EVAL_OPTS[*]} \\"
-    echo "  --param vase+prompt:n_large=NL -t 1 -o S/vase+prompt@128-nlargeNL     # S in chain recall-m1, NL in ${NLARGE[*]}"
+    echo "  --param vase+prompt:n_large=NL -t 1 -o S/vase+prompt@128-nlargeNL     # S in ${SETS[*]}, NL in ${NLARGE[*]}"
     echo "# part 2: Q1's cells (scripts/report-q1-protection.sh), compared across budgets by scripts/report-lib.py"
     echo '```'
   } >> "$DATA/commands.md"

@@ -187,7 +187,7 @@ report_commands() {
 report_begin() {
   REPORT=$1 DATA=docs/reports/$1/data FROM_DATA=0
   [ "${2:-}" = --from-data ] && FROM_DATA=1
-  [ $# -le 1 ] || [ "$FROM_DATA" = 1 ] || { echo "usage: scripts/report-$1.sh [--from-data]" >&2; exit 2; }
+  [ $# -le 1 ] || { [ "$FROM_DATA" = 1 ] && [ $# -eq 2 ]; } || { echo "usage: scripts/report-$1.sh [--from-data]" >&2; exit 2; }
   if [ "$FROM_DATA" = 1 ]; then
     [ -f "$DATA/run.env" ] || { echo "$DATA/run.env: no committed data to re-make the tables from" >&2; exit 1; }
   else
