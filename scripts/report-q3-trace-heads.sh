@@ -26,10 +26,13 @@ read -r -a SETS <<< "${SETS:-recall-m1 revisit-m4}"
 report_begin q3-trace-heads "$@"
 report_grid random-shared
 SURVIVAL_N=100 SURVIVAL_B=768
+# After the grid's record (report_grid), so run.env's wall time and load cover the grid only.
 if [ "$FROM_DATA" = 0 ]; then
   for p in random random-shared; do
-    /usr/bin/python3 tools/value_survival.py --kvevict "$KV" --model "$MODEL" --n "$SURVIVAL_N" --budget "$SURVIVAL_B" \
-      --policy "$p" -- --family recall --steps 166 --depth 6 --restate 1 > "$DATA/value-survival-$p.txt"
+    # shellcheck disable=SC2086  # the set's generator options
+    nice -n "${NICE:-10}" /usr/bin/python3 tools/value_survival.py --kvevict "$KV" --model "$MODEL" --n "$SURVIVAL_N" \
+      --budget "$SURVIVAL_B" --policy "$p" -- ${SET_GEN[recall-m1]} > "$DATA/value-survival-$p.txt.tmp"
+    mv "$DATA/value-survival-$p.txt.tmp" "$DATA/value-survival-$p.txt"
   done
 fi
 /usr/bin/python3 scripts/report-lib.py table "$out/tables.md" "$out/accuracy.png" \
@@ -51,8 +54,10 @@ fi
   echo
   echo "## Where the value survives (recall-m1, B = $SURVIVAL_B, $SURVIVAL_N problems, one greedy rollout each)"
   echo
-  echo "\`tools/value_survival.py --n $SURVIVAL_N --budget $SURVIVAL_B --policy P -- --family recall --steps 166 --depth 6 --restate 1\`"
-  echo "(eval seed = the task's index; L*l*H*h* is layer l, KV head h):"
+  echo "\`tools/value_survival.py --n $SURVIVAL_N --budget $SURVIVAL_B --policy P -- ${SET_GEN[recall-m1]}\`: the grid's first"
+  echo "$SURVIVAL_N problems, but fresh draws (\`kvevict generate -s\` with the task's index as seed, not the eval's"
+  echo "per-problem streams) and a rollout counted right if any \`\\boxed{}\` holds the answer (eval reads the last), so its"
+  echo "accuracy differs from the grid's cell; LlHh is layer l, KV head h:"
   echo
   for p in random random-shared; do
     echo '```'

@@ -4,9 +4,10 @@ is right: separates "the policy evicted V" from "the model fails beside holes el
 
 For each of N recall (or revisit) tasks (`kvevict tasks gen`, seed 1000 as the main job), one
 greedy rollout with `kvevict generate --keep-log-positions` under POLICY at budget B (r = 32, the
-main job's), eval seed = the task's index, so each problem gets its own random draws as `kvevict
-eval` gives it (`generate` runs one sequence: with one seed for all, every task of a family would
-get the same keep-sets, and their fixed-format traces would win or lose together). In the rollout,
+main job's), seed = the task's index, so each problem gets its own random draws, as in `kvevict
+eval`, though not the same ones (eval derives each problem's stream from its id; `generate` runs one
+sequence: with one seed for all, every task of a family would get the same keep-sets, and their
+fixed-format traces would win or lose together). In the rollout,
 V's digits are the tokens after each '&' that spell the gold value (copies the model wrote wrong
 are not V); at the last eviction round before the answer, each (layer, KV head) cache either holds
 one of those positions or not. Prints accuracy by how many caches hold V, and which caches hold it
