@@ -114,6 +114,9 @@ PY
     echo "kvevict eval -m $MODEL -f S-tasks.jsonl --policies vase+prompt --budgets 128 --reference vase+prompt ${EVAL_OPTS[*]} \\"
     echo "  --param vase+prompt:n_large=NL -t 1 -o S/vase+prompt@128-nlargeNL     # S in ${SETS[*]}, NL in ${NLARGE[*]}"
     echo "# part 2: Q1's cells (scripts/report-q1-protection.sh), compared across budgets by scripts/report-lib.py"
+    echo "# part 3: TriAttention with recent buffer R at B + R = 544 (B R in $(IFS=/; echo "${TRI[*]}"); R = 32 is the grid's cell)"
+    echo "kvevict eval -m $MODEL -f recall-m1-tasks.jsonl --policies triattention --budgets B --reference triattention \\"
+    echo "  --buffer R ${EVAL_OPTS[*]:2} --param stats=triattention-stats.json -t 1 -o recall-m1/triattention@B-rR"
     echo '```'
   } >> "$DATA/commands.md"
 fi
@@ -186,7 +189,7 @@ done
 /usr/bin/python3 scripts/report-lib.py compare "$out/budgets.md" "${between[@]}" \
   chain="$Q1/chain" running="$Q1/running" once="$Q1/once"
 {
-  echo "# Anomalies: vase+prompt at B = 128, and whether a larger budget is ever worse"
+  echo "# Anomalies: vase+prompt at B = 128, whether a larger budget is ever worse, and TriAttention's stop failure"
   echo
   echo "Made by \`scripts/report-anomalies.sh\` at commit $RUN_COMMIT on $RUN_DATE: model \`$RUN_MODEL\` (sha256 $RUN_MODEL_SHA…),"
   echo "N = $RUN_N problems per task set (tasks seed 1000, eval seed 0, greedy, one rollout, r = 32, at most 2,048 tokens);"
