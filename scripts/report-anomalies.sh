@@ -12,8 +12,12 @@
 #    vs 0.98 at 128.) Every pinned scored selector on chain, running and once, each budget against
 #    the next, problem by problem (exact sign test, Holm over the table), read from Q1's committed
 #    data (docs/reports/q1-protection/data: the same grid cells), so run Q1's script first.
-# Grid and statistics: scripts/report-common.sh. Cost: 10 cells of N = 300 beyond Q1's, about
-# 10 CPU-minutes; the report's header gives the measured time.
+# 3. TriAttention's stop failure (Q2: on recall-m1 at 30-40% of the sequence its first answer is
+#    right but it goes on writing, so the grader, which reads the last \boxed{}, marks it wrong): at
+#    equal KV memory (B + r = 544 slots per KV head) with the recent buffer r = 32 / 64 / 128
+#    (B = 512 / 480 / 416; r = 32 is the grid's cell), how each rollout ends after its first answer.
+# Grid and statistics: scripts/report-common.sh. Cost: 15 cells of N = 300 beyond Q1's, about
+# 20 CPU-minutes; the report's header gives the measured time.
 # Usage: scripts/report-anomalies.sh [--from-data]   (env N, JOBS, MODEL)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +30,19 @@ read -r -a SETS <<< "chain running recall-m1"
 declare -A FREE=([chain]=29 [running]=29 [recall-m1]=24)  # K_sel - prompt tokens at B = 128, r = 32
 Q1=docs/reports/q1-protection/data
 SCORED=(snapkv+prompt rkv+prompt vase+prompt h2o+prompt tova+prompt)
+TRI=("512 32" "480 64" "416 128")  # B r, at B + r = 544
 report_begin anomalies "$@"
+tri_cell_dir() {  # tri_cell_dir B R: r = 32 is the grid's own triattention cell
+  if [ "$2" = 32 ]; then cell_dir recall-m1 triattention "$1"; else echo "$(cell_dir recall-m1 triattention "$1")-r$2"; fi
+}
+tri_cell() {  # tri_cell B R: TriAttention on recall-m1 with recent buffer R (EVAL_OPTS but its --buffer)
+  local b=$1 r=$2 dir
+  dir=$(tri_cell_dir "$b" "$r")
+  [ "${EVAL_OPTS[0]}" = --buffer ] || { echo "report-anomalies: EVAL_OPTS no longer starts with --buffer" >&2; return 1; }
+  nice -n "${NICE:-10}" $KV eval -m "$MODEL" -f "$(grid_tasks recall-m1)" --policies triattention --budgets "$b" \
+    --reference triattention --buffer "$r" "${EVAL_OPTS[@]:2}" --param "stats=$STATS" -t "$THREADS" --no-plots \
+    -o "$dir" > "$dir.log" 2>&1 || { echo "eval failed: $dir (see $dir.log)" >&2; return 1; }
+}
 [ -f "$Q1/run.env" ] || { echo "$Q1/run.env: part 2 reads Q1's data; run scripts/report-q1-protection.sh first" >&2; exit 1; }
 if [ "$FROM_DATA" = 0 ]; then
   failed=0
@@ -44,6 +60,13 @@ PY
       grid_cell "$s" vase+prompt 128 "nlarge$nl" --param "vase+prompt:n_large=$nl" &
     done
   done
+  grid_stats
+  grid_tasks recall-m1 > /dev/null
+  for br in "${TRI[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || failed=1; done
+    # shellcheck disable=SC2086  # "B r"
+    tri_cell $br &
+  done
   while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
   [ "$failed" = 0 ] || exit 1
   rm -rf "$DATA"
@@ -54,6 +77,36 @@ PY
     done
     cells_save "$s" "$s-nlarge32" "$DATA/$s-nlarge32" "full random" "${base[@]}" "$(cell_dir "$s" vase+prompt 128)"
   done
+  # Part 3's data: per cell, kvevict's accuracy and interval and, read from the rollouts' text, how
+  # each rollout ended after its first \boxed{} (the per-problem strings pair the cells).
+  tri_dirs=()
+  for br in "${TRI[@]}"; do
+    # shellcheck disable=SC2086  # "B r"
+    tri_dirs+=("$(echo $br | tr ' ' :):$(tri_cell_dir $br)")
+  done
+  /usr/bin/python3 - "$DATA/triattention-stop.csv" "${tri_dirs[@]}" <<'PY'
+import csv, json, os, re, sys
+BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+with open(sys.argv[1], "w", newline="") as f:
+    w = csv.writer(f)
+    w.writerow(["budget", "recent", "slots", "rollouts", "accuracy", "accuracy_lo", "accuracy_hi", "first_box_right",
+                "brace_after_first_box", "ends_at_first_box", "mean_generated", "correct", "first_right"])
+    for spec in sys.argv[2:]:
+        b, r, d = spec.split(":", 2)
+        cell = [row for row in csv.DictReader(open(os.path.join(d, "summary.csv"))) if row["policy"] == "triattention"][0]
+        rows = sorted((json.loads(l) for l in open(os.path.join(d, "rollouts.jsonl")) if l.endswith("\n")),
+                      key=lambda x: x["problem_index"])
+        correct, first, brace, ends, gen = [], [], 0, 0, 0
+        for x in rows:
+            m = BOXED.search(x["text"])
+            first.append("1" if m and m.group(1).strip() == x["gold"].strip() else "0")
+            correct.append("1" if x["correct"] else "0")
+            brace += bool(m) and x["text"][m.end():m.end() + 1] == "}"
+            ends += bool(m) and x["text"][m.end():].strip() == ""
+            gen += x["generated_tokens"]
+        w.writerow([b, r, int(b) + int(r), len(rows), cell["accuracy"], cell["accuracy_lo"], cell["accuracy_hi"],
+                    first.count("1"), brace, ends, f"{gen / len(rows):.1f}", "".join(correct), "".join(first)])
+PY
   report_record "${SETS[@]}"
   {
     echo '```'
@@ -61,6 +114,9 @@ PY
     echo "kvevict eval -m $MODEL -f S-tasks.jsonl --policies vase+prompt --budgets 128 --reference vase+prompt ${EVAL_OPTS[*]} \\"
     echo "  --param vase+prompt:n_large=NL -t 1 -o S/vase+prompt@128-nlargeNL     # S in ${SETS[*]}, NL in ${NLARGE[*]}"
     echo "# part 2: Q1's cells (scripts/report-q1-protection.sh), compared across budgets by scripts/report-lib.py"
+    echo "# part 3: TriAttention with recent buffer R at B + R = 544 (B R in $(IFS=/; echo "${TRI[*]}"); R = 32 is the grid's cell)"
+    echo "kvevict eval -m $MODEL -f recall-m1-tasks.jsonl --policies triattention --budgets B --reference triattention \\"
+    echo "  --buffer R ${EVAL_OPTS[*]:2} --param stats=triattention-stats.json -t 1 -o recall-m1/triattention@B-rR"
     echo '```'
   } >> "$DATA/commands.md"
 fi
@@ -98,6 +154,28 @@ fig.tight_layout(); fig.savefig(os.path.join(out, "vase.png"), dpi=100)
 with open(os.path.join(out, "vase.md"), "w") as fo:
     fo.write("\n".join(md) + "\n")
 PY
+/usr/bin/python3 - "$DATA/triattention-stop.csv" "$out/triattention.md" <<'PY'
+import csv, sys
+from scipy.stats import binomtest
+rows = list(csv.DictReader(open(sys.argv[1])))
+base = rows[0]  # r = 32, the grid's cell
+md = ["| recent buffer r | B | slots (B + r) | accuracy [95% CI] | first answer right | extra `}` after it | ends at it | "
+      "mean generated tokens | vs r = 32: right / wrong only here (sign p) |",
+      "|---:|---:|---:|---|---:|---:|---:|---:|---|"]
+for r in rows:
+    n = int(r["rollouts"])
+    if r is base:
+        vs = "(reference)"
+    else:
+        pos = sum(a == "1" and b == "0" for a, b in zip(r["correct"], base["correct"]))
+        neg = sum(a == "0" and b == "1" for a, b in zip(r["correct"], base["correct"]))
+        p = binomtest(pos, pos + neg, 0.5).pvalue if pos + neg else 1.0
+        vs = f"{pos} / {neg} ({p:.3g})"
+    md.append(f"| {r['recent']} | {r['budget']} | {r['slots']} | {float(r['accuracy']):.3f} [{float(r['accuracy_lo']):.3f}, "
+              f"{float(r['accuracy_hi']):.3f}] | {r['first_box_right']} / {n} | {r['brace_after_first_box']} / {n} | "
+              f"{r['ends_at_first_box']} / {n} | {r['mean_generated']} | {vs} |")
+open(sys.argv[2], "w").write("\n".join(md) + "\n")
+PY
 between=()
 for s in chain running once; do
   for p in "${SCORED[@]}"; do
@@ -111,7 +189,7 @@ done
 /usr/bin/python3 scripts/report-lib.py compare "$out/budgets.md" "${between[@]}" \
   chain="$Q1/chain" running="$Q1/running" once="$Q1/once"
 {
-  echo "# Anomalies: vase+prompt at B = 128, and whether a larger budget is ever worse"
+  echo "# Anomalies: vase+prompt at B = 128, whether a larger budget is ever worse, and TriAttention's stop failure"
   echo
   echo "Made by \`scripts/report-anomalies.sh\` at commit $RUN_COMMIT on $RUN_DATE: model \`$RUN_MODEL\` (sha256 $RUN_MODEL_SHA…),"
   echo "N = $RUN_N problems per task set (tasks seed 1000, eval seed 0, greedy, one rollout, r = 32, at most 2,048 tokens);"
@@ -138,6 +216,15 @@ done
   echo "N = $(. "$Q1/run.env"; echo "$RUN_N")); a negative Δ that Holm keeps (≠) would be a budget dip."
   echo
   cat "$out/budgets.md"
+  echo
+  echo "## 3. TriAttention's stop failure: the recent buffer at equal KV memory (recall-m1)"
+  echo
+  echo "TriAttention (\`--param stats=...\`, the grid's statistics) at B + r = 544 slots per KV head. \"First answer"
+  echo "right\": the first \`\\boxed{}\` holds the gold value; \"extra \`}\`\": the character after it is another closing"
+  echo "brace; \"ends at it\": nothing but whitespace follows it. Accuracy and its Wilson interval are kvevict's (the"
+  echo "grader reads the last \`\\boxed{}\`); the sign test (scipy.stats.binomtest) pairs the same problems."
+  echo
+  cat "$out/triattention.md"
   echo
   report_reading
 } > "docs/reports/$REPORT.md"
