@@ -35,17 +35,11 @@ report_begin anomalies "$@"
 tri_cell_dir() {  # tri_cell_dir B R: r = 32 is the grid's own triattention cell
   if [ "$2" = 32 ]; then cell_dir recall-m1 triattention "$1"; else echo "$(cell_dir recall-m1 triattention "$1")-r$2"; fi
 }
-tri_cell() {  # tri_cell B R: TriAttention on recall-m1 with recent buffer R (EVAL_OPTS but its --buffer)
-  local b=$1 r=$2 dir
-  dir=$(tri_cell_dir "$b" "$r")
-  [ "${EVAL_OPTS[0]}" = --buffer ] || { echo "report-anomalies: EVAL_OPTS no longer starts with --buffer" >&2; return 1; }
-  nice -n "${NICE:-10}" $KV eval -m "$MODEL" -f "$(grid_tasks recall-m1)" --policies triattention --budgets "$b" \
-    --reference triattention --buffer "$r" "${EVAL_OPTS[@]:2}" --param "stats=$STATS" -t "$THREADS" --no-plots \
-    -o "$dir" > "$dir.log" 2>&1 || { echo "eval failed: $dir (see $dir.log)" >&2; return 1; }
+tri_cell() {  # tri_cell B R: TriAttention on recall-m1 with recent buffer R
+  if [ "$2" = 32 ]; then grid_cell recall-m1 triattention "$1"; else grid_cell recall-m1 triattention "$1" "r$2" --buffer "$2"; fi
 }
 [ -f "$Q1/run.env" ] || { echo "$Q1/run.env: part 2 reads Q1's data; run scripts/report-q1-protection.sh first" >&2; exit 1; }
 if [ "$FROM_DATA" = 0 ]; then
-  failed=0
   for s in "${SETS[@]}"; do
     grid_run "$s" "$POLICIES" "$BUDGETS"
     # The free-slot count above holds only for this prompt length.
@@ -56,19 +50,19 @@ if lengths != {int(sys.argv[2])}:
     sys.exit(f"{sys.argv[1]}: problem lengths {sorted(lengths)}, the script assumes {sys.argv[2]} characters")
 PY
     for nl in "${NLARGE[@]}"; do
-      while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || failed=1; done
+      grid_slot "$JOBS"
       grid_cell "$s" vase+prompt 128 "nlarge$nl" --param "vase+prompt:n_large=$nl" &
     done
   done
   grid_stats
   grid_tasks recall-m1 > /dev/null
   for br in "${TRI[@]}"; do
-    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || failed=1; done
+    grid_slot "$JOBS"
     # shellcheck disable=SC2086  # "B r"
     tri_cell $br &
   done
-  while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
-  [ "$failed" = 0 ] || exit 1
+  grid_slot 1
+  [ "$GRID_FAILED" = 0 ] || exit 1
   rm -rf "$DATA"
   for s in "${SETS[@]}"; do
     base=("$(cell_dir "$s" full 128)" "$(cell_dir "$s" random 128)")
@@ -85,22 +79,26 @@ PY
     tri_dirs+=("$(echo $br | tr ' ' :):$(tri_cell_dir $br)")
   done
   /usr/bin/python3 - "$DATA/triattention-stop.csv" "${tri_dirs[@]}" <<'PY'
-import csv, json, os, re, sys
-BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+import csv, importlib.util, json, os, sys
+# report-lib.py's reading of the answers (its BOXED and answers(), which also checks the grade).
+spec = importlib.util.spec_from_file_location("report_lib", "scripts/report-lib.py")
+lib = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(lib)
 with open(sys.argv[1], "w", newline="") as f:
     w = csv.writer(f)
     w.writerow(["budget", "recent", "slots", "rollouts", "accuracy", "accuracy_lo", "accuracy_hi", "first_box_right",
                 "brace_after_first_box", "ends_at_first_box", "mean_generated", "correct", "first_right"])
-    for spec in sys.argv[2:]:
-        b, r, d = spec.split(":", 2)
+    for arg in sys.argv[2:]:
+        b, r, d = arg.split(":", 2)
         cell = [row for row in csv.DictReader(open(os.path.join(d, "summary.csv"))) if row["policy"] == "triattention"][0]
-        rows = sorted((json.loads(l) for l in open(os.path.join(d, "rollouts.jsonl")) if l.endswith("\n")),
-                      key=lambda x: x["problem_index"])
+        path = os.path.join(d, "rollouts.jsonl")
+        rows = sorted((json.loads(l) for l in open(path) if l.endswith("\n")), key=lambda x: x["problem_index"])
         correct, first, brace, ends, gen = [], [], 0, 0, 0
         for x in rows:
-            m = BOXED.search(x["text"])
-            first.append("1" if m and m.group(1).strip() == x["gold"].strip() else "0")
-            correct.append("1" if x["correct"] else "0")
+            right, first_right, _, _ = lib.answers(x, path)
+            m = lib.BOXED.search(x["text"])
+            first.append("1" if first_right else "0")
+            correct.append("1" if right else "0")
             brace += bool(m) and x["text"][m.end():m.end() + 1] == "}"
             ends += bool(m) and x["text"][m.end():].strip() == ""
             gen += x["generated_tokens"]

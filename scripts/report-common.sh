@@ -106,32 +106,46 @@ grid_tasks() {  # grid_tasks SET -> the set's task file (N problems, seed 1000)
 cell_dir() { if [ "$2" = full ]; then echo "$(grid_dir "$1")/$1/full"; else echo "$(grid_dir "$1")/$1/$2@$3"; fi; }
 
 # grid_cell SET POLICY B [TAG EVAL_OPTION...]: one cell (resumes; a finished cell only
-# re-summarizes). With TAG, a cell run with extra eval options (e.g. a selector parameter the grid
-# does not vary), in the folder POLICY@B-TAG beside the grid's.
+# re-summarizes). With TAG, a cell run with extra eval options (e.g. a selector parameter or a
+# recent buffer the grid does not vary), in the folder POLICY@B-TAG beside the grid's; a --buffer
+# among them replaces EVAL_OPTS's (kvevict takes the option once).
 grid_cell() {
-  local set=$1 policy=$2 b=$3 tasks dir extra=()
+  local set=$1 policy=$2 b=$3 tasks dir extra=() opts=("${EVAL_OPTS[@]}")
   tasks=$(grid_tasks "$set"); dir=$(cell_dir "$set" "$policy" "$b")
-  if [ $# -gt 3 ]; then dir+="-$4"; extra+=("${@:5}"); fi
+  if [ $# -gt 3 ]; then
+    dir+="-$4"; extra+=("${@:5}")
+    if [[ " ${*:5} " == *" --buffer "* ]]; then
+      [ "${opts[0]}" = --buffer ] || { echo "grid_cell: EVAL_OPTS no longer starts with --buffer" >&2; return 1; }
+      opts=("${opts[@]:2}")
+    fi
+  fi
   [[ $policy == triattention* ]] && extra+=(--param "stats=$STATS")
   mkdir -p "$(dirname "$dir")"
   nice -n "${NICE:-10}" $KV eval -m "$MODEL" -f "$tasks" --policies "$policy" --budgets "$b" --reference "$policy" \
-    "${EVAL_OPTS[@]}" "${extra[@]}" -t "$THREADS" --no-plots -o "$dir" > "$dir.log" 2>&1 ||
+    "${opts[@]}" "${extra[@]}" -t "$THREADS" --no-plots -o "$dir" > "$dir.log" 2>&1 ||
     { echo "eval failed: $dir (see $dir.log)" >&2; return 1; }
 }
 
-grid_run() {  # grid_run SET POLICIES BUDGETS: every cell, JOBS at a time
-  local set=$1 p b failed=0
+# grid_slot N: wait until fewer than N background jobs of this shell run (N = JOBS before starting
+# a cell, 1 to drain); a job that failed sets GRID_FAILED=1.
+GRID_FAILED=0
+grid_slot() {
+  while [ "$(jobs -rp | wc -l)" -ge "$1" ]; do wait -n || GRID_FAILED=1; done
+}
+
+grid_run() {  # grid_run SET POLICIES BUDGETS: every cell, JOBS at a time; fails if any cell failed
+  local set=$1 p b
   grid_stats
   grid_tasks "$set" >/dev/null
   for p in ${2//,/ }; do
     for b in ${3//,/ }; do
       [ "$p" = full ] && [ "$b" != "${3%%,*}" ] && continue  # full has one cell
-      while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || failed=1; done
+      grid_slot "$JOBS"
       grid_cell "$set" "$p" "$b" &
     done
   done
-  while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
-  return "$failed"
+  grid_slot 1
+  return "$GRID_FAILED"
 }
 
 # grid_save SET POLICIES BUDGETS DATA REF...: for each reference REF, one summary of the set's cells
