@@ -9,7 +9,9 @@
 # usage: tools/train-trace-reasoner.sh KV_HEADS OUT_DIR [KVEVICT_BINARY]
 #   writes OUT_DIR/p1 ... OUT_DIR/p7 (one train_reasoner run folder each) and OUT_DIR/final.gguf.
 #   Re-running resumes: a finished phase (its end file present) is skipped, a started one resumed.
-# env: THREADS (torch threads, default 1; one thread is deterministic), PYTHON (default
+# env: SEED (weight initialisation and batch order, default 7: the lineage's; the task data's seeds
+#   are fixed per stage, so another SEED asks whether a result is the recipe's or one run's),
+#   THREADS (torch threads, default 1; one thread is deterministic), PYTHON (default
 #   /usr/bin/python3 with Debian's python3-torch: scripts/setup.sh --train).
 # Cost: the committed file's lineage took 27,919 CPU s on one core of this project's 2-core VM;
 # this script's own runs are recorded in MODEL_CARD.md once measured.
@@ -20,13 +22,23 @@ OUT=$2
 KV=${3:-$(cd "$(dirname "$0")/.." && pwd)/build/kvevict}
 PY=${PYTHON:-/usr/bin/python3}
 THREADS=${THREADS:-1}
+SEED=${SEED:-7}
 TRAIN="$(cd "$(dirname "$0")" && pwd)/train_reasoner.py"
 case $KVH in 1|2|4|8) ;; *) echo "KV_HEADS $KVH: must divide the 8 query heads (1, 2, 4 or 8)" >&2; exit 2 ;; esac
 [ -x "$KV" ] || { echo "kvevict binary $KV: not found or not executable (build it, or pass its path)" >&2; exit 2; }
+[[ $SEED =~ ^[0-9]+$ ]] || { echo "SEED '$SEED': must be a non-negative integer" >&2; exit 2; }
 mkdir -p "$OUT"
+# A run resumed with another SEED would mix two runs' batches: OUT/seed records the first one's.
+if [ -f "$OUT/seed" ]; then
+  [ "$(cat "$OUT/seed")" = "$SEED" ] || { echo "$OUT was started with SEED $(cat "$OUT/seed"), not $SEED" >&2; exit 2; }
+elif [ -d "$OUT/p1" ] && [ "$SEED" != 7 ]; then
+  echo "$OUT holds a run from before SEED was recorded (seed 7), not $SEED" >&2; exit 2
+else
+  echo "$SEED" > "$OUT/seed"
+fi
 export OPENBLAS_NUM_THREADS=1
 
-SHAPE="--seed 7 --threads $THREADS --layers 2 --dim 128 --heads 8 --kv-heads $KVH --head-dim 32 --rope-theta 100000"
+SHAPE="--seed $SEED --threads $THREADS --layers 2 --dim 128 --heads 8 --kv-heads $KVH --head-dim 32 --rope-theta 100000"
 BASE="--lookup-weight 3 --skill-weight 5 --batch-scale 0.5 --kvevict $KV"
 # The lineage's late weights (R12): every skill kind up-weighted, sums and digits at 5.
 SKILLS=(--far-weight 50 --end-weight 80 --go-weight 80 --hold-weight 20 --restate-weight 50 --count-weight 40)
