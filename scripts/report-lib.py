@@ -294,8 +294,10 @@ def compare(out_md, vs, across, between, runs):
     if powers:
         md[0] += f" TOST power here: median {powers[len(powers) // 2]:.2f}, range {powers[0]:.2f}–{powers[-1]:.2f}."
     md.append("")
-    md.append("| task set | policy | vs | B (B/L) | n | acc. | Δ [95% CI] | sign p (+/−/=) | Holm p | TOST p | Holm TOST p | power | |")
-    md.append("|---|---|---|---|---:|---|---|---|---:|---:|---:|---:|---|")
+    # The TOST columns only where this table has a TOST (a sign-test-only table claims no "≈").
+    md.append("| task set | policy | vs | B (B/L) | n | acc. | Δ [95% CI] | sign p (+/−/=) | Holm p | "
+              + ("TOST p | Holm TOST p | power | " if eq else "") + "|")
+    md.append("|---|---|---|---|---:|---|---|---|---:|" + ("---:|---:|---:|" if eq else "") + "---|")
     for r in rows:
         ci = f" [{r['lo']:+.2f}, {r['hi']:+.2f}]" if r["lo"] is not None else ""
         eqp = f"{r['eq_p']:.3g}" if r["eq_p"] is not None else "–"
@@ -304,10 +306,15 @@ def compare(out_md, vs, across, between, runs):
         pw = pw if r["eq_p"] is not None else "–"
         mark = "≈" if "eq_holm" in r and r["eq_holm"] < ALPHA else ("≠" if r["sign_holm"] < ALPHA else "")
         md.append(f"| {r['set']} | {r['policy']} | {r['ref']} | {r['budget']} | {r['n']} | {r['acc']} | {r['diff']:+.3f}{ci} | "
-                  f"{r['sign_p']:.3g} ({r['pos']}/{r['neg']}/{r['ties']}) | {r['sign_holm']:.3g} | {eqp} | {eqh} | {pw} | {mark} |")
+                  f"{r['sign_p']:.3g} ({r['pos']}/{r['neg']}/{r['ties']}) | {r['sign_holm']:.3g} | "
+                  + (f"{eqp} | {eqh} | {pw} | " if eq else "") + f"{mark} |")
     md.append("")
-    md.append("≈: equivalence shown (Holm-adjusted TOST p < 0.05); ≠: a difference shown (Holm-adjusted sign-test p < 0.05); "
-              "blank: neither — not evidence of equality.")
+    if eq:
+        md.append("≈: equivalence shown (Holm-adjusted TOST p < 0.05); ≠: a difference shown (Holm-adjusted sign-test p < 0.05); "
+                  "blank: neither — not evidence of equality.")
+    else:
+        md.append("≠: a difference shown (Holm-adjusted sign-test p < 0.05); blank: none shown — not evidence of equality "
+                  "(this table tests no equivalence).")
     with open(out_md, "w") as f:
         f.write("\n".join(md) + "\n")
 
