@@ -15,9 +15,10 @@
 # 3. TriAttention's stop failure (Q2: on recall-m1 at 30-40% of the sequence its first answer is
 #    right but it goes on writing, so the grader, which reads the last \boxed{}, marks it wrong): at
 #    equal KV memory (B + r = 544 slots per KV head) with the recent buffer r = 32 / 64 / 128
-#    (B = 512 / 480 / 416; r = 32 is the grid's cell), how each rollout ends after its first answer.
-# Grid and statistics: scripts/report-common.sh. Cost: 15 cells of N = 300 beyond Q1's, about
-# 20 CPU-minutes; the report's header gives the measured time.
+#    (B = 512 / 480 / 416; r = 32 is the grid's cell), how each rollout ends after its first answer;
+#    and r = 32 at r = 128's K_sel = B - r = 288 (B = 320), paired with r = 128 at B = 416.
+# Grid and statistics: scripts/report-common.sh. Cost: 16 cells of N = 300 beyond Q1's, about
+# 27 CPU-minutes; the report's header gives the measured time.
 # Usage: scripts/report-anomalies.sh [--from-data]   (env N, JOBS, MODEL)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -221,7 +222,7 @@ done
   echo
   cat "$out/budgets.md"
   echo
-  echo "## 3. TriAttention's stop failure: the recent buffer at equal KV memory (recall-m1)"
+  echo "## 3. TriAttention's stop failure: the recent buffer at equal KV memory, and at equal K_sel (recall-m1)"
   echo
   echo "TriAttention (\`--param stats=...\`, the grid's statistics) at B + r = 544 slots per KV head, and r = 32 at the"
   echo "K_sel of r = 128 (B = 320: 352 slots), which pairs with r = 128 at B = 416. \"First answer"
