@@ -15,9 +15,10 @@
 # 3. TriAttention's stop failure (Q2: on recall-m1 at 30-40% of the sequence its first answer is
 #    right but it goes on writing, so the grader, which reads the last \boxed{}, marks it wrong): at
 #    equal KV memory (B + r = 544 slots per KV head) with the recent buffer r = 32 / 64 / 128
-#    (B = 512 / 480 / 416; r = 32 is the grid's cell), how each rollout ends after its first answer.
-# Grid and statistics: scripts/report-common.sh. Cost: 15 cells of N = 300 beyond Q1's, about
-# 20 CPU-minutes; the report's header gives the measured time.
+#    (B = 512 / 480 / 416; r = 32 is the grid's cell), how each rollout ends after its first answer;
+#    and r = 32 at r = 128's K_sel = B - r = 288 (B = 320), paired with r = 128 at B = 416.
+# Grid and statistics: scripts/report-common.sh. Cost: 16 cells of N = 300 beyond Q1's, about
+# 27 CPU-minutes; the report's header gives the measured time.
 # Usage: scripts/report-anomalies.sh [--from-data]   (env N, JOBS, MODEL)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +32,8 @@ declare -A FREE=([chain]=29 [running]=29 [recall-m1]=24)  # K_sel - prompt token
 Q1=docs/reports/q1-protection/data
 SCORED=(snapkv+prompt rkv+prompt vase+prompt h2o+prompt tova+prompt)
 TRI=("512 32" "480 64" "416 128")  # B r, at B + r = 544
+# ... and r = 32 at r = 128's K_sel = B - r = 288 (352 slots): is K_sel what r = 128 changes?
+TRI_KSEL="320 32"
 report_begin anomalies "$@"
 tri_cell_dir() {  # tri_cell_dir B R: r = 32 is the grid's own triattention cell
   if [ "$2" = 32 ]; then cell_dir recall-m1 triattention "$1"; else echo "$(cell_dir recall-m1 triattention "$1")-r$2"; fi
@@ -56,7 +59,7 @@ PY
   done
   grid_stats
   grid_tasks recall-m1 > /dev/null
-  for br in "${TRI[@]}"; do
+  for br in "${TRI[@]}" "$TRI_KSEL"; do
     grid_slot "$JOBS"
     # shellcheck disable=SC2086  # "B r"
     tri_cell $br &
@@ -74,7 +77,7 @@ PY
   # Part 3's data: per cell, kvevict's accuracy and interval and, read from the rollouts' text, how
   # each rollout ended after its first \boxed{} (the per-problem strings pair the cells).
   tri_dirs=()
-  for br in "${TRI[@]}"; do
+  for br in "${TRI[@]}" "$TRI_KSEL"; do
     # shellcheck disable=SC2086  # "B r"
     tri_dirs+=("$(echo $br | tr ' ' :):$(tri_cell_dir $br)")
   done
@@ -115,6 +118,7 @@ PY
     echo "# part 3: TriAttention with recent buffer R at B + R = 544 (B R in $(IFS=/; echo "${TRI[*]}"); R = 32 is the grid's cell)"
     echo "kvevict eval -m $MODEL -f recall-m1-tasks.jsonl --policies triattention --budgets B --reference triattention \\"
     echo "  --buffer R ${EVAL_OPTS[*]:2} --param stats=triattention-stats.json -t 1 -o recall-m1/triattention@B-rR"
+    echo "# and B R = $TRI_KSEL (K_sel = B - R as at 416 128, the grid's options: -o recall-m1/triattention@${TRI_KSEL% *})"
     echo '```'
   } >> "$DATA/commands.md"
 fi
@@ -156,22 +160,25 @@ PY
 import csv, sys
 from scipy.stats import binomtest
 rows = list(csv.DictReader(open(sys.argv[1])))
-base = rows[0]  # r = 32, the grid's cell
-md = ["| recent buffer r | B | slots (B + r) | accuracy [95% CI] | first answer right | extra `}` after it | ends at it | "
-      "mean generated tokens | vs r = 32: right / wrong only here (sign p) |",
-      "|---:|---:|---:|---|---:|---:|---:|---:|---|"]
+base = rows[0]  # r = 32 at 544 slots, the grid's cell
+k_sel = lambda r: int(r["budget"]) - int(r["recent"])
+md = ["| recent buffer r | B | slots (B + r) | K_sel = B − r | accuracy [95% CI] | first answer right | extra `}` after it | "
+      "ends at it | mean generated tokens | paired with | right / wrong only here (sign p) |",
+      "|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---|"]
 for r in rows:
     n = int(r["rollouts"])
+    # Rows at 544 slots pair with r = 32 there; the K_sel control pairs with the other r at its K_sel.
+    ref = base if r["slots"] == base["slots"] else next(x for x in rows if k_sel(x) == k_sel(r) and x is not r)
     if r is base:
-        vs = "(reference)"
+        with_, vs = "(reference)", "–"
     else:
-        pos = sum(a == "1" and b == "0" for a, b in zip(r["correct"], base["correct"]))
-        neg = sum(a == "0" and b == "1" for a, b in zip(r["correct"], base["correct"]))
+        pos = sum(a == "1" and b == "0" for a, b in zip(r["correct"], ref["correct"]))
+        neg = sum(a == "0" and b == "1" for a, b in zip(r["correct"], ref["correct"]))
         p = binomtest(pos, pos + neg, 0.5).pvalue if pos + neg else 1.0
-        vs = f"{pos} / {neg} ({p:.3g})"
-    md.append(f"| {r['recent']} | {r['budget']} | {r['slots']} | {float(r['accuracy']):.3f} [{float(r['accuracy_lo']):.3f}, "
+        with_, vs = f"r = {ref['recent']}, B = {ref['budget']}", f"{pos} / {neg} ({p:.3g})"
+    md.append(f"| {r['recent']} | {r['budget']} | {r['slots']} | {k_sel(r)} | {float(r['accuracy']):.3f} [{float(r['accuracy_lo']):.3f}, "
               f"{float(r['accuracy_hi']):.3f}] | {r['first_box_right']} / {n} | {r['brace_after_first_box']} / {n} | "
-              f"{r['ends_at_first_box']} / {n} | {r['mean_generated']} | {vs} |")
+              f"{r['ends_at_first_box']} / {n} | {r['mean_generated']} | {with_} | {vs} |")
 open(sys.argv[2], "w").write("\n".join(md) + "\n")
 PY
 between=()
@@ -215,9 +222,10 @@ done
   echo
   cat "$out/budgets.md"
   echo
-  echo "## 3. TriAttention's stop failure: the recent buffer at equal KV memory (recall-m1)"
+  echo "## 3. TriAttention's stop failure: the recent buffer at equal KV memory, and at equal K_sel (recall-m1)"
   echo
-  echo "TriAttention (\`--param stats=...\`, the grid's statistics) at B + r = 544 slots per KV head. \"First answer"
+  echo "TriAttention (\`--param stats=...\`, the grid's statistics) at B + r = 544 slots per KV head, and r = 32 at the"
+  echo "K_sel of r = 128 (B = 320: 352 slots), which pairs with r = 128 at B = 416. \"First answer"
   echo "right\": the first \`\\boxed{}\` holds the gold value; \"extra \`}\`\": the character after it is another closing"
   echo "brace; \"ends at it\": nothing but whitespace follows it. Accuracy and its Wilson interval are kvevict's (the"
   echo "grader reads the last \`\\boxed{}\`); the sign test (scipy.stats.binomtest) pairs the same problems."
