@@ -16,9 +16,11 @@
 #    right but it goes on writing, so the grader, which reads the last \boxed{}, marks it wrong): at
 #    equal KV memory (B + r = 544 slots per KV head) with the recent buffer r = 32 / 64 / 128
 #    (B = 512 / 480 / 416; r = 32 is the grid's cell), how each rollout ends after its first answer;
-#    and r = 32 at r = 128's K_sel = B - r = 288 (B = 320), paired with r = 128 at B = 416.
-# Grid and statistics: scripts/report-common.sh. Cost: 16 cells of N = 300 beyond Q1's, about
-# 27 CPU-minutes; the report's header gives the measured time.
+#    and r = 32 at r = 128's K_sel = B - r = 288 (B = 320), paired with r = 128 at B = 416; and, to
+#    tell the window from how often rounds run (kvevict runs one every r tokens by default), the
+#    2 x 2 of r = 32 / 128 and round interval s = 32 / 128 at B + s = 544 (two cells with s != r).
+# Grid and statistics: scripts/report-common.sh. Cost: 18 cells of N = 300 beyond Q1's, about
+# 40 CPU-minutes; the report's header gives the measured time.
 # Usage: scripts/report-anomalies.sh [--from-data]   (env N, JOBS, MODEL)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,15 +33,24 @@ read -r -a SETS <<< "chain running recall-m1"
 declare -A FREE=([chain]=29 [running]=29 [recall-m1]=24)  # K_sel - prompt tokens at B = 128, r = 32
 Q1=docs/reports/q1-protection/data
 SCORED=(snapkv+prompt rkv+prompt vase+prompt h2o+prompt tova+prompt)
-TRI=("512 32" "480 64" "416 128")  # B r, at B + r = 544
+TRI=("512 32 32" "480 64 64" "416 128 128")  # B r s, at B + s = 544 (s = r: kvevict's default)
 # ... and r = 32 at r = 128's K_sel = B - r = 288 (352 slots): is K_sel what r = 128 changes?
-TRI_KSEL="320 32"
+TRI_KSEL="320 32 32"
+# ... and the window apart from the round interval: r = 32 with s = 128, r = 128 with s = 32.
+TRI_IV=("416 32 128" "512 128 32")
 report_begin anomalies "$@"
-tri_cell_dir() {  # tri_cell_dir B R: r = 32 is the grid's own triattention cell
-  if [ "$2" = 32 ]; then cell_dir recall-m1 triattention "$1"; else echo "$(cell_dir recall-m1 triattention "$1")-r$2"; fi
+tri_cell_dir() {  # tri_cell_dir B R S: r = s = 32 is the grid's own triattention cell
+  if [ "$3" != "$2" ]; then echo "$(cell_dir recall-m1 triattention "$1")-r$2-s$3"
+  elif [ "$2" = 32 ]; then cell_dir recall-m1 triattention "$1"
+  else echo "$(cell_dir recall-m1 triattention "$1")-r$2"; fi
 }
-tri_cell() {  # tri_cell B R: TriAttention on recall-m1 with recent buffer R
-  if [ "$2" = 32 ]; then grid_cell recall-m1 triattention "$1"; else grid_cell recall-m1 triattention "$1" "r$2" --buffer "$2"; fi
+tri_cell() {  # tri_cell B R S: TriAttention on recall-m1 with recent buffer R and round interval S
+  local opts=()
+  [ "$2" = 32 ] || opts+=(--buffer "$2")
+  [ "$3" = "$2" ] || opts+=(--round-interval "$3")
+  if [ "$3" != "$2" ]; then grid_cell recall-m1 triattention "$1" "r$2-s$3" "${opts[@]}"
+  elif [ "$2" = 32 ]; then grid_cell recall-m1 triattention "$1"
+  else grid_cell recall-m1 triattention "$1" "r$2" "${opts[@]}"; fi
 }
 [ -f "$Q1/run.env" ] || { echo "$Q1/run.env: part 2 reads Q1's data; run scripts/report-q1-protection.sh first" >&2; exit 1; }
 if [ "$FROM_DATA" = 0 ]; then
@@ -59,9 +70,9 @@ PY
   done
   grid_stats
   grid_tasks recall-m1 > /dev/null
-  for br in "${TRI[@]}" "$TRI_KSEL"; do
+  for br in "${TRI[@]}" "$TRI_KSEL" "${TRI_IV[@]}"; do
     grid_slot "$JOBS"
-    # shellcheck disable=SC2086  # "B r"
+    # shellcheck disable=SC2086  # "B r s"
     tri_cell $br &
   done
   grid_slot 1
@@ -77,8 +88,8 @@ PY
   # Part 3's data: per cell, kvevict's accuracy and interval and, read from the rollouts' text, how
   # each rollout ended after its first \boxed{} (the per-problem strings pair the cells).
   tri_dirs=()
-  for br in "${TRI[@]}" "$TRI_KSEL"; do
-    # shellcheck disable=SC2086  # "B r"
+  for br in "${TRI[@]}" "$TRI_KSEL" "${TRI_IV[@]}"; do
+    # shellcheck disable=SC2086  # "B r s"
     tri_dirs+=("$(echo $br | tr ' ' :):$(tri_cell_dir $br)")
   done
   /usr/bin/python3 - "$DATA/triattention-stop.csv" "${tri_dirs[@]}" <<'PY'
@@ -89,10 +100,10 @@ lib = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(lib)
 with open(sys.argv[1], "w", newline="") as f:
     w = csv.writer(f)
-    w.writerow(["budget", "recent", "slots", "rollouts", "accuracy", "accuracy_lo", "accuracy_hi", "first_box_right",
+    w.writerow(["budget", "recent", "interval", "slots", "rollouts", "accuracy", "accuracy_lo", "accuracy_hi", "first_box_right",
                 "brace_after_first_box", "ends_at_first_box", "mean_generated", "correct", "first_right"])
     for arg in sys.argv[2:]:
-        b, r, d = arg.split(":", 2)
+        b, r, s, d = arg.split(":", 3)
         cell = [row for row in csv.DictReader(open(os.path.join(d, "summary.csv"))) if row["policy"] == "triattention"][0]
         path = os.path.join(d, "rollouts.jsonl")
         rows = sorted((json.loads(l) for l in open(path) if l.endswith("\n")), key=lambda x: x["problem_index"])
@@ -105,7 +116,7 @@ with open(sys.argv[1], "w", newline="") as f:
             brace += bool(m) and x["text"][m.end():m.end() + 1] == "}"
             ends += bool(m) and x["text"][m.end():].strip() == ""
             gen += x["generated_tokens"]
-        w.writerow([b, r, int(b) + int(r), len(rows), cell["accuracy"], cell["accuracy_lo"], cell["accuracy_hi"],
+        w.writerow([b, r, s, int(b) + int(s), len(rows), cell["accuracy"], cell["accuracy_lo"], cell["accuracy_hi"],
                     first.count("1"), brace, ends, f"{gen / len(rows):.1f}", "".join(correct), "".join(first)])
 PY
   report_record "${SETS[@]}"
@@ -115,10 +126,12 @@ PY
     echo "kvevict eval -m $MODEL -f S-tasks.jsonl --policies vase+prompt --budgets 128 --reference vase+prompt ${EVAL_OPTS[*]} \\"
     echo "  --param vase+prompt:n_large=NL -t 1 -o S/vase+prompt@128-nlargeNL     # S in ${SETS[*]}, NL in ${NLARGE[*]}"
     echo "# part 2: Q1's cells (scripts/report-q1-protection.sh), compared across budgets by scripts/report-lib.py"
-    echo "# part 3: TriAttention with recent buffer R at B + R = 544 (B R in $(IFS=/; echo "${TRI[*]}"); R = 32 is the grid's cell)"
+    echo "# part 3: TriAttention with recent buffer R at B + R = 544 (B R in $(printf '%s\n' "${TRI[@]}" | cut -d' ' -f1-2 | paste -sd/); R = 32 is the grid's cell)"
     echo "kvevict eval -m $MODEL -f recall-m1-tasks.jsonl --policies triattention --budgets B --reference triattention \\"
     echo "  --buffer R ${EVAL_OPTS[*]:2} --param stats=triattention-stats.json -t 1 -o recall-m1/triattention@B-rR"
-    echo "# and B R = $TRI_KSEL (K_sel = B - R as at 416 128, the grid's options: -o recall-m1/triattention@${TRI_KSEL% *})"
+    echo "# and B R = ${TRI_KSEL% *} (K_sel = B - R as at 416 128, the grid's options: -o recall-m1/triattention@${TRI_KSEL%% *})"
+    echo "# and the round interval S apart from R (B R S in $(IFS=/; echo "${TRI_IV[*]}")): as above with --round-interval S,"
+    echo "#   -o recall-m1/triattention@B-rR-sS"
     echo '```'
   } >> "$DATA/commands.md"
 fi
@@ -159,7 +172,8 @@ PY
 /usr/bin/python3 - "$DATA/triattention-stop.csv" "$out/triattention.md" <<'PY'
 import csv, sys
 from scipy.stats import binomtest
-rows = list(csv.DictReader(open(sys.argv[1])))
+every = list(csv.DictReader(open(sys.argv[1])))
+rows = [r for r in every if r["interval"] == r["recent"]]  # kvevict's default schedule, s = r
 base = rows[0]  # r = 32 at 544 slots, the grid's cell
 k_sel = lambda r: int(r["budget"]) - int(r["recent"])
 md = ["| recent buffer r | B | slots (B + r) | K_sel = B − r | accuracy [95% CI] | first answer right | extra `}` after it | "
@@ -179,6 +193,33 @@ for r in rows:
     md.append(f"| {r['recent']} | {r['budget']} | {r['slots']} | {k_sel(r)} | {float(r['accuracy']):.3f} [{float(r['accuracy_lo']):.3f}, "
               f"{float(r['accuracy_hi']):.3f}] | {r['first_box_right']} / {n} | {r['brace_after_first_box']} / {n} | "
               f"{r['ends_at_first_box']} / {n} | {r['mean_generated']} | {with_} | {vs} |")
+# The 2 x 2 at 544 slots: recent buffer r (the window never evicted) against round interval s.
+cell = {(int(r["recent"]), int(r["interval"])): r for r in every if r["slots"] == base["slots"]}
+md += ["", "| recent buffer r | round interval s | B | K_sel = B − r | accuracy [95% CI] | first answer right | "
+       "extra `}` after it | ends at it | mean generated tokens |", "|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+for (rr, ss) in [(32, 32), (32, 128), (128, 32), (128, 128)]:
+    r = cell[(rr, ss)]
+    n = int(r["rollouts"])
+    md.append(f"| {rr} | {ss} | {r['budget']} | {k_sel(r)} | {float(r['accuracy']):.3f} [{float(r['accuracy_lo']):.3f}, "
+              f"{float(r['accuracy_hi']):.3f}] | {r['first_box_right']} / {n} | {r['brace_after_first_box']} / {n} | "
+              f"{r['ends_at_first_box']} / {n} | {r['mean_generated']} |")
+tests = [("r = 128 vs 32", "s = 32", (128, 32), (32, 32)), ("r = 128 vs 32", "s = 128", (128, 128), (32, 128)),
+         ("s = 128 vs 32", "r = 32", (32, 128), (32, 32)), ("s = 128 vs 32", "r = 128", (128, 128), (128, 32))]
+ps, cells = [], []
+for _, _, a, b in tests:
+    pos = sum(x == "1" and y == "0" for x, y in zip(cell[a]["correct"], cell[b]["correct"]))
+    neg = sum(x == "0" and y == "1" for x, y in zip(cell[a]["correct"], cell[b]["correct"]))
+    ps.append(binomtest(pos, pos + neg, 0.5).pvalue if pos + neg else 1.0)
+    cells.append((pos, neg, float(cell[a]["accuracy"]) - float(cell[b]["accuracy"])))
+# Holm over the four comparisons.
+order, holm, run = sorted(range(len(ps)), key=lambda i: ps[i]), [0.0] * len(ps), 0.0
+for k, i in enumerate(order):
+    run = max(run, min(1.0, (len(ps) - k) * ps[i]))
+    holm[i] = run
+md += ["", "| change | held fixed | Δ accuracy | right / wrong only with the change | sign p | Holm p |",
+       "|---|---|---:|---|---:|---:|"]
+for (what, fixed, _, _), p, h, (pos, neg, d) in zip(tests, ps, holm, cells):
+    md.append(f"| {what} | {fixed} | {d:+.3f} | {pos} / {neg} | {p:.3g} | {h:.3g} |")
 open(sys.argv[2], "w").write("\n".join(md) + "\n")
 PY
 between=()
@@ -222,13 +263,16 @@ done
   echo
   cat "$out/budgets.md"
   echo
-  echo "## 3. TriAttention's stop failure: the recent buffer at equal KV memory, and at equal K_sel (recall-m1)"
+  echo "## 3. TriAttention's stop failure: the recent buffer at equal KV memory, at equal K_sel, and apart from the round interval (recall-m1)"
   echo
   echo "TriAttention (\`--param stats=...\`, the grid's statistics) at B + r = 544 slots per KV head, and r = 32 at the"
   echo "K_sel of r = 128 (B = 320: 352 slots), which pairs with r = 128 at B = 416. \"First answer"
   echo "right\": the first \`\\boxed{}\` holds the gold value; \"extra \`}\`\": the character after it is another closing"
   echo "brace; \"ends at it\": nothing but whitespace follows it. Accuracy and its Wilson interval are kvevict's (the"
   echo "grader reads the last \`\\boxed{}\`); the sign test (scipy.stats.binomtest) pairs the same problems."
+  echo "The second table sets the round interval s (\`--round-interval\`, rounds every s tokens, peak B + s) apart"
+  echo "from r: the 2 × 2 of r = 32 / 128 and s = 32 / 128 at B + s = 544 (the rows with s = r are the first table's);"
+  echo "the third compares each factor with the other held fixed (sign test, Holm over its four rows)."
   echo
   cat "$out/triattention.md"
   echo
