@@ -500,8 +500,8 @@ template <class T>
 void bind_stats(nb::class_<T>& c) {
   c.def_prop_ro("eviction_rounds", [](const T& r) { return r.stats.rounds; }, "Eviction rounds run.")
       .def_prop_ro("peak_slots", [](const T& r) { return r.stats.peak_slots; },
-                   "Most live slots ever held by one (layer, KV head); at most budget + buffer when the policy "
-                   "evicts.")
+                   "Most live slots ever held by one (layer, KV head); at most budget + round_interval "
+                   "(default: + buffer) when the policy evicts.")
       .def_prop_ro("kv_bytes", [](const T& r) { return r.kv_bytes; },
                    "Bytes allocated for the KV cache (all layers, K and V).")
       .def_prop_ro("prefill_ms", [](const T& r) { return r.stats.prefill_ms; }, "Time in prefill, ms.")

@@ -33,7 +33,7 @@ void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy) {
       ->capture_default_str();
   cmd.add_option("--round-interval", a.interval,
                  "Round interval s: decode steps between eviction rounds, the cache peaking at B + s "
-                 "(default: r; R-KV's buffer, TriAttention's divide_length)")
+                 "(default: r; R-KV's and TriAttention's code use 128)")
       ->check(int_range(1, limits::kTokens));
   cmd.add_option("--sinks", a.sinks, "Pin the first S positions (default: the policy's; streaming = 4)")
       ->check(int_range(0, limits::kTokens));

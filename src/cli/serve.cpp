@@ -192,8 +192,9 @@ int run_serve(const ServeArgs& a) {
   if (fit < 1)
     throw Error(
         fmt::format("--kv-memory {} bytes holds no sequence of policy {}: one needs {} bytes ({} slots x {} "
-                    "bytes/slot); raise --kv-memory or lower --budget/--max-tokens",
-                    pool_bytes, policy.name, per_seq, slots, shape.bytes_per_token()));
+                    "bytes/slot); raise --kv-memory or lower --budget/{}--max-tokens",
+                    pool_bytes, policy.name, per_seq, slots, shape.bytes_per_token(),
+                    cfg.interval > 0 ? "--round-interval/" : ""));
   serve::Scheduler sched(*model, so);
   serve::ApiServer api(sched, ao);
   const int port = api.bind(a.host, a.port);

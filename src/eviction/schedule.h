@@ -38,7 +38,8 @@ struct EvictionConfig {
   int64_t recent = 64;  ///< r: newest slots that are never candidates
   /// s: decode steps between rounds (spec §2.3), the peak being B + s slots; 0 = r (kvevict's
   /// default, one round per recent buffer). R-KV's and TriAttention's code set it apart from
-  /// the protected window (R-KV: `buffer` 128, `window_size` 8; TriAttention: `divide_length` 128).
+  /// the protected window (R-KV: a round every 128 tokens, `window_size` 8; TriAttention:
+  /// `divide_length` 128).
   int64_t interval = 0;
   LongPromptMode long_prompt = LongPromptMode::PinHead;
   PositionMode positions = PositionMode::Logical;
