@@ -16,9 +16,12 @@
 #    right but it goes on writing, so the grader, which reads the last \boxed{}, marks it wrong): at
 #    equal KV memory (B + r = 544 slots per KV head) with the recent buffer r = 32 / 64 / 128
 #    (B = 512 / 480 / 416; r = 32 is the grid's cell), how each rollout ends after its first answer;
-#    and r = 32 at r = 128's K_sel = B - r = 288 (B = 320), paired with r = 128 at B = 416.
-# Grid and statistics: scripts/report-common.sh. Cost: 16 cells of N = 300 beyond Q1's, about
-# 27 CPU-minutes; the report's header gives the measured time.
+#    and r = 32 at r = 128's K_sel = B - r = 288 (B = 320), paired with r = 128 at B = 416; and, to
+#    tell the window from how often rounds run (kvevict runs one every r tokens by default), r = 32 /
+#    128 against round interval s = 32 / 128 at equal memory (B + s = 544) and at equal K_sel (384):
+#    two cells with s != r shared by both, two more with s = r at K_sel = 384.
+# Grid and statistics: scripts/report-common.sh. Cost: 20 cells of N = 300 beyond Q1's, about
+# 45 CPU-minutes; the report's header gives the measured time.
 # Usage: scripts/report-anomalies.sh [--from-data]   (env N, JOBS, MODEL)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,15 +34,25 @@ read -r -a SETS <<< "chain running recall-m1"
 declare -A FREE=([chain]=29 [running]=29 [recall-m1]=24)  # K_sel - prompt tokens at B = 128, r = 32
 Q1=docs/reports/q1-protection/data
 SCORED=(snapkv+prompt rkv+prompt vase+prompt h2o+prompt tova+prompt)
-TRI=("512 32" "480 64" "416 128")  # B r, at B + r = 544
+TRI=("512 32 32" "480 64 64" "416 128 128")  # B r s, at B + s = 544 (s = r: kvevict's default)
 # ... and r = 32 at r = 128's K_sel = B - r = 288 (352 slots): is K_sel what r = 128 changes?
-TRI_KSEL="320 32"
+TRI_KSEL="320 32 32"
+# ... and the window apart from the round interval: r = 32 with s = 128, r = 128 with s = 32 (both
+# at 544 slots and K_sel = 384), and at K_sel = 384 with s = r.
+TRI_IV=("416 32 128" "512 128 32" "416 32 32" "512 128 128")
 report_begin anomalies "$@"
-tri_cell_dir() {  # tri_cell_dir B R: r = 32 is the grid's own triattention cell
-  if [ "$2" = 32 ]; then cell_dir recall-m1 triattention "$1"; else echo "$(cell_dir recall-m1 triattention "$1")-r$2"; fi
+tri_cell_dir() {  # tri_cell_dir B R S: r = s = 32 is the grid's own triattention cell
+  if [ "$3" != "$2" ]; then echo "$(cell_dir recall-m1 triattention "$1")-r$2-s$3"
+  elif [ "$2" = 32 ]; then cell_dir recall-m1 triattention "$1"
+  else echo "$(cell_dir recall-m1 triattention "$1")-r$2"; fi
 }
-tri_cell() {  # tri_cell B R: TriAttention on recall-m1 with recent buffer R
-  if [ "$2" = 32 ]; then grid_cell recall-m1 triattention "$1"; else grid_cell recall-m1 triattention "$1" "r$2" --buffer "$2"; fi
+tri_cell() {  # tri_cell B R S: TriAttention on recall-m1 with recent buffer R and round interval S
+  local opts=()
+  [ "$2" = 32 ] || opts+=(--buffer "$2")
+  [ "$3" = "$2" ] || opts+=(--round-interval "$3")
+  if [ "$3" != "$2" ]; then grid_cell recall-m1 triattention "$1" "r$2-s$3" "${opts[@]}"
+  elif [ "$2" = 32 ]; then grid_cell recall-m1 triattention "$1"
+  else grid_cell recall-m1 triattention "$1" "r$2" "${opts[@]}"; fi
 }
 [ -f "$Q1/run.env" ] || { echo "$Q1/run.env: part 2 reads Q1's data; run scripts/report-q1-protection.sh first" >&2; exit 1; }
 if [ "$FROM_DATA" = 0 ]; then
@@ -59,9 +72,9 @@ PY
   done
   grid_stats
   grid_tasks recall-m1 > /dev/null
-  for br in "${TRI[@]}" "$TRI_KSEL"; do
+  for br in "${TRI[@]}" "$TRI_KSEL" "${TRI_IV[@]}"; do
     grid_slot "$JOBS"
-    # shellcheck disable=SC2086  # "B r"
+    # shellcheck disable=SC2086  # "B r s"
     tri_cell $br &
   done
   grid_slot 1
@@ -77,8 +90,8 @@ PY
   # Part 3's data: per cell, kvevict's accuracy and interval and, read from the rollouts' text, how
   # each rollout ended after its first \boxed{} (the per-problem strings pair the cells).
   tri_dirs=()
-  for br in "${TRI[@]}" "$TRI_KSEL"; do
-    # shellcheck disable=SC2086  # "B r"
+  for br in "${TRI[@]}" "$TRI_KSEL" "${TRI_IV[@]}"; do
+    # shellcheck disable=SC2086  # "B r s"
     tri_dirs+=("$(echo $br | tr ' ' :):$(tri_cell_dir $br)")
   done
   /usr/bin/python3 - "$DATA/triattention-stop.csv" "${tri_dirs[@]}" <<'PY'
@@ -89,10 +102,10 @@ lib = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(lib)
 with open(sys.argv[1], "w", newline="") as f:
     w = csv.writer(f)
-    w.writerow(["budget", "recent", "slots", "rollouts", "accuracy", "accuracy_lo", "accuracy_hi", "first_box_right",
+    w.writerow(["budget", "recent", "interval", "slots", "rollouts", "accuracy", "accuracy_lo", "accuracy_hi", "first_box_right",
                 "brace_after_first_box", "ends_at_first_box", "mean_generated", "correct", "first_right"])
     for arg in sys.argv[2:]:
-        b, r, d = arg.split(":", 2)
+        b, r, s, d = arg.split(":", 3)
         cell = [row for row in csv.DictReader(open(os.path.join(d, "summary.csv"))) if row["policy"] == "triattention"][0]
         path = os.path.join(d, "rollouts.jsonl")
         rows = sorted((json.loads(l) for l in open(path) if l.endswith("\n")), key=lambda x: x["problem_index"])
@@ -105,7 +118,7 @@ with open(sys.argv[1], "w", newline="") as f:
             brace += bool(m) and x["text"][m.end():m.end() + 1] == "}"
             ends += bool(m) and x["text"][m.end():].strip() == ""
             gen += x["generated_tokens"]
-        w.writerow([b, r, int(b) + int(r), len(rows), cell["accuracy"], cell["accuracy_lo"], cell["accuracy_hi"],
+        w.writerow([b, r, s, int(b) + int(s), len(rows), cell["accuracy"], cell["accuracy_lo"], cell["accuracy_hi"],
                     first.count("1"), brace, ends, f"{gen / len(rows):.1f}", "".join(correct), "".join(first)])
 PY
   report_record "${SETS[@]}"
@@ -115,10 +128,12 @@ PY
     echo "kvevict eval -m $MODEL -f S-tasks.jsonl --policies vase+prompt --budgets 128 --reference vase+prompt ${EVAL_OPTS[*]} \\"
     echo "  --param vase+prompt:n_large=NL -t 1 -o S/vase+prompt@128-nlargeNL     # S in ${SETS[*]}, NL in ${NLARGE[*]}"
     echo "# part 2: Q1's cells (scripts/report-q1-protection.sh), compared across budgets by scripts/report-lib.py"
-    echo "# part 3: TriAttention with recent buffer R at B + R = 544 (B R in $(IFS=/; echo "${TRI[*]}"); R = 32 is the grid's cell)"
+    echo "# part 3: TriAttention with recent buffer R at B + R = 544 (B R in $(printf '%s\n' "${TRI[@]}" | cut -d' ' -f1-2 | paste -sd/); R = 32 is the grid's cell)"
     echo "kvevict eval -m $MODEL -f recall-m1-tasks.jsonl --policies triattention --budgets B --reference triattention \\"
     echo "  --buffer R ${EVAL_OPTS[*]:2} --param stats=triattention-stats.json -t 1 -o recall-m1/triattention@B-rR"
-    echo "# and B R = $TRI_KSEL (K_sel = B - R as at 416 128, the grid's options: -o recall-m1/triattention@${TRI_KSEL% *})"
+    echo "# and B R = ${TRI_KSEL% *} (K_sel = B - R as at 416 128, the grid's options: -o recall-m1/triattention@${TRI_KSEL%% *})"
+    echo "# and the round interval S apart from R: B R S = 416 32 128 and 512 128 32 as above with --round-interval S"
+    echo "#   (-o recall-m1/triattention@B-rR-sS), and at K_sel 384 with S = R: B R = 416 32 and 512 128 (as the first lines)"
     echo '```'
   } >> "$DATA/commands.md"
 fi
@@ -159,7 +174,8 @@ PY
 /usr/bin/python3 - "$DATA/triattention-stop.csv" "$out/triattention.md" <<'PY'
 import csv, sys
 from scipy.stats import binomtest
-rows = list(csv.DictReader(open(sys.argv[1])))
+every = list(csv.DictReader(open(sys.argv[1])))
+rows = every[:4]  # TRI and TRI_KSEL: kvevict's default schedule (s = r) at 544 slots, and K_sel = 288
 base = rows[0]  # r = 32 at 544 slots, the grid's cell
 k_sel = lambda r: int(r["budget"]) - int(r["recent"])
 md = ["| recent buffer r | B | slots (B + r) | K_sel = B − r | accuracy [95% CI] | first answer right | extra `}` after it | "
@@ -179,6 +195,47 @@ for r in rows:
     md.append(f"| {r['recent']} | {r['budget']} | {r['slots']} | {k_sel(r)} | {float(r['accuracy']):.3f} [{float(r['accuracy_lo']):.3f}, "
               f"{float(r['accuracy_hi']):.3f}] | {r['first_box_right']} / {n} | {r['brace_after_first_box']} / {n} | "
               f"{r['ends_at_first_box']} / {n} | {r['mean_generated']} | {with_} | {vs} |")
+# The window apart from the round interval: r (the newest slots never evicted) against s (rounds
+# every s tokens), at equal memory (B + s = 544) and at equal K_sel = B - r (384); peak = K_sel + r + s,
+# so each comparison holds two of (r or s, memory, K_sel) and moves the third by 96.
+cell = {(int(r["recent"]), int(r["interval"]), int(r["budget"])): r for r in every}
+md += ["", "| recent buffer r | round interval s | B | K_sel = B − r | peak slots (B + s) | accuracy [95% CI] | "
+       "first answer right | extra `}` after it | ends at it | mean generated tokens |",
+       "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+for key in [(32, 32, 512), (32, 128, 416), (128, 32, 512), (128, 128, 416), (32, 32, 416), (128, 128, 512)]:
+    r = cell[key]
+    n = int(r["rollouts"])
+    md.append(f"| {key[0]} | {key[1]} | {key[2]} | {k_sel(r)} | {r['slots']} | {float(r['accuracy']):.3f} "
+              f"[{float(r['accuracy_lo']):.3f}, {float(r['accuracy_hi']):.3f}] | {r['first_box_right']} / {n} | "
+              f"{r['brace_after_first_box']} / {n} | {r['ends_at_first_box']} / {n} | {r['mean_generated']} |")
+tests = [  # (change, held fixed, cell with the change, cell without)
+    ("r = 128 vs 32", "s = 32, 544 slots", (128, 32, 512), (32, 32, 512)),
+    ("r = 128 vs 32", "s = 128, 544 slots", (128, 128, 416), (32, 128, 416)),
+    ("s = 128 vs 32", "r = 32, 544 slots", (32, 128, 416), (32, 32, 512)),
+    ("s = 128 vs 32", "r = 128, 544 slots", (128, 128, 416), (128, 32, 512)),
+    ("r = 128 vs 32", "s = 32, K_sel 384", (128, 32, 512), (32, 32, 416)),
+    ("r = 128 vs 32", "s = 128, K_sel 384", (128, 128, 512), (32, 128, 416)),
+    ("s = 128 vs 32", "r = 32, K_sel 384", (32, 128, 416), (32, 32, 416)),
+    ("s = 128 vs 32", "r = 128, K_sel 384", (128, 128, 512), (128, 32, 512)),
+    ("r, s = 128, 32 vs 32, 128", "544 slots, K_sel 384", (128, 32, 512), (32, 128, 416)),
+]
+ps, cells = [], []
+for _, _, a, b in tests:
+    pos = sum(x == "1" and y == "0" for x, y in zip(cell[a]["correct"], cell[b]["correct"]))
+    neg = sum(x == "0" and y == "1" for x, y in zip(cell[a]["correct"], cell[b]["correct"]))
+    ps.append(binomtest(pos, pos + neg, 0.5).pvalue if pos + neg else 1.0)
+    moved = [f"{name} {f(cell[a])} vs {f(cell[b])}" for name, f in
+             (("K_sel", k_sel), ("slots", lambda x: int(x["slots"]))) if f(cell[a]) != f(cell[b])]
+    cells.append((pos, neg, float(cell[a]["accuracy"]) - float(cell[b]["accuracy"]), ", ".join(moved) or "–"))
+# Holm over the table's comparisons.
+order, holm, run = sorted(range(len(ps)), key=lambda i: ps[i]), [0.0] * len(ps), 0.0
+for k, i in enumerate(order):
+    run = max(run, min(1.0, (len(ps) - k) * ps[i]))
+    holm[i] = run
+md += ["", "| change | held fixed | also changes | Δ accuracy | right / wrong only with the change | sign p | Holm p |",
+       "|---|---|---|---:|---|---:|---:|"]
+for (what, fixed, _, _), p, h, (pos, neg, d, moved) in zip(tests, ps, holm, cells):
+    md.append(f"| {what} | {fixed} | {moved} | {d:+.3f} | {pos} / {neg} | {p:.3g} | {h:.3g} |")
 open(sys.argv[2], "w").write("\n".join(md) + "\n")
 PY
 between=()
@@ -222,13 +279,18 @@ done
   echo
   cat "$out/budgets.md"
   echo
-  echo "## 3. TriAttention's stop failure: the recent buffer at equal KV memory, and at equal K_sel (recall-m1)"
+  echo "## 3. TriAttention's stop failure: the recent buffer at equal KV memory, at equal K_sel, and apart from the round interval (recall-m1)"
   echo
   echo "TriAttention (\`--param stats=...\`, the grid's statistics) at B + r = 544 slots per KV head, and r = 32 at the"
   echo "K_sel of r = 128 (B = 320: 352 slots), which pairs with r = 128 at B = 416. \"First answer"
   echo "right\": the first \`\\boxed{}\` holds the gold value; \"extra \`}\`\": the character after it is another closing"
   echo "brace; \"ends at it\": nothing but whitespace follows it. Accuracy and its Wilson interval are kvevict's (the"
   echo "grader reads the last \`\\boxed{}\`); the sign test (scipy.stats.binomtest) pairs the same problems."
+  echo "The second table sets the round interval s (\`--round-interval\`, rounds every s tokens, peak B + s) apart"
+  echo "from r: r = 32 / 128 against s = 32 / 128 at equal memory (B + s = 544; its s = r rows are the first table's) and"
+  echo "at equal K_sel = 384. The peak is K_sel + r + s, so a comparison that holds one of r, s and memory or K_sel fixed"
+  echo "moves the other by 96 (\"also changes\"); the last row swaps r and s at equal memory and K_sel. Sign test,"
+  echo "Holm over the third table's rows."
   echo
   cat "$out/triattention.md"
   echo

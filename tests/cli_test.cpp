@@ -37,6 +37,7 @@ TEST(Cli, ErrorsAreOneLineWithExitCode2) {
       {"generate -m " + model() + " -p hi --bogus", "--bogus"},
       {"generate -m " + model() + " -p hi --policy random", "needs --budget"},
       {"generate -m " + model() + " -p hi --budget 128 --sinks 64", "--sinks 64"},
+      {"generate -m " + model() + " -p hi --budget 128 --round-interval 0", "--round-interval 0"},
       {"generate -m " + model() + " -p hi --top-p 1.5", "--top-p"},
       // Was run from BOS alone while the server refuses an empty prompt.
       {"generate -m " + model() + " -p '' -n 1", "-p \"\": the prompt must not be empty"},
@@ -72,6 +73,17 @@ TEST(Cli, GenerateSummaryRespectsPeak) {
   EXPECT_EQ(std::stoi(m[1]), 300);
   EXPECT_EQ(std::stoi(m[2]), (5 + 299 - 192) / 64 + 1);  // prompt 5 tokens + 299 decode steps
   EXPECT_EQ(std::stoi(m[3]), 192);
+  // --round-interval 16 (spec §2.3): rounds every 16 decode steps, peak B + s = 144.
+  const CliResult s = run("generate -m " + model() +
+                          " -p 'Once upon a time' -n 300 --ignore-eos --policy random --budget 128 --seed 3 "
+                          "--round-interval 16");
+  ASSERT_EQ(s.code, 0) << s.out;
+  ASSERT_TRUE(std::regex_search(
+      s.out, m,
+      std::regex(R"(generated (\d+) tok .* eviction rounds (\d+) \| peak slots/KV head (\d+) \(B\+s = 144\))")))
+      << s.out;
+  EXPECT_EQ(std::stoi(m[2]), (5 + 299 - 144) / 16 + 1);
+  EXPECT_EQ(std::stoi(m[3]), 144);
 }
 
 TEST(Cli, ChunkedPerplexityPrintsLlamaCppFormat) {

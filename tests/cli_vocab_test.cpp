@@ -197,9 +197,9 @@ TEST_F(CliVocab, FullWarnsThatScheduleOptionsAreUnused) {
   EXPECT_EQ(warnings(r.err),
             std::vector<std::string>{"kvevict: warning: policy 'full' keeps every token: --budget 128 is unused"})
       << r.err;
-  r = with(gen, {"--budget", "128", "--buffer", "16", "--sinks", "4"});
+  r = with(gen, {"--budget", "128", "--buffer", "16", "--round-interval", "32", "--sinks", "4"});
   EXPECT_EQ(warnings(r.err), std::vector<std::string>{"kvevict: warning: policy 'full' keeps every token: --budget "
-                                                      "128, --buffer 16, --sinks 4 are unused"})
+                                                      "128, --buffer 16, --round-interval 32, --sinks 4 are unused"})
       << r.err;
   // Given explicitly, even at its default value.
   r = with(gen, {"--buffer", "64"});

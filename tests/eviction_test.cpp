@@ -75,6 +75,21 @@ TEST(Schedule, RoundTimingAndCapacity) {
   EXPECT_EQ(required_capacity(c, make_policy("full"), 10, 1000), 1010);
   EXPECT_EQ(pinned_positions(c, rnd, 10), 10);
   EXPECT_EQ(pinned_positions(c, rnd, 100), 63);  // min(prompt, K_sel - 1)
+  // A round interval s apart from r (R-KV's buffer_size): rounds at B + s, B + 2s, ...; peak B + s.
+  EvictionConfig s = c;
+  s.interval = 24;
+  EXPECT_EQ(s.round_interval(), 24);
+  EXPECT_EQ(c.round_interval(), 64);  // 0 = r
+  EXPECT_FALSE(round_due(151, s));
+  EXPECT_TRUE(round_due(152, s));
+  EXPECT_FALSE(round_due(192, s));
+  EXPECT_TRUE(round_due(200, s));
+  EXPECT_EQ(required_capacity(s, rnd, 10, 1000), 152);
+  EXPECT_EQ(required_capacity(s, rnd, 300, 1000), 324);
+  s.interval = 100;  // longer than r: more candidates per round than the buffer alone would give
+  EXPECT_FALSE(round_due(192, s));
+  EXPECT_TRUE(round_due(228, s));
+  EXPECT_EQ(required_capacity(s, rnd, 10, 1000), 228);
   EXPECT_EQ(pinned_positions(c, make_policy("streaming"), 100), 4);
   EXPECT_EQ(pinned_positions(c, make_policy("random-unprotected"), 100), 0);
   EXPECT_EQ(pinned_positions(c, make_policy("recency+prompt"), 20), 20);
@@ -88,6 +103,14 @@ TEST(Schedule, RejectsBadConfigs) {
   c.budget = 70;
   EXPECT_THROW(validate_eviction(c, make_policy("random", std::nullopt, 6)), Error);  // sinks >= K_sel
   EXPECT_NO_THROW(validate_eviction(c, make_policy("random", std::nullopt, 5)));
+  c.interval = -1;
+  try {
+    validate_eviction(c, make_policy("random"));
+    ADD_FAILURE() << "a negative round interval was accepted";
+  } catch (const FieldError& e) {
+    EXPECT_EQ(e.field(), Field::RoundInterval);
+  }
+  c.interval = 0;
   EXPECT_THROW(make_policy("nope"), Error);
   EXPECT_THROW(make_policy("random", std::nullopt, -1), Error);
   EXPECT_THROW(make_policy("random", std::nullopt, std::nullopt, SelectorParams::parse({"window=3"})), Error);
@@ -105,11 +128,12 @@ struct Trace {
 // every policy sees the same tokens), recording logits and post-round positions.
 Trace run(const Model& m, const std::string& policy, int64_t B, int64_t r, int threads, uint64_t seed,
           const std::vector<int32_t>& tokens, int64_t prompt_len, PositionMode mode = PositionMode::Logical,
-          LongPromptMode lp = LongPromptMode::PinHead) {
+          LongPromptMode lp = LongPromptMode::PinHead, int64_t interval = 0) {
   Engine engine(m, threads);
   EvictionConfig cfg;
   cfg.budget = B;
   cfg.recent = r;
+  cfg.interval = interval;
   cfg.seed = seed;
   cfg.positions = mode;
   cfg.long_prompt = lp;
@@ -125,7 +149,7 @@ Trace run(const Model& m, const std::string& policy, int64_t B, int64_t r, int t
     engine.decode(*seq, tokens[t], logits);
     tr.logits.push_back(logits);
     if (!seq->eviction_off()) {
-      EXPECT_LE(seq->kv.length(0), std::max(B, prompt_len) + r);
+      EXPECT_LE(seq->kv.length(0), std::max(B, prompt_len) + cfg.round_interval());
     }
     if (seq->stats.rounds != before) {
       std::vector<std::vector<int32_t>> pos;
@@ -168,6 +192,36 @@ TEST(Eviction, InvariantsAfterEveryRound) {
           ASSERT_EQ(pos.front(), seen - B);
         }
       }
+    }
+  }
+}
+
+TEST(Eviction, RoundIntervalApartFromTheBuffer) {
+  KVEVICT_REQUIRE_MODEL(m);
+  // Spec §2.3 with s != r: rounds at lengths B + s, B + 2s, ... (every s decode steps), peak B + s,
+  // length B after each round; the newest r slots are never candidates, the s - r before them are.
+  const auto tokens = test::greedy_story_tokens(*m, 300);
+  const int64_t P = 13, B = 48, r = 8;
+  for (const int64_t s : {int64_t{4}, int64_t{24}}) {
+    SCOPED_TRACE(s);
+    const auto tr = run(*m, "random", B, r, 2, 11, tokens, P, PositionMode::Logical, LongPromptMode::PinHead, s);
+    EXPECT_EQ(tr.stats.rounds, (300 - (B + s)) / s + 1);
+    EXPECT_EQ(tr.stats.peak_slots, B + s);
+    bool older_than_r_evicted = false;  // a slot of [seen - s, seen - r) dropped at its round
+    for (size_t k = 0; k < tr.rounds.size(); ++k) {
+      const int64_t seen = B + s + static_cast<int64_t>(k) * s;  // tokens seen at round k
+      for (const auto& pos : tr.rounds[k]) {
+        ASSERT_EQ(static_cast<int64_t>(pos.size()), B);
+        ASSERT_TRUE(std::is_sorted(pos.begin(), pos.end()));
+        for (int64_t i = 0; i < r; ++i) ASSERT_EQ(pos[static_cast<size_t>(B - r + i)], seen - r + i);  // newest r
+        const std::set<int32_t> kept(pos.begin(), pos.end());
+        for (int32_t p = 0; p < P; ++p) ASSERT_TRUE(kept.count(p)) << "prompt position " << p;
+        for (int64_t p = seen - s; p < seen - r; ++p) older_than_r_evicted |= !kept.count(static_cast<int32_t>(p));
+      }
+    }
+    // s = 24: 16 candidates per round newer than the last round, K_sel = 40 of 56: some go.
+    if (s > r) {
+      EXPECT_TRUE(older_than_r_evicted);
     }
   }
 }
@@ -229,6 +283,13 @@ TEST(Eviction, CompactedCacheEqualsMaskedFullCache) {
   for (const auto& set : tr.visible.at(109))
     interior |= !set.count(static_cast<int>(P) + 2) && set.count(static_cast<int>(P) + 20);
   EXPECT_TRUE(interior);
+  // A round interval apart from r (s = 13: rounds at 53, 66, ...; 45 candidates per round):
+  // compaction from B + s slots, checked against the same masked reference.
+  const auto ts = test::trace_random_eviction(*m, tokens, P, 110, B, r, 99, 110, 13);
+  ASSERT_GE(ts.rounds, 4);
+  const auto ref_s = test::ReferenceLlama(*m).run(std::vector<int32_t>(tokens.begin(), tokens.begin() + 110),
+                                                  [&](int t, int l, int h, int p) { return ts.sees(t, l, h, p); });
+  ASSERT_NO_FATAL_FAILURE(test::expect_logits_near(ts, ref_s, 5e-5));
 }
 
 TEST(Eviction, CachePositionModeRerotatesKeys) {

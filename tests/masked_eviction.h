@@ -57,14 +57,15 @@ inline EvictionTrace trace_eviction(Engine& engine, Sequence& seq, const std::ve
   return tr;
 }
 
-/// trace_eviction of policy `random` (budget B and recent buffer r in tokens, `seed`, 2 threads,
-/// room for `max_new` decoded tokens) on `m` over tokens[0, n).
+/// trace_eviction of policy `random` (budget B, recent buffer r and round interval s in tokens,
+/// s = 0 meaning r; `seed`, 2 threads, room for `max_new` decoded tokens) on `m` over tokens[0, n).
 inline EvictionTrace trace_random_eviction(const Model& m, const std::vector<int32_t>& tokens, int64_t P, int n,
-                                           int64_t B, int64_t r, uint64_t seed, int64_t max_new) {
+                                           int64_t B, int64_t r, uint64_t seed, int64_t max_new, int64_t s = 0) {
   Engine engine(m, 2);
   EvictionConfig cfg;
   cfg.budget = B;
   cfg.recent = r;
+  cfg.interval = s;
   cfg.seed = seed;
   auto seq = engine.new_sequence(0, make_policy("random"), cfg, P, max_new);
   return trace_eviction(engine, *seq, tokens, P, n);

@@ -79,6 +79,14 @@ TEST(PolicySettings, ErrorsNameTheField) {
   s.recent = 0;
   EXPECT_EQ(field_of([&] { build_policy_config(s); }), Field::Recent);
   s.recent = 64;
+  // The round interval s, when given, in [1, 2^20] (unset = r).
+  s.interval = 0;
+  EXPECT_EQ(field_of([&] { build_policy_config(s); }, &msg), Field::RoundInterval);
+  EXPECT_EQ(msg, "round interval 0: must be in [1, 1048576]");
+  s.interval = 16;
+  EXPECT_EQ(build_policy_config(s).eviction().round_interval(), 16);
+  s.interval.reset();
+  EXPECT_EQ(build_policy_config(s).eviction().round_interval(), 64);
   s.sinks = 64;
   EXPECT_EQ(field_of([&] { build_policy_config(s); }, &msg), Field::Sinks);
   EXPECT_EQ(msg, "sinks 64 must be smaller than K_sel = B - r = 64");

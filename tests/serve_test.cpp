@@ -310,6 +310,37 @@ TEST(Serve, SameSeedSameTokensAloneAndAmong15ConcurrentRequests) {
   EXPECT_GE(s.metric("kvevict:num_sequences_running_peak"), 8);  // the 16 actually overlapped
 }
 
+TEST(Serve, RoundIntervalPerRequestMatchesTheEngine) {
+  TestServer s(test::reasoner_model(), small_opts(), {});
+  // kv_round_interval 16 with r = 8: rounds every 16 tokens, peak B + s = 40 slots per KV head.
+  const json b = {{"prompt", "AB\nCD\n"}, {"max_tokens", 100},     {"temperature", 0.9}, {"seed", 77},
+                  {"top_k", 20},           {"kv_policy", "random"}, {"kv_budget", 24},       {"kv_buffer", 8},     {"kv_round_interval", 16},
+                  {"ignore_eos", true}};
+  EvictionConfig cfg;
+  cfg.budget = 24;
+  cfg.recent = 8;
+  cfg.interval = 16;
+  cfg.seed = 77;
+  int64_t ref_rounds = 0;
+  const std::string ref = reference_text(s.model(), "AB\nCD\n", make_policy("random"), cfg,
+                                         SamplerConfig{0.9f, 1.0f, 20, 77}, 100, &ref_rounds);
+  ASSERT_GT(ref_rounds, 0);
+  int st = 0;
+  const json out = post(s, "/v1/completions", b, &st);
+  ASSERT_EQ(st, 200) << out.dump();
+  EXPECT_EQ(out["choices"][0]["text"], ref);
+  EXPECT_EQ(out["usage"]["kv"]["eviction_rounds"], ref_rounds);
+  EXPECT_EQ(out["usage"]["kv"]["round_interval"], 16);
+  EXPECT_EQ(out["usage"]["kv"]["peak_slots_per_kv_head"], 40);
+  // Without it the interval is r: more rounds over the same tokens.
+  json plain = b;
+  plain.erase("kv_round_interval");
+  const json p = post(s, "/v1/completions", plain, &st);
+  ASSERT_EQ(st, 200) << p.dump();
+  EXPECT_EQ(p["usage"]["kv"]["round_interval"], 8);
+  EXPECT_GT(p["usage"]["kv"]["eviction_rounds"].get<int64_t>(), ref_rounds);
+}
+
 TEST(Serve, StreamedTextEqualsNonStreamedAndStopStringsAreCut) {
   TestServer s(test::reasoner_model(), small_opts(), {});
   const json b = {{"prompt", "QR\nST\n"}, {"max_tokens", 60}, {"temperature", 0.8}, {"seed", 9}, {"ignore_eos", true}};
@@ -550,6 +581,11 @@ TEST(Serve, EveryBadRequestGetsItsStatusAndErrorObject) {
   // kv_* fields under a policy that keeps every token would change nothing: refused.
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "kv_policy": "full", "kv_budget": 64})", J), 400,
                "kv_budget: is unused: policy 'full'");
+  expect_error(c->Post("/v1/completions", R"({"prompt": "A", "kv_policy": "full", "kv_round_interval": 8})", J), 400,
+               "kv_round_interval: is unused: policy 'full'");
+  expect_error(c->Post("/v1/completions",
+                       R"({"prompt": "A", "kv_policy": "random", "kv_budget": 16, "kv_round_interval": 0})", J),
+               400, "kv_round_interval 0: must be in [1, 1048576]");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "max_tokns": 4})", J), 400,
                "max_tokns: unknown field for /v1/completions");
   expect_error(c->Post("/v1/completions", R"({"prompt": "A", "response_format": {"type": "json_object"}})", J), 400,

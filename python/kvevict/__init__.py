@@ -68,8 +68,8 @@ class Selector:
     At each eviction round the engine calls ``score(c)`` once per (layer, KV head), layer-major,
     with the :class:`Candidates` ``c`` of that head: every live slot but the recent buffer,
     oldest first. Everything else is the engine's shared schedule (docs/eviction-spec.md §2),
-    exactly as for the built-in selectors: when a round runs (every ``buffer`` decode steps once
-    ``budget + buffer`` slots are live), the pins (``sinks`` first positions; the prompt when
+    exactly as for the built-in selectors: when a round runs (every ``round_interval`` decode steps,
+    by default ``buffer``, once ``budget + round_interval`` slots are live), the pins (``sinks`` first positions; the prompt when
     ``protect_prompt``), keeping the top ``K_sel = budget - buffer`` with ties going to the older
     slot, compaction, the recent buffer, the per-(sequence, round, layer, KV head) seed
     (``c.stream``). Pass an instance as ``policy=`` to :meth:`Model.generate` or
@@ -202,7 +202,7 @@ def _adapter(sel: Selector):
     return call
 
 
-def _policy_args(policy, budget, buffer, sinks, seed, context_length=0):
+def _policy_args(policy, budget, buffer, sinks, seed, context_length=0, round_interval=None):
     """(policy name, PythonPolicy or None, budget, buffer) with the package's defaults; warns as
     the CLI does when a policy that keeps every token is given a schedule."""
     if seed < 0:
@@ -216,7 +216,8 @@ def _policy_args(policy, budget, buffer, sinks, seed, context_length=0):
         base = policy[:-7] if policy.endswith("+prompt") else policy
         info = next((p for p in _kvevict.policies() if p.name == base), None)
         if info is not None and not info.evicts:
-            given = [f"{k}={v}" for k, v in (("budget", budget), ("buffer", buffer), ("sinks", sinks)) if v is not None]
+            given = [f"{k}={v}" for k, v in (("budget", budget), ("buffer", buffer), ("round_interval", round_interval),
+                                             ("sinks", sinks)) if v is not None]
             if given:
                 warnings.warn(f"policy '{policy}' keeps every token: {', '.join(given)} unused", stacklevel=3)
     return policy, custom, 1024 if budget is None else budget, 64 if buffer is None else buffer
@@ -308,7 +309,7 @@ class Model:
         return self._m.chat_prompt(list(messages), add_generation_prompt, enable_thinking, template)
 
     def generate(self, prompt: Prompt, *, policy: Union[str, Selector] = "random", budget: Optional[int] = None,
-                 buffer: Optional[int] = None, sinks: Optional[int] = None, protect_prompt: Optional[bool] = None,
+                 buffer: Optional[int] = None, round_interval: Optional[int] = None, sinks: Optional[int] = None, protect_prompt: Optional[bool] = None,
                  params: Sequence[str] = (), max_tokens: int = 256, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int = 0, ignore_eos: bool = False,
                  stop: Union[str, Sequence[str]] = (), special: bool = False, kv_type: str = "f32", threads: int = 0,
@@ -325,8 +326,9 @@ class Model:
         giving one warns, as the CLI does), with ``"+prompt"`` to pin the prompt, or a
         :class:`Selector` written in Python. ``budget`` is B (default 1024), the slots per (layer,
         KV head) kept after an eviction round; ``buffer`` is r (default 64), the newest slots
-        never evicted; a round runs
-        when B + r slots are live, so a head holds at most B + r slots. ``sinks``: pinned first
+        never evicted; ``round_interval`` is s (None: r), the decode steps between rounds: a round
+        runs when B + s slots are live, so a head holds at most B + s slots (R-KV's code: s = 128
+        with r = 8). ``sinks``: pinned first
         positions (None: the policy's default). ``protect_prompt``: override the policy's prompt
         pinning. ``params``: selector parameters ``"[POLICY:]NAME=VALUE"``.
 
@@ -347,18 +349,19 @@ class Model:
         ``keep_log=True`` ``keep_log``, a dict with ``positions`` [rounds, n_layers, n_kv_heads,
         budget] (int32: the positions each (layer, KV head) holds right after each round),
         ``step`` and ``n_seen`` [rounds]. Raises :class:`Error` with the engine's message
-        for an unknown policy, a budget or buffer out of range, a bad sampler setting, a negative
+        for an unknown policy, a budget, buffer or round interval out of range, a bad sampler setting, a negative
         seed, an empty prompt or a token id out of range; an exception raised by a Python
         selector propagates unchanged.
         """
         policy, custom, budget, buffer = _policy_args(policy, budget, buffer, sinks, seed,
-                                                      self._m.context_length)
-        return self._m.generate(_prompt(prompt), policy, custom, budget, buffer, sinks, protect_prompt, list(params),
+                                                      self._m.context_length, round_interval)
+        return self._m.generate(_prompt(prompt), policy, custom, budget, buffer, round_interval, sinks, protect_prompt,
+                                list(params),
                                 max_tokens, temperature, top_p, top_k, seed, _flag("ignore_eos", ignore_eos),
                                 _stops(stop), _flag("special", special), kv_type, threads, _flag("keep_log", keep_log))
 
     def perplexity(self, text: Prompt, *, policy: Union[str, Selector] = "random", budget: Optional[int] = None,
-                   buffer: Optional[int] = None,
+                   buffer: Optional[int] = None, round_interval: Optional[int] = None,
                    sinks: Optional[int] = None, protect_prompt: Optional[bool] = None,
                    params: Sequence[str] = (), seed: int = 0, threads: int = 0) -> Perplexity:
         """Token-by-token perplexity of ``text`` with ``policy`` evicting throughout.
@@ -373,9 +376,9 @@ class Model:
         fewer than 2 tokens and for the policy errors of :meth:`generate`.
         """
         policy, custom, budget, buffer = _policy_args(policy, budget, buffer, sinks, seed,
-                                                      self._m.context_length)
-        return self._m.perplexity(_prompt(text, "text"), policy, custom, budget, buffer, sinks, protect_prompt, list(params),
-                                  seed, threads)
+                                                      self._m.context_length, round_interval)
+        return self._m.perplexity(_prompt(text, "text"), policy, custom, budget, buffer, round_interval, sinks,
+                                  protect_prompt, list(params), seed, threads)
 
 
 class EvalResult:
@@ -409,7 +412,8 @@ def _number(text: str):
 
 
 def evaluate(model: Model, tasks: str, policies: Sequence[Union[str, Selector]] = ("full", "random"),
-             budgets: Sequence[int] = (256,), *, buffer: int = 64, sinks: Optional[int] = None,
+             budgets: Sequence[int] = (256,), *, buffer: int = 64, round_interval: Optional[int] = None,
+             sinks: Optional[int] = None,
              protect_prompt: Optional[bool] = None, params: Sequence[str] = (), seed: int = 0,
              reference: str = "full", rollouts: int = 2, temperature: float = 0.6, top_p: float = 0.95,
              top_k: int = 0, max_length: int = 32768, max_new_tokens: int = 0, template: str = "auto",
@@ -425,8 +429,9 @@ def evaluate(model: Model, tasks: str, policies: Sequence[Union[str, Selector]] 
     the CLI with the same flags (docs/eviction-spec.md §4), in memory: nothing is written, nothing
     resumed, no shards. ``policies`` may hold :class:`Selector` objects (named by their ``name``;
     one name or Selector alone is one policy); ``budgets`` are integers;
-    ``buffer``, ``sinks``, ``protect_prompt``, ``params`` and ``limit`` (first N problems) are the
-    CLI's ``-r``, ``--sinks``, ``--protect-prompt``, ``--param`` and ``--limit``.
+    ``buffer``, ``round_interval``, ``sinks``, ``protect_prompt``, ``params`` and ``limit`` (first N
+    problems) are the CLI's ``-r``, ``--round-interval``, ``--sinks``, ``--protect-prompt``,
+    ``--param`` and ``--limit``.
 
     Returns an :class:`EvalResult` (``summary``, ``rollouts``, ``markdown``, ``report``). Raises
     :class:`Error` with the engine's message for a bad task file, policy, budget or setting.
@@ -448,7 +453,7 @@ def evaluate(model: Model, tasks: str, policies: Sequence[Union[str, Selector]] 
             grid.append(_kvevict._GridPolicy(p, None))
         else:
             raise Error(f"policies: {p!r} is neither a policy name nor a kvevict.Selector")
-    return EvalResult(_kvevict._evaluate(model._m, str(tasks), grid, [int(b) for b in budgets], buffer, sinks,
-                                         protect_prompt, list(params), seed, reference, rollouts, temperature, top_p,
+    return EvalResult(_kvevict._evaluate(model._m, str(tasks), grid, [int(b) for b in budgets], buffer, round_interval,
+                                         sinks, protect_prompt, list(params), seed, reference, rollouts, temperature, top_p,
                                          top_k, max_length, max_new_tokens, template, math_suffix, limit, bootstrap,
                                          threads))

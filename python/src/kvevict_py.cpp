@@ -56,6 +56,7 @@ std::string_view keyword(Field f) {
     case Field::Policy: return "policy";
     case Field::Budget: return "budget";
     case Field::Recent: return "buffer";
+    case Field::RoundInterval: return "round_interval";
     case Field::Sinks: return "sinks";
     case Field::ProtectPrompt: return "protect_prompt";
     case Field::Param: return "params";
@@ -78,6 +79,7 @@ struct PolicyKwargs {
   uint64_t seed = 0;
   std::vector<std::string> params;
   const PolicyInfo* custom = nullptr;  ///< a Python selector's policy (PyPolicy), or null
+  std::optional<int64_t> round_interval = std::nullopt;  ///< s, decode steps between rounds; unset = buffer
 };
 
 /// The one settings builder, fed from keyword arguments.
@@ -86,6 +88,7 @@ CheckedPolicy checked_policy(const PolicyKwargs& k) {
   s.policy = k.policy;
   s.budget = k.budget;
   s.recent = k.buffer;
+  s.interval = k.round_interval;
   s.sinks = k.sinks;
   s.protect_prompt = k.protect_prompt;
   s.seed = k.seed;
@@ -418,6 +421,7 @@ EvalOutput evaluate(const PyModel& pm, const std::string& tasks_path, const std:
     PolicySettings ps;
     ps.policy = g.name;
     ps.recent = shared.buffer;
+    ps.interval = shared.round_interval;
     ps.sinks = shared.sinks;
     ps.protect_prompt = shared.protect_prompt;
     ps.seed = shared.seed;
@@ -496,8 +500,8 @@ template <class T>
 void bind_stats(nb::class_<T>& c) {
   c.def_prop_ro("eviction_rounds", [](const T& r) { return r.stats.rounds; }, "Eviction rounds run.")
       .def_prop_ro("peak_slots", [](const T& r) { return r.stats.peak_slots; },
-                   "Most live slots ever held by one (layer, KV head); at most budget + buffer when the policy "
-                   "evicts.")
+                   "Most live slots ever held by one (layer, KV head); at most budget + round_interval "
+                   "(default: + buffer) when the policy evicts.")
       .def_prop_ro("kv_bytes", [](const T& r) { return r.kv_bytes; },
                    "Bytes allocated for the KV cache (all layers, K and V).")
       .def_prop_ro("prefill_ms", [](const T& r) { return r.stats.prefill_ms; }, "Time in prefill, ms.")
@@ -653,16 +657,18 @@ NB_MODULE(_kvevict, m) {
   m.def(
       "_evaluate",
       [](const PyModel& model, const std::string& tasks, const std::vector<GridPolicy>& policies,
-         const std::vector<int64_t>& budgets, int64_t buffer, std::optional<int> sinks,
-         std::optional<bool> protect_prompt, std::vector<std::string> params, uint64_t seed,
+         const std::vector<int64_t>& budgets, int64_t buffer, std::optional<int64_t> round_interval,
+         std::optional<int> sinks, std::optional<bool> protect_prompt, std::vector<std::string> params, uint64_t seed,
          const std::string& reference, int rollouts, float temperature, float top_p, int top_k, int64_t max_length,
          int64_t max_new_tokens, const std::string& tmpl, std::optional<bool> math_suffix, int64_t limit,
          int bootstrap, int threads) {
         PolicyKwargs shared{"", 0, buffer, sinks, protect_prompt, seed, std::move(params)};
+        shared.round_interval = round_interval;
         return evaluate(model, tasks, policies, budgets, shared, reference, rollouts, temperature, top_p, top_k,
                         max_length, max_new_tokens, tmpl, math_suffix, limit, bootstrap, threads);
       },
-      "model"_a, "tasks"_a, "policies"_a, "budgets"_a, "buffer"_a, "sinks"_a.none(), "protect_prompt"_a.none(),
+      "model"_a, "tasks"_a, "policies"_a, "budgets"_a, "buffer"_a, "round_interval"_a.none(), "sinks"_a.none(),
+      "protect_prompt"_a.none(),
       "params"_a, "seed"_a, "reference"_a, "rollouts"_a, "temperature"_a, "top_p"_a, "top_k"_a, "max_length"_a,
       "max_new_tokens"_a, "template"_a, "math_suffix"_a.none(), "limit"_a, "bootstrap"_a, "threads"_a);
 
@@ -730,8 +736,8 @@ NB_MODULE(_kvevict, m) {
       .def(
           "generate",
           [](const PyModel& self, const Prompt& prompt, const std::string& policy, const PyPolicy* custom,
-             int64_t budget, int64_t buffer, std::optional<int> sinks, std::optional<bool> protect_prompt,
-             std::vector<std::string> params, int64_t max_tokens, float temperature, float top_p, int top_k,
+             int64_t budget, int64_t buffer, std::optional<int64_t> round_interval, std::optional<int> sinks,
+             std::optional<bool> protect_prompt, std::vector<std::string> params, int64_t max_tokens, float temperature, float top_p, int top_k,
              uint64_t seed, bool ignore_eos, std::vector<std::string> stop, bool special, const std::string& kv_type,
              int threads, bool keep_log) {
             GenerationConfig gc;
@@ -746,22 +752,22 @@ NB_MODULE(_kvevict, m) {
             gc.keep_incomplete_tail = true;
             return self.generate(prompt,
                                  PolicyKwargs{policy, budget, buffer, sinks, protect_prompt, seed, params,
-                                              custom ? &custom->info : nullptr},
+                                              custom ? &custom->info : nullptr, round_interval},
                                  gc, special, kv_type, threads, keep_log);
           },
-          "prompt"_a, "policy"_a, "custom"_a.none(), "budget"_a, "buffer"_a, "sinks"_a.none(), "protect_prompt"_a.none(), "params"_a,
+          "prompt"_a, "policy"_a, "custom"_a.none(), "budget"_a, "buffer"_a, "round_interval"_a.none(), "sinks"_a.none(), "protect_prompt"_a.none(), "params"_a,
           "max_tokens"_a, "temperature"_a, "top_p"_a, "top_k"_a, "seed"_a, "ignore_eos"_a, "stop"_a, "special"_a,
           "kv_type"_a, "threads"_a, "keep_log"_a)
       .def(
           "perplexity",
           [](const PyModel& self, const Prompt& text, const std::string& policy, const PyPolicy* custom,
-             int64_t budget, int64_t buffer, std::optional<int> sinks, std::optional<bool> protect_prompt,
-             std::vector<std::string> params, uint64_t seed, int threads) {
+             int64_t budget, int64_t buffer, std::optional<int64_t> round_interval, std::optional<int> sinks,
+             std::optional<bool> protect_prompt, std::vector<std::string> params, uint64_t seed, int threads) {
             return self.perplexity(text,
                                    PolicyKwargs{policy, budget, buffer, sinks, protect_prompt, seed, params,
-                                                custom ? &custom->info : nullptr},
+                                                custom ? &custom->info : nullptr, round_interval},
                                    threads);
           },
-          "text"_a, "policy"_a, "custom"_a.none(), "budget"_a, "buffer"_a, "sinks"_a.none(), "protect_prompt"_a.none(), "params"_a,
+          "text"_a, "policy"_a, "custom"_a.none(), "budget"_a, "buffer"_a, "round_interval"_a.none(), "sinks"_a.none(), "protect_prompt"_a.none(), "params"_a,
           "seed"_a, "threads"_a);
 }

@@ -44,6 +44,19 @@ def test_generate_stats_equal_cli_summary(stories, cli):
     assert len(out.tokens) == 50 and out.finish_reason == "length"
 
 
+def test_round_interval_equals_cli(stories, cli):
+    # Reference: the CLI's summary line with --round-interval (spec §2.3: rounds every s decode
+    # steps, peak B + s), and the count of rounds that schedule gives.
+    r = cli("generate", "-m", STORIES, "-p", PROMPT, "-n", 80, "--temp", 0, "-B", 24, "-r", 4,
+            "--round-interval", 12, "--ignore-eos")
+    rounds = int(re.search(r"eviction rounds (\d+)", r.stderr).group(1))
+    out = stories.generate(PROMPT, budget=24, buffer=4, round_interval=12, max_tokens=80, ignore_eos=True)
+    assert PROMPT + out.text + "\n" == r.stdout
+    assert (out.eviction_rounds, out.peak_slots) == (rounds, 24 + 12)
+    prompt_len = len(out.prompt_tokens)
+    assert rounds == (prompt_len + 79 - 36) // 12 + 1  # lengths 36, 48, ... up to prompt + 79 decode steps
+
+
 def test_perplexity_equals_cli(stories, cli, tmp_path):
     # Reference: `kvevict perplexity -f FILE` table row (perplexity printed with 4 decimals).
     src = SHARED / "data" / "tinystories" / "tinystories_sample.txt"
@@ -100,6 +113,8 @@ def test_field_errors_name_the_keyword(stories, kvevict):
         stories.generate(PROMPT, max_tokens=0)
     with pytest.raises(kvevict.Error, match="sinks"):
         stories.perplexity(PROMPT, sinks=-1)
+    with pytest.raises(kvevict.Error, match="round_interval 0"):
+        stories.generate(PROMPT, budget=16, buffer=4, round_interval=0, max_tokens=4)
     with pytest.raises(kvevict.Error):
         kvevict.Model("/nonexistent/model.gguf")
 

@@ -31,6 +31,10 @@ void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy) {
       ->check(int_range(1, limits::kTokens))
       ->each([&a](const std::string&) { a.recent_given = true; })
       ->capture_default_str();
+  cmd.add_option("--round-interval", a.interval,
+                 "Round interval s: decode steps between eviction rounds, the cache peaking at B + s "
+                 "(default: r; R-KV's and TriAttention's code use 128)")
+      ->check(int_range(1, limits::kTokens));
   cmd.add_option("--sinks", a.sinks, "Pin the first S positions (default: the policy's; streaming = 4)")
       ->check(int_range(0, limits::kTokens));
   cmd.add_flag("--protect-prompt", a.protect_prompt, "Pin the prompt inside K_sel (default: the policy's)");
@@ -173,6 +177,7 @@ PolicySettings policy_settings(const PolicyArgs& a) {
   s.policy = a.policy;
   s.budget = a.budget;
   s.recent = a.recent;
+  s.interval = a.interval;
   s.sinks = a.sinks;
   if (a.protect_prompt) s.protect_prompt = true;
   if (a.no_protect_prompt) s.protect_prompt = false;
@@ -192,6 +197,7 @@ std::string unused_schedule_warning(const PolicyArgs& a, const std::vector<Polic
   std::vector<std::string> unused;
   if (a.budget > 0) unused.push_back(fmt::format("--budget {}", a.budget));
   if (a.recent_given) unused.push_back(fmt::format("--buffer {}", a.recent));
+  if (a.interval) unused.push_back(fmt::format("--round-interval {}", *a.interval));
   if (a.sinks) unused.push_back(fmt::format("--sinks {}", *a.sinks));
   if (unused.empty() || names.empty()) return {};
   return fmt::format("{} {} {} every token: {} {} unused", policies.size() == 1 ? "policy" : "policies", names,

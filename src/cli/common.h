@@ -41,6 +41,7 @@ struct PolicyArgs {
   int64_t budget = 0;  ///< 0 = not given
   int64_t recent = 64;
   bool recent_given = false;  ///< --buffer was on the command line (not the default)
+  std::optional<int64_t> interval;  ///< --round-interval; unset = r
   std::optional<int> sinks;
   bool protect_prompt = false, no_protect_prompt = false;
   std::string long_prompt = "pin-head";
@@ -49,7 +50,7 @@ struct PolicyArgs {
   std::vector<std::string> params;
 };
 
-/// Adds --policy/--budget/--buffer/--sinks/--protect-prompt/--no-protect-prompt/--long-prompt/
+/// Adds --policy/--budget/--buffer/--round-interval/--sinks/--protect-prompt/--no-protect-prompt/--long-prompt/
 /// --position-mode/-s,--seed/--param to `cmd`.
 void add_policy_options(CLI::App& cmd, PolicyArgs& a, bool with_policy = true);
 

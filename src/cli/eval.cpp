@@ -69,7 +69,7 @@ std::pair<int, int> parse_shard(const std::string& s) {
 }
 
 json eviction_json(const PolicyArgs& a) {
-  return json{{"recent", a.recent},
+  json j{{"recent", a.recent},
               {"sinks", a.sinks ? json(*a.sinks) : json(nullptr)},
               {"protect_prompt",
                a.protect_prompt          ? json(true)
@@ -78,6 +78,10 @@ json eviction_json(const PolicyArgs& a) {
               {"long_prompt", a.long_prompt},
               {"positions", a.position_mode},
               {"params", a.params}};
+  // Only when given, so a run's settings (and the resume check that compares them) read as they
+  // did before the option existed.
+  if (a.interval) j["round_interval"] = *a.interval;
+  return j;
 }
 
 /// Writes summary files, prints the table, draws the plots.

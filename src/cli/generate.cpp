@@ -162,9 +162,10 @@ int run_generate(const GenerateArgs& a) {
   fmt::print(
       stderr,
       "[kvevict] policy {} | prompt {} tok | generated {} tok | {:.1f} tok/s | eviction rounds {} | "
-      "peak slots/KV head {} (B+r = {}) | KV bytes {} | score {:.3f} ms/round | compact {:.3f} ms/round{}{}\n",
+      "peak slots/KV head {} ({} = {}) | KV bytes {} | score {:.3f} ms/round | compact {:.3f} ms/round{}{}\n",
       policy.name, prompt.size(), generated, secs > 0 ? static_cast<double>(generated) / secs : 0.0, s.rounds,
-      s.peak_slots, policy.evicts ? fmt::format("{}", cfg.budget + cfg.recent) : std::string("n/a"),
+      s.peak_slots, cfg.interval > 0 && policy.evicts ? "B+s" : "B+r",
+      policy.evicts ? fmt::format("{}", cfg.budget + cfg.round_interval()) : std::string("n/a"),
       seq.kv.allocated_bytes(), s.rounds ? s.score_ms / static_cast<double>(s.rounds) : 0.0,
       s.rounds ? s.compact_ms / static_cast<double>(s.rounds) : 0.0,
       // Per-token selector work (query windows, H2O's accumulation) happens outside the rounds.

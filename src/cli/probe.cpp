@@ -146,7 +146,7 @@ int run_probe(const ProbeArgs& a) {
     const double se = std::sqrt(var / n);
     const int64_t b = c.run.eviction().budget;
     const double rounds_back =
-        b > 0 ? static_cast<double>(c.distance) / static_cast<double>(c.run.eviction().recent) : 0.0;
+        b > 0 ? static_cast<double>(c.distance) / static_cast<double>(c.run.eviction().round_interval()) : 0.0;
     const std::string budget = b > 0 ? std::to_string(b) : "-";
     const std::string policy = c.kind == ProbeKind::Planted ? c.run.name + "+sites" : c.run.name;
     progress.clear();

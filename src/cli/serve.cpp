@@ -183,16 +183,18 @@ int run_serve(const ServeArgs& a) {
   ao.http.max_body_bytes = parse_bytes("--max-body", a.max_body);
   ao.cors_origins = a.cors_origins;
 
-  // Sequences the pool admits at once for the server's default policy: B + r slots each for a
-  // bounded policy (a prompt up to B), --max-tokens for `full` (prompt + max_tokens <= that).
-  const int64_t slots = policy.evicts ? cfg.budget + cfg.recent : ao.max_tokens_limit;
+  // Sequences the pool admits at once for the server's default policy: B + s slots each for a
+  // bounded policy (a prompt up to B; s the round interval, r by default), --max-tokens for `full`
+  // (prompt + max_tokens <= that).
+  const int64_t slots = policy.evicts ? cfg.budget + cfg.round_interval() : ao.max_tokens_limit;
   const int64_t per_seq = kv_bytes_for_capacity(shape, slots);
   const int64_t fit = std::min<int64_t>(pool_bytes / per_seq, a.max_seqs);
   if (fit < 1)
     throw Error(
         fmt::format("--kv-memory {} bytes holds no sequence of policy {}: one needs {} bytes ({} slots x {} "
-                    "bytes/slot); raise --kv-memory or lower --budget/--max-tokens",
-                    pool_bytes, policy.name, per_seq, slots, shape.bytes_per_token()));
+                    "bytes/slot); raise --kv-memory or lower --budget/{}--max-tokens",
+                    pool_bytes, policy.name, per_seq, slots, shape.bytes_per_token(),
+                    cfg.interval > 0 ? "--round-interval/" : ""));
   serve::Scheduler sched(*model, so);
   serve::ApiServer api(sched, ao);
   const int port = api.bind(a.host, a.port);
@@ -207,7 +209,10 @@ int run_serve(const ServeArgs& a) {
       "({:.1f} MiB{}) | admits up to {} concurrent sequences ({} slots x {} bytes/slot each; --max-seqs {}) | chat "
       "template {} | KV {} | defaults temperature {} top_p {} top_k {} min_p {} seed {} max_tokens {} (chat: {}) | prompt cache {}\n",
       a.host, port, ao.model_name, mc.n_layers, mc.n_kv_heads, policy.name,
-      policy.evicts ? fmt::format(" B={} r={}", cfg.budget, cfg.recent) : std::string(), pool_bytes,
+      policy.evicts ? fmt::format(" B={} r={}{}", cfg.budget, cfg.recent,
+                                  cfg.interval > 0 ? fmt::format(" s={}", cfg.interval) : std::string())
+                    : std::string(),
+      pool_bytes,
       static_cast<double>(pool_bytes) / (1024.0 * 1024.0), a.kv_memory.empty() ? ", half of MemAvailable" : "", fit,
       slots, shape.bytes_per_token(), a.max_seqs, chat_name, kv_type_name(kv_type), a.sampling.temperature,
       a.sampling.top_p, a.sampling.top_k, a.sampling.min_p, settings.seed, std::min<int64_t>(16, ao.max_tokens_limit),

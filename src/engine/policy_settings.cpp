@@ -41,9 +41,13 @@ CheckedPolicy build_schedule(const PolicySettings& s, const Policy& policy) {
     throw FieldError(Field::Budget, "", fmt::format(" {}: must be in [1, {}]", s.budget, limits::kTokens));
   if (s.recent < 1 || s.recent > limits::kTokens)
     throw FieldError(Field::Recent, "", fmt::format(" {}: must be in [1, {}]", s.recent, limits::kTokens));
+  if (s.interval && (*s.interval < 1 || *s.interval > limits::kTokens))
+    throw FieldError(Field::RoundInterval, "",
+                     fmt::format(" {}: must be in [1, {}]", *s.interval, limits::kTokens));
   EvictionConfig c;
   c.budget = s.budget;
   c.recent = s.recent;
+  c.interval = s.interval.value_or(0);
   c.seed = s.seed;
   c.long_prompt = s.long_prompt;
   c.positions = s.positions;

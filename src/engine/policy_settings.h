@@ -25,6 +25,7 @@ struct PolicySettings {
   std::string policy;                  ///< name or name+prompt; "" = `random` when budget > 0, else `full`
   int64_t budget = 0;                  ///< B, slots per (layer, KV head); 0 = not given
   int64_t recent = 64;                 ///< r, newest slots never evicted
+  std::optional<int64_t> interval;     ///< s, decode steps between rounds; unset = r (spec §2.3)
   std::optional<int> sinks;            ///< pinned first positions; unset = the policy's default
   std::optional<bool> protect_prompt;  ///< pin the prompt inside K_sel; unset = the policy's default
   LongPromptMode long_prompt = LongPromptMode::PinHead;  ///< spec §2.5
@@ -50,6 +51,7 @@ Policy build_policy(const PolicySettings& s, const std::string& name, bool check
 /// The schedule of `policy` under the settings, validated once (validate_eviction): budget,
 /// recent buffer, long-prompt mode, positions, seed. Throws FieldError: Budget when an evicting
 /// policy has none or B is outside [1, limits::kTokens], Recent outside [1, limits::kTokens],
+/// RoundInterval outside [1, limits::kTokens],
 /// Sinks outside [0, limits::kTokens], and whatever validate_eviction refuses.
 CheckedPolicy build_schedule(const PolicySettings& s, const Policy& policy);
 

@@ -21,6 +21,9 @@ void validate_eviction(const EvictionConfig& cfg, const Policy& policy) {
   if (!policy.evicts) return;
   if (cfg.recent < 1)
     throw FieldError(Field::Recent, "", fmt::format(" {}: the recent buffer r must be >= 1", cfg.recent));
+  if (cfg.interval < 0)
+    throw FieldError(Field::RoundInterval, "",
+                     fmt::format(" {}: must be >= 1 (0 = the recent buffer r)", cfg.interval));
   if (cfg.budget <= cfg.recent)
     throw FieldError(Field::Budget, "",
                      fmt::format(" {} must be greater than the recent buffer r = {} (K_sel = B - r must be >= 1)",
@@ -78,11 +81,11 @@ bool eviction_disabled(const EvictionConfig& cfg, const Policy& policy, int64_t 
 
 int64_t required_capacity(const EvictionConfig& cfg, const Policy& policy, int64_t prompt_len, int64_t max_new_tokens) {
   if (eviction_disabled(cfg, policy, prompt_len)) return std::max<int64_t>(1, prompt_len + max_new_tokens);
-  return std::max(cfg.budget, prompt_len) + cfg.recent;
+  return std::max(cfg.budget, prompt_len) + cfg.round_interval();
 }
 
 bool round_due(int64_t length, const EvictionConfig& cfg) {
-  return length > cfg.budget && (length - cfg.budget) % cfg.recent == 0;
+  return length > cfg.budget && (length - cfg.budget) % cfg.round_interval() == 0;
 }
 
 int64_t pinned_positions(const EvictionConfig& cfg, const Policy& policy, int64_t prompt_len) {

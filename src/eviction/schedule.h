@@ -4,7 +4,8 @@
 // Source: docs/eviction-spec.md §2. A round, for each (layer, KV head): score the candidates (all
 // slots but the newest r); give pinned positions +infinity; keep the top K_sel = B - r; sort the
 // keep-set by slot (chronological compaction); gather keys, values and positions; append the
-// newest r. Length becomes exactly B.
+// newest r. Length becomes exactly B. Rounds run every s decode steps (the round interval, default
+// s = r), so the cache peaks at B + s.
 #pragma once
 
 #include <cstdint>
@@ -35,15 +36,22 @@ enum class LongPromptMode {
 struct EvictionConfig {
   int64_t budget = 0;   ///< B: slots per (layer, KV head) after a round, prompt and buffer included
   int64_t recent = 64;  ///< r: newest slots that are never candidates
+  /// s: decode steps between rounds (spec §2.3), the peak being B + s slots; 0 = r (kvevict's
+  /// default, one round per recent buffer). R-KV's and TriAttention's code set it apart from
+  /// the protected window (R-KV: a round every 128 tokens, `window_size` 8; TriAttention:
+  /// `divide_length` 128).
+  int64_t interval = 0;
   LongPromptMode long_prompt = LongPromptMode::PinHead;
   PositionMode positions = PositionMode::Logical;
   uint64_t seed = 0;  ///< base seed of every random choice
   int64_t k_sel() const { return budget - recent; }
+  /// The round interval s in force: `interval`, or r when it is 0.
+  int64_t round_interval() const { return interval > 0 ? interval : recent; }
 };
 
-/// Checks B > r >= 1, sinks < K_sel, and the constraints the policy declares in its PolicyInfo
+/// Checks B > r >= 1, interval >= 0, sinks < K_sel, and the constraints the policy declares in its PolicyInfo
 /// (min_sinks, min_k_sel). Nothing for a policy that does not evict. Throws FieldError naming the
-/// field (Budget, Recent or Sinks) and the values.
+/// field (Budget, Recent, RoundInterval or Sinks) and the values.
 void validate_eviction(const EvictionConfig& cfg, const Policy& policy);
 
 /// A policy with the schedule it runs under, checked by validate_eviction exactly once: only
@@ -74,14 +82,14 @@ std::string long_prompt_warning(const EvictionConfig& cfg, const Policy& policy,
 /// port skips compression while the prompt exceeds the budget).
 bool eviction_disabled(const EvictionConfig& cfg, const Policy& policy, int64_t prompt_len);
 
-/// Slots per (layer, KV head) to allocate for a sequence: max(B, prompt_len) + r when it evicts
-/// (the peak: a round runs as soon as length - B reaches a multiple of r), else
+/// Slots per (layer, KV head) to allocate for a sequence: max(B, prompt_len) + s when it evicts
+/// (the peak: a round runs as soon as length - B reaches a multiple of the round interval s), else
 /// prompt_len + max_new_tokens.
 int64_t required_capacity(const EvictionConfig& cfg, const Policy& policy, int64_t prompt_len, int64_t max_new_tokens);
 
 /// True when a round is due after a decode step left `length` slots: length > B and
-/// (length - B) is a multiple of r. With r dividing B this is the spec's "length exceeds B and is
-/// a multiple of r"; in steady state it fires at length = B + r.
+/// (length - B) is a multiple of the round interval s (cfg.round_interval(), r by default); in
+/// steady state it fires at length = B + s (spec §2.3).
 bool round_due(int64_t length, const EvictionConfig& cfg);
 
 /// Number of leading positions pinned: max(sinks, protect ? min(prompt_len, K_sel - 1) : 0).

@@ -269,6 +269,7 @@ struct ApiServer::Impl {
     json kv = {{"policy", p.gen.kv.policy().name},
                {"budget", p.gen.kv.policy().evicts ? json(p.budget) : json(nullptr)},
                {"buffer", p.gen.kv.policy().evicts ? json(p.recent) : json(nullptr)},
+               {"round_interval", p.gen.kv.policy().evicts ? json(p.interval) : json(nullptr)},
                {"eviction_rounds", rounds},
                {"peak_slots_per_kv_head", peak},
                {"kv_bytes_reserved", bytes},
@@ -298,7 +299,8 @@ struct ApiServer::Impl {
             ? fmt::format("the prompt's {} tokens, held whole until the first eviction round, set each sequence's size "
                           "(above kv_budget {}); lower n or the prompt",
                           g.prompt.size(), g.kv.eviction().budget)
-            : "lower kv_budget, kv_buffer, n or the prompt";
+        : g.kv.eviction().interval > 0 ? "lower kv_budget, kv_round_interval, n or the prompt"
+                                        : "lower kv_budget, kv_buffer, n or the prompt";
     return {400,
             fmt::format("the request needs {} bytes of KV memory ({} sequence(s) of {} bytes) but the "
                         "KV pool holds {} bytes (--kv-memory); {}",
@@ -548,7 +550,8 @@ struct ApiServer::Impl {
                {"memory_bytes", sched.pool().capacity()},
                {"policy", opt.policy.name},
                {"budget", evicts ? json(ps.budget) : json(nullptr)},
-               {"buffer", evicts ? json(ps.recent) : json(nullptr)}};
+               {"buffer", evicts ? json(ps.recent) : json(nullptr)},
+               {"round_interval", evicts ? json(ps.interval.value_or(ps.recent)) : json(nullptr)}};
     json j = {{"model", opt.model_name},
               {"n_ctx", ctx},
               {"max_tokens", opt.max_tokens_limit},

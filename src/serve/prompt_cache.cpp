@@ -17,6 +17,7 @@ PromptCacheKey PromptCacheKey::make(const std::vector<int32_t>& prompt, const Ch
   k.sinks = p.sinks;
   k.budget = e.budget;
   k.recent = e.recent;
+  k.interval = e.round_interval();
   k.long_prompt = e.long_prompt;
   k.positions = e.positions;
   k.capacity = capacity;
@@ -36,6 +37,7 @@ size_t PromptCacheKeyHash::operator()(const PromptCacheKey& k) const {
   mix(std::hash<std::string>{}(k.policy));
   mix(static_cast<uint64_t>(k.budget));
   mix(static_cast<uint64_t>(k.recent));
+  mix(static_cast<uint64_t>(k.interval));
   mix(static_cast<uint64_t>(k.capacity));
   mix(static_cast<uint64_t>(k.sinks) * 4 + (k.protect_prompt ? 2 : 0) + (k.positions == PositionMode::Cache ? 1 : 0));
   mix(static_cast<uint64_t>(k.long_prompt));

@@ -46,6 +46,7 @@ struct PromptCacheKey {
   bool protect_prompt = false;
   int sinks = 0;
   int64_t budget = 0, recent = 0;       ///< B, r (slots)
+  int64_t interval = 0;                 ///< s, the round interval in force (tokens)
   LongPromptMode long_prompt = LongPromptMode::PinHead;
   PositionMode positions = PositionMode::Logical;
   int64_t capacity = 0;                 ///< slots per (layer, KV head) of the sequence's cache

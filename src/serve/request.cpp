@@ -83,7 +83,7 @@ constexpr std::string_view kCommonFields[] = {
     "stop_token_ids", "stream",             "stream_options",        "ignore_eos", "repetition_penalty",
     "presence_penalty", "frequency_penalty", "logit_bias",           "min_tokens", "echo",
     "logprobs",       "best_of",            "kv_policy",             "kv_budget",  "kv_buffer",
-    "kv_sinks",       "user",               "top_logprobs"};
+    "kv_sinks",       "user",               "top_logprobs",          "kv_round_interval"};
 // OpenAI fields kvevict does not implement: named as unsupported rather than unknown.
 constexpr std::string_view kUnsupportedFields[] = {
     "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "response_format",
@@ -456,10 +456,11 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
     }
     s.budget = get_int(body, "kv_budget", 1, limits::kTokens).value_or(s.budget);
     s.recent = get_int(body, "kv_buffer", 1, limits::kTokens).value_or(s.recent);
+    if (const auto iv = get_int(body, "kv_round_interval", 1, limits::kTokens)) s.interval = *iv;
     // Under a policy that keeps every token the schedule fields would change nothing: refused,
     // as no field is ignored (the CLI warns that --budget is unused there).
     if (!policy.evicts)
-      for (const char* f : {"kv_budget", "kv_buffer", "kv_sinks"})
+      for (const char* f : {"kv_budget", "kv_buffer", "kv_round_interval", "kv_sinks"})
         if (auto it = body.find(f); it != body.end() && !it->is_null())
           throw bad(f, fmt::format("is unused: policy '{}' keeps every token (set kv_policy to an evicting policy)",
                                    policy.name));
@@ -477,6 +478,7 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
   }
   p.budget = g.kv.eviction().budget;
   p.recent = g.kv.eviction().recent;
+  p.interval = g.kv.eviction().round_interval();
   return p;
 }
 
@@ -506,6 +508,8 @@ std::string_view api_field_name(Field field) {
       return "kv_budget";
     case Field::Recent:
       return "kv_buffer";
+    case Field::RoundInterval:
+      return "kv_round_interval";
     case Field::Sinks:
       return "kv_sinks";
     case Field::Seed:

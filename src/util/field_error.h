@@ -17,6 +17,7 @@ enum class Field {
   Policy,             ///< policy name (+prompt)
   Budget,             ///< B, slots per (layer, KV head)
   Recent,             ///< r, the recent buffer
+  RoundInterval,      ///< s, decode steps between eviction rounds
   Sinks,              ///< pinned first positions
   ProtectPrompt,      ///< prompt pinning on/off
   LongPrompt,         ///< LongPromptMode
@@ -84,6 +85,7 @@ inline std::string_view field_name(Field f) {
     case Field::Policy: return "policy";
     case Field::Budget: return "budget";
     case Field::Recent: return "recent buffer";
+    case Field::RoundInterval: return "round interval";
     case Field::Sinks: return "sinks";
     case Field::ProtectPrompt: return "prompt protection";
     case Field::LongPrompt: return "long-prompt mode";
@@ -122,6 +124,8 @@ inline std::string_view flag_name(Field field) {
       return "--budget";
     case Field::Recent:
       return "--buffer";
+    case Field::RoundInterval:
+      return "--round-interval";
     case Field::Sinks:
       return "--sinks";
     case Field::ProtectPrompt:
