@@ -19,9 +19,10 @@
 #    and r = 32 at r = 128's K_sel = B - r = 288 (B = 320), paired with r = 128 at B = 416; and, to
 #    tell the window from how often rounds run (kvevict runs one every r tokens by default), r = 32 /
 #    128 against round interval s = 32 / 128 at equal memory (B + s = 544) and at equal K_sel (384):
-#    two cells with s != r shared by both, two more with s = r at K_sel = 384.
-# Grid and statistics: scripts/report-common.sh. Cost: 20 cells of N = 300 beyond Q1's, about
-# 45 CPU-minutes; the report's header gives the measured time.
+#    two cells with s != r shared by both, two more with s = r at K_sel = 384, and two with s = 128
+#    whose box falls where s = 32's does.
+# Grid and statistics: scripts/report-common.sh. Cost: 22 cells of N = 300 beyond Q1's, about
+# 50 CPU-minutes; the report's header gives the measured time.
 # Usage: scripts/report-anomalies.sh [--from-data]   (env N, JOBS, MODEL)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,7 +40,9 @@ TRI=("512 32 32" "480 64 64" "416 128 128")  # B r s, at B + s = 544 (s = r: kve
 TRI_KSEL="320 32 32"
 # ... and the window apart from the round interval: r = 32 with s = 128, r = 128 with s = 32 (both
 # at 544 slots and K_sel = 384), and at K_sel = 384 with s = r.
-TRI_IV=("416 32 128" "512 128 32" "416 32 32" "512 128 128")
+# And r = 32, s = 128 at B = 480 / 352, where the box falls 10 tokens after a round as with s = 32
+# (protected at the box W = 42): does s act only through W?
+TRI_IV=("416 32 128" "512 128 32" "416 32 32" "512 128 128" "480 32 128" "352 32 128")
 report_begin anomalies "$@"
 tri_cell_dir() {  # tri_cell_dir B R S: r = s = 32 is the grid's own triattention cell
   if [ "$3" != "$2" ]; then echo "$(cell_dir recall-m1 triattention "$1")-r$2-s$3"
@@ -95,7 +98,7 @@ PY
     tri_dirs+=("$(echo $br | tr ' ' :):$(tri_cell_dir $br)")
   done
   /usr/bin/python3 - "$DATA/triattention-stop.csv" "${tri_dirs[@]}" <<'PY'
-import csv, importlib.util, json, os, sys
+import collections, csv, importlib.util, json, os, sys
 # report-lib.py's reading of the answers (its BOXED and answers(), which also checks the grade).
 spec = importlib.util.spec_from_file_location("report_lib", "scripts/report-lib.py")
 lib = importlib.util.module_from_spec(spec)
@@ -103,13 +106,14 @@ spec.loader.exec_module(lib)
 with open(sys.argv[1], "w", newline="") as f:
     w = csv.writer(f)
     w.writerow(["budget", "recent", "interval", "slots", "rollouts", "accuracy", "accuracy_lo", "accuracy_hi", "first_box_right",
-                "brace_after_first_box", "ends_at_first_box", "mean_generated", "correct", "first_right"])
+                "brace_after_first_box", "ends_at_first_box", "mean_generated", "whole_at_box", "at_that_window",
+                "correct", "first_right"])
     for arg in sys.argv[2:]:
         b, r, s, d = arg.split(":", 3)
         cell = [row for row in csv.DictReader(open(os.path.join(d, "summary.csv"))) if row["policy"] == "triattention"][0]
         path = os.path.join(d, "rollouts.jsonl")
         rows = sorted((json.loads(l) for l in open(path) if l.endswith("\n")), key=lambda x: x["problem_index"])
-        correct, first, brace, ends, gen = [], [], 0, 0, 0
+        correct, first, brace, ends, gen, whole = [], [], 0, 0, 0, collections.Counter()
         for x in rows:
             right, first_right, _, _ = lib.answers(x, path)
             m = lib.BOXED.search(x["text"])
@@ -118,8 +122,18 @@ with open(sys.argv[1], "w", newline="") as f:
             brace += bool(m) and x["text"][m.end():m.end() + 1] == "}"
             ends += bool(m) and x["text"][m.end():].strip() == ""
             gen += x["generated_tokens"]
+            if m:
+                # Newest tokens no round could evict yet when the character after the first box is chosen (one token
+                # per character: n = prompt + m.end() tokens seen). Rounds run after the decode
+                # step that reaches B + k*s (spec §2.3), so those logits still see all B + s slots:
+                # the r kept by the last round plus the 1..s tokens decoded since.
+                n = x["prompt_tokens"] + m.end()
+                assert abs(len(x["text"]) - x["generated_tokens"]) <= 1, "not one token per character"
+                whole[int(r) + (n - int(b) - 1) % int(s) + 1] += 1
+        wmode, wcount = whole.most_common(1)[0] if whole else ("", 0)
         w.writerow([b, r, s, int(b) + int(s), len(rows), cell["accuracy"], cell["accuracy_lo"], cell["accuracy_hi"],
-                    first.count("1"), brace, ends, f"{gen / len(rows):.1f}", "".join(correct), "".join(first)])
+                    first.count("1"), brace, ends, f"{gen / len(rows):.1f}", wmode, wcount, "".join(correct),
+                    "".join(first)])
 PY
   report_record "${SETS[@]}"
   {
@@ -132,7 +146,7 @@ PY
     echo "kvevict eval -m $MODEL -f recall-m1-tasks.jsonl --policies triattention --budgets B --reference triattention \\"
     echo "  --buffer R ${EVAL_OPTS[*]:2} --param stats=triattention-stats.json -t 1 -o recall-m1/triattention@B-rR"
     echo "# and B R = ${TRI_KSEL% *} (K_sel = B - R as at 416 128, the grid's options: -o recall-m1/triattention@${TRI_KSEL%% *})"
-    echo "# and the round interval S apart from R: B R S = 416 32 128 and 512 128 32 as above with --round-interval S"
+    echo "# and the round interval S apart from R: B R S = 416 32 128, 512 128 32, 480 32 128 and 352 32 128 as above with --round-interval S"
     echo "#   (-o recall-m1/triattention@B-rR-sS), and at K_sel 384 with S = R: B R = 416 32 and 512 128 (as the first lines)"
     echo '```'
   } >> "$DATA/commands.md"
@@ -178,9 +192,11 @@ every = list(csv.DictReader(open(sys.argv[1])))
 rows = every[:4]  # TRI and TRI_KSEL: kvevict's default schedule (s = r) at 544 slots, and K_sel = 288
 base = rows[0]  # r = 32 at 544 slots, the grid's cell
 k_sel = lambda r: int(r["budget"]) - int(r["recent"])
-md = ["| recent buffer r | B | slots (B + r) | K_sel = B − r | accuracy [95% CI] | first answer right | extra `}` after it | "
+# Newest tokens no round could evict yet when the token after the first box is chosen (rollouts at it).
+whole = lambda r: r["whole_at_box"] + ("" if r["at_that_window"] == r["rollouts"] else f" ({r['at_that_window']} / {r['rollouts']})")
+md = ["| recent buffer r | B | slots (B + r) | K_sel = B − r | protected at the box | accuracy [95% CI] | first answer right | extra `}` after it | "
       "ends at it | mean generated tokens | paired with | right / wrong only here (sign p) |",
-      "|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---|"]
+      "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---|"]
 for r in rows:
     n = int(r["rollouts"])
     # Rows at 544 slots pair with r = 32 there; the K_sel control pairs with the other r at its K_sel.
@@ -192,20 +208,21 @@ for r in rows:
         neg = sum(a == "0" and b == "1" for a, b in zip(r["correct"], ref["correct"]))
         p = binomtest(pos, pos + neg, 0.5).pvalue if pos + neg else 1.0
         with_, vs = f"r = {ref['recent']}, B = {ref['budget']}", f"{pos} / {neg} ({p:.3g})"
-    md.append(f"| {r['recent']} | {r['budget']} | {r['slots']} | {k_sel(r)} | {float(r['accuracy']):.3f} [{float(r['accuracy_lo']):.3f}, "
+    md.append(f"| {r['recent']} | {r['budget']} | {r['slots']} | {k_sel(r)} | {whole(r)} | {float(r['accuracy']):.3f} [{float(r['accuracy_lo']):.3f}, "
               f"{float(r['accuracy_hi']):.3f}] | {r['first_box_right']} / {n} | {r['brace_after_first_box']} / {n} | "
               f"{r['ends_at_first_box']} / {n} | {r['mean_generated']} | {with_} | {vs} |")
 # The window apart from the round interval: r (the newest slots never evicted) against s (rounds
 # every s tokens), at equal memory (B + s = 544) and at equal K_sel = B - r (384); peak = K_sel + r + s,
 # so each comparison holds two of (r or s, memory, K_sel) and moves the third by 96.
 cell = {(int(r["recent"]), int(r["interval"]), int(r["budget"])): r for r in every}
-md += ["", "| recent buffer r | round interval s | B | K_sel = B − r | peak slots (B + s) | accuracy [95% CI] | "
+md += ["", "| recent buffer r | round interval s | B | K_sel = B − r | peak slots (B + s) | protected at the box | accuracy [95% CI] | "
        "first answer right | extra `}` after it | ends at it | mean generated tokens |",
-       "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
-for key in [(32, 32, 512), (32, 128, 416), (128, 32, 512), (128, 128, 416), (32, 32, 416), (128, 128, 512)]:
+       "|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+for key in [(32, 32, 512), (32, 128, 416), (128, 32, 512), (128, 128, 416), (32, 32, 416), (128, 128, 512),
+            (32, 128, 480), (32, 128, 352)]:
     r = cell[key]
     n = int(r["rollouts"])
-    md.append(f"| {key[0]} | {key[1]} | {key[2]} | {k_sel(r)} | {r['slots']} | {float(r['accuracy']):.3f} "
+    md.append(f"| {key[0]} | {key[1]} | {key[2]} | {k_sel(r)} | {r['slots']} | {whole(r)} | {float(r['accuracy']):.3f} "
               f"[{float(r['accuracy_lo']):.3f}, {float(r['accuracy_hi']):.3f}] | {r['first_box_right']} / {n} | "
               f"{r['brace_after_first_box']} / {n} | {r['ends_at_first_box']} / {n} | {r['mean_generated']} |")
 tests = [  # (change, held fixed, cell with the change, cell without)
@@ -288,9 +305,12 @@ done
   echo "grader reads the last \`\\boxed{}\`); the sign test (scipy.stats.binomtest) pairs the same problems."
   echo "The second table sets the round interval s (\`--round-interval\`, rounds every s tokens, peak B + s) apart"
   echo "from r: r = 32 / 128 against s = 32 / 128 at equal memory (B + s = 544; its s = r rows are the first table's) and"
-  echo "at equal K_sel = 384. The peak is K_sel + r + s, so a comparison that holds one of r, s and memory or K_sel fixed"
+  echo "at equal K_sel = 384, and s = 128 at B = 480 / 352, where the box falls as with s = 32. The peak is K_sel + r + s, so a comparison that holds one of r, s and memory or K_sel fixed"
   echo "moves the other by 96 (\"also changes\"); the last row swaps r and s at equal memory and K_sel. Sign test,"
-  echo "Holm over the third table's rows."
+  echo "Holm over the third table's rows. \"Protected at the box\": when the character after the first \`\\boxed{}\` is"
+  echo "chosen, the newest tokens no round has been able to evict, r + the tokens decoded since the last round (the"
+  echo "score may keep more of the older ones); read from the rollouts (one token per character; every trace has the"
+  echo "same length, so a cell's rollouts share it unless counted)."
   echo
   cat "$out/triattention.md"
   echo
