@@ -42,7 +42,9 @@ TRI_KSEL="320 32 32"
 # at 544 slots and K_sel = 384), and at K_sel = 384 with s = r.
 # And r = 32, s = 128 at B = 480 / 352, where the box falls 10 tokens after a round as with s = 32
 # (protected at the box W = 42): does s act only through W?
-TRI_IV=("416 32 128" "512 128 32" "416 32 32" "512 128 128" "480 32 128" "352 32 128")
+# And r = 64, s = 64 at B = 448: W = 106 and K_sel = 384 as r = 32, s = 128 at B = 416 (does r act
+# only through W?).
+TRI_IV=("416 32 128" "512 128 32" "416 32 32" "512 128 128" "480 32 128" "352 32 128" "448 64 64")
 report_begin anomalies "$@"
 tri_cell_dir() {  # tri_cell_dir B R S: r = s = 32 is the grid's own triattention cell
   if [ "$3" != "$2" ]; then echo "$(cell_dir recall-m1 triattention "$1")-r$2-s$3"
@@ -147,7 +149,7 @@ PY
     echo "  --buffer R ${EVAL_OPTS[*]:2} --param stats=triattention-stats.json -t 1 -o recall-m1/triattention@B-rR"
     echo "# and B R = ${TRI_KSEL% *} (K_sel = B - R as at 416 128, the grid's options: -o recall-m1/triattention@${TRI_KSEL%% *})"
     echo "# and the round interval S apart from R: B R S = 416 32 128, 512 128 32, 480 32 128 and 352 32 128 as above with --round-interval S"
-    echo "#   (-o recall-m1/triattention@B-rR-sS), and at K_sel 384 with S = R: B R = 416 32 and 512 128 (as the first lines)"
+    echo "#   (-o recall-m1/triattention@B-rR-sS), and with S = R: B R = 416 32, 512 128 and 448 64 (as the first lines)"
     echo '```'
   } >> "$DATA/commands.md"
 fi
@@ -219,7 +221,7 @@ md += ["", "| recent buffer r | round interval s | B | K_sel = B − r | peak sl
        "first answer right | extra `}` after it | ends at it | mean generated tokens |",
        "|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
 for key in [(32, 32, 512), (32, 128, 416), (128, 32, 512), (128, 128, 416), (32, 32, 416), (128, 128, 512),
-            (32, 128, 480), (32, 128, 352)]:
+            (32, 128, 480), (32, 128, 352), (64, 64, 448)]:
     r = cell[key]
     n = int(r["rollouts"])
     md.append(f"| {key[0]} | {key[1]} | {key[2]} | {k_sel(r)} | {r['slots']} | {whole(r)} | {float(r['accuracy']):.3f} "
@@ -235,6 +237,7 @@ tests = [  # (change, held fixed, cell with the change, cell without)
     ("s = 128 vs 32", "r = 32, K_sel 384", (32, 128, 416), (32, 32, 416)),
     ("s = 128 vs 32", "r = 128, K_sel 384", (128, 128, 512), (128, 32, 512)),
     ("r, s = 128, 32 vs 32, 128", "544 slots, K_sel 384", (128, 32, 512), (32, 128, 416)),
+    ("r, s = 64, 64 vs 32, 128", "W 106, K_sel 384", (64, 64, 448), (32, 128, 416)),
 ]
 ps, cells = [], []
 for _, _, a, b in tests:
@@ -305,8 +308,10 @@ done
   echo "grader reads the last \`\\boxed{}\`); the sign test (scipy.stats.binomtest) pairs the same problems."
   echo "The second table sets the round interval s (\`--round-interval\`, rounds every s tokens, peak B + s) apart"
   echo "from r: r = 32 / 128 against s = 32 / 128 at equal memory (B + s = 544; its s = r rows are the first table's) and"
-  echo "at equal K_sel = 384, and s = 128 at B = 480 / 352, where the box falls as with s = 32. The peak is K_sel + r + s, so a comparison that holds one of r, s and memory or K_sel fixed"
-  echo "moves the other by 96 (\"also changes\"); the last row swaps r and s at equal memory and K_sel. Sign test,"
+  echo "at equal K_sel = 384, s = 128 at B = 480 / 352 (the box falls as with s = 32), and r = s = 64 at B = 448 (the W"
+  echo "and K_sel of r = 32, s = 128 at B = 416). The peak is K_sel + r + s, so a comparison that holds one of r, s and"
+  echo "memory or K_sel fixed moves the other by 96 (\"also changes\"); the last two rows swap r and s at equal memory and"
+  echo "K_sel, and compare r = 64 with 32 at equal W and K_sel. Sign test,"
   echo "Holm over the third table's rows. \"Protected at the box\": when the character after the first \`\\boxed{}\` is"
   echo "chosen, the newest tokens no round has been able to evict, r + the tokens decoded since the last round (the"
   echo "score may keep more of the older ones); read from the rollouts (one token per character; every trace has the"
