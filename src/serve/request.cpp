@@ -478,7 +478,6 @@ ParsedRequest parse_body(const json& body, Endpoint ep, const Tokenizer& tok, in
   }
   p.budget = g.kv.eviction().budget;
   p.recent = g.kv.eviction().recent;
-  p.interval = g.kv.eviction().round_interval();
   return p;
 }
 

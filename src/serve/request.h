@@ -131,7 +131,6 @@ struct ParsedRequest {
   bool stream = false;         ///< answer with Server-Sent Events
   bool include_usage = false;  ///< stream_options.include_usage
   int64_t budget = 0, recent = 0;  ///< the schedule's B and r (tokens), for usage.kv
-  int64_t interval = 0;            ///< the schedule's round interval s (tokens), for usage.kv
   bool chat = false;               ///< a chat request (usage gets completion_tokens_details)
   /// Chat replies: the trace goes to reasoning_content (reasoning_format "deepseek" on a template
   /// with thinking); gen.generation.thinking.starts_open says where it starts.
