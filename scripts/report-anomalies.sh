@@ -99,6 +99,10 @@ PY
     grid_slot "$JOBS"
     tri_cell "$b" "$r" "$sv" "recall-m1-n$len" &
   done
+  for p in random rkv+prompt; do  # the same schedule (r = s = 32) and problems under two other policies
+    grid_slot "$JOBS"
+    grid_cell recall-m1-n175 "$p" 416 &
+  done
   grid_slot 1
   [ "$GRID_FAILED" = 0 ] || exit 1
   rm -rf "$DATA"
@@ -166,6 +170,43 @@ PY
 r = [x for x in csv.DictReader(open(sys.argv[1])) if x["policy"] == "full"][0]
 print(",".join(r[k] for k in ("rollouts", "accuracy", "accuracy_lo", "accuracy_hi")))' "$(cell_dir "$set" full 416)/summary.csv")"
   done | sed '1i steps,rollouts,accuracy,accuracy_lo,accuracy_hi' > "$DATA/moved-box-full.csv"
+  # Where each rollout of the moved-box cells first leaves the task's own trace (the greedy full-cache
+  # model writes that trace: 1.000 / 0.997): never, before the box, at the box's start (the character
+  # after its backslash), inside the box, or after a right box (it goes on writing).
+  ends=()
+  for sbrs in "${TRI_LEN[@]}" "175 416 32 32 random" "175 416 32 32 rkv+prompt"; do
+    read -r len b r sv pol <<< "$sbrs"
+    if [ -n "$pol" ]; then d=$(cell_dir "recall-m1-n$len" "$pol" "$b"); else pol=triattention; d=$(tri_cell_dir "$b" "$r" "$sv" "recall-m1-n$len"); fi
+    ends+=("$len:$pol:$sv:$(grid_tasks "recall-m1-n$len"):$d")
+  done
+  /usr/bin/python3 - "$DATA/moved-box-ends.csv" "${ends[@]}" <<'PY'
+import csv, json, os, sys
+with open(sys.argv[1], "w", newline="") as f:
+    w = csv.writer(f)
+    w.writerow(["steps", "policy", "interval", "rollouts", "whole_trace", "then_more", "before_box", "box_start",
+                "box_start_9", "inside_box"])
+    for arg in sys.argv[2:]:
+        steps, pol, s, tasks, d = arg.split(":", 4)
+        gold = [json.loads(line)["trace"] for line in open(tasks)]
+        c = dict.fromkeys(["whole", "more", "before", "start", "start9", "inside"], 0)
+        n = 0
+        for line in open(os.path.join(d, "rollouts.jsonl")):
+            x = json.loads(line)
+            g, t = gold[x["problem_index"]], x["text"]
+            i = next((k for k in range(min(len(g), len(t))) if g[k] != t[k]), min(len(g), len(t)))
+            box = g.rfind("\\boxed{")
+            n += 1
+            if i >= len(g):
+                c["more" if len(t) > len(g) else "whole"] += 1
+            elif i < box:
+                c["before"] += 1
+            elif i <= box + 1:  # the backslash itself, or the character after it
+                c["start"] += 1
+                c["start9"] += i == box + 1 and t[i] == "9"
+            else:
+                c["inside"] += 1
+        w.writerow([steps, pol, s, n, c["whole"], c["more"], c["before"], c["start"], c["start9"], c["inside"]])
+PY
   report_record "${SETS[@]}"
   {
     echo '```'
@@ -181,6 +222,7 @@ print(",".join(r[k] for k in ("rollouts", "accuracy", "accuracy_lo", "accuracy_h
     echo "#   (-o recall-m1/triattention@B-rR-sS), and with S = R: B R = 416 32, 512 128 and 448 64 (as the first lines)"
     echo "# the moved box: the same cells at B R S = 416 32 32 and 416 32 128, and full, on recall-m1-nL (L = 175, 173):"
     echo "kvevict tasks gen --family recall --steps L --depth 6 --restate 1 --count $N --seed 1000 -o recall-m1-nL-tasks.jsonl"
+    echo "# and at L = 175, B = 416, r = 32: --policies random and rkv+prompt, the grid's options (-o recall-m1-n175/P@416)"
     echo '```'
   } >> "$DATA/commands.md"
 fi
@@ -218,7 +260,7 @@ fig.tight_layout(); fig.savefig(os.path.join(out, "vase.png"), dpi=100)
 with open(os.path.join(out, "vase.md"), "w") as fo:
     fo.write("\n".join(md) + "\n")
 PY
-/usr/bin/python3 - "$DATA/triattention-stop.csv" "$out/triattention.md" "$DATA/moved-box-full.csv" <<'PY'
+/usr/bin/python3 - "$DATA/triattention-stop.csv" "$out/triattention.md" "$DATA/moved-box-full.csv" "$DATA/moved-box-ends.csv" <<'PY'
 import csv, sys
 from scipy.stats import binomtest
 every = list(csv.DictReader(open(sys.argv[1])))
@@ -325,6 +367,12 @@ md += ["", "| trace steps | protected at the box, s = 128 vs 32 | Δ accuracy (s
 for (steps, a, b, pos, neg, d, lo, hi, tost), p, h in zip(rows3, ps3, holm3):
     md.append(f"| {steps} | {a['whole_at_box']} vs {b['whole_at_box']} | {d:+.3f} | {pos} / {neg} | {p:.3g} | {h:.3g} | "
               f"[{lo:+.3f}, {hi:+.3f}] | {tost:.3g} |")
+md += ["", "| trace steps | policy | s | the task's trace exactly | right trace, then more | leaves it before the box | "
+       "at the box's start (a `9` after the backslash) | inside the box |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+for r in csv.DictReader(open(sys.argv[4])):
+    n = r["rollouts"]
+    md.append(f"| {r['steps']} | {r['policy']} | {r['interval']} | {r['whole_trace']} / {n} | {r['then_more']} / {n} | "
+              f"{r['before_box']} / {n} | {r['box_start']} / {n} ({r['box_start_9']}) | {r['inside_box']} / {n} |")
 open(sys.argv[2], "w").write("\n".join(md) + "\n")
 PY
 between=()
@@ -389,6 +437,8 @@ done
   echo "r = 32, B = 416 (K_sel 384), s = 32 and 128, with each length's full-cache accuracy; "box at token": where"
   echo "most rollouts' first box ends. The fifth pairs s = 128 with s = 32 at each length (exact sign test, Holm"
   echo "over its three rows; the paired difference's 90% Wald interval, equivalent at ±0.05 only if inside it)."
+  echo "The sixth says where each rollout first leaves the task's own trace (which the full cache writes), with"
+  echo "random and rkv+prompt at 175 steps on the same problems and schedule (r = s = 32, B = 416) beside TriAttention."
   echo
   cat "$out/triattention.md"
   echo
