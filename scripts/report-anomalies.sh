@@ -21,8 +21,8 @@
 #    128 against round interval s = 32 / 128 at equal memory (B + s = 544) and at equal K_sel (384):
 #    two cells with s != r shared by both, two more with s = r at K_sel = 384, and two with s = 128
 #    whose box falls where s = 32's does.
-# Grid and statistics: scripts/report-common.sh. Cost: 22 cells of N = 300 beyond Q1's, about
-# 50 CPU-minutes; the report's header gives the measured time.
+# Grid and statistics: scripts/report-common.sh. Cost: 30 cells of N = 300 beyond Q1's, about
+# 60 CPU-minutes; the report's header gives the measured time.
 # Usage: scripts/report-anomalies.sh [--from-data]   (env N, JOBS, MODEL)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -84,7 +84,7 @@ PY
     done
   done
   grid_stats
-  grid_tasks recall-m1 > /dev/null
+  for s in recall-m1 recall-m1-n175 recall-m1-n173; do grid_tasks "$s" > /dev/null; done  # before any job reads them
   for br in "${TRI[@]}" "$TRI_KSEL" "${TRI_IV[@]}"; do
     grid_slot "$JOBS"
     # shellcheck disable=SC2086  # "B r s"
@@ -134,13 +134,14 @@ with open(sys.argv[1], "w", newline="") as f:
     w = csv.writer(f)
     w.writerow(["steps", "budget", "recent", "interval", "slots", "rollouts", "accuracy", "accuracy_lo", "accuracy_hi", "first_box_right",
                 "brace_after_first_box", "ends_at_first_box", "mean_generated", "whole_at_box", "at_that_window",
-                "correct", "first_right", "box_at"])
+                "correct", "first_right", "box_at", "box_at_count", "whole_at_box_start", "at_that_start"])
     for arg in sys.argv[2:]:
         steps, b, r, s, d = arg.split(":", 4)
         cell = [row for row in csv.DictReader(open(os.path.join(d, "summary.csv"))) if row["policy"] == "triattention"][0]
         path = os.path.join(d, "rollouts.jsonl")
         rows = sorted((json.loads(l) for l in open(path) if l.endswith("\n")), key=lambda x: x["problem_index"])
         correct, first, brace, ends, gen, whole, box = [], [], 0, 0, 0, collections.Counter(), collections.Counter()
+        start = collections.Counter()
         for x in rows:
             right, first_right, _, _ = lib.answers(x, path)
             m = lib.BOXED.search(x["text"])
@@ -158,10 +159,15 @@ with open(sys.argv[1], "w", newline="") as f:
                 assert abs(len(x["text"]) - x["generated_tokens"]) <= 1, "not one token per character"
                 whole[int(r) + (n - int(b) - 1) % int(s) + 1] += 1
                 box[n] += 1
+            k = x["text"].find("\\")
+            if k >= 0:
+                # The same at the box's start: when the character after its backslash is chosen.
+                start[int(r) + (x["prompt_tokens"] + k + 1 - int(b) - 1) % int(s) + 1] += 1
         wmode, wcount = whole.most_common(1)[0] if whole else ("", 0)
         w.writerow([steps, b, r, s, int(b) + int(s), len(rows), cell["accuracy"], cell["accuracy_lo"], cell["accuracy_hi"],
                     first.count("1"), brace, ends, f"{gen / len(rows):.1f}", wmode, wcount, "".join(correct),
-                    "".join(first), box.most_common(1)[0][0] if box else ""])
+                    "".join(first), *(box.most_common(1)[0] if box else ("", 0)),
+                    *(start.most_common(1)[0] if start else ("", 0))])
 PY
   # The moved box's full-cache cells: accuracy at each trace length (kvevict's, with its interval).
   for len in 166 175 173; do
@@ -332,14 +338,16 @@ for (what, fixed, _, _), p, h, (pos, neg, d, moved) in zip(tests, ps, holm, cell
 # The box moved (trace length) instead of the schedule: r = 32, B = 416 (K_sel 384), s = 128 vs 32.
 full = {r["steps"]: r for r in csv.DictReader(open(sys.argv[3]))}
 at = {(r["steps"], int(r["interval"])): r for r in every if int(r["budget"]) == 416 and r["recent"] == "32"}
-md += ["", "| trace steps | box at token | round interval s | protected at the box | accuracy [95% CI] | first answer right | "
-       "extra `}` after it | ends at it | full cache [95% CI] |", "|---:|---:|---:|---:|---|---:|---:|---:|---|"]
+md += ["", "| trace steps | box at token (rollouts) | round interval s | protected at the box's start | protected at the box | "
+       "accuracy [95% CI] | first answer right | extra `}` after it | ends at it | full cache [95% CI] |",
+       "|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"]
 for steps in ("166", "173", "175"):
     for sv in (32, 128):
         r, n = at[(steps, sv)], int(at[(steps, sv)]["rollouts"])
         f = full[steps]
         fc = f"{float(f['accuracy']):.3f} [{float(f['accuracy_lo']):.3f}, {float(f['accuracy_hi']):.3f}]"
-        md.append(f"| {steps} | {r['box_at']} | {sv} | {whole(r)} | {float(r['accuracy']):.3f} [{float(r['accuracy_lo']):.3f}, "
+        start = r["whole_at_box_start"] + ("" if r["at_that_start"] == r["rollouts"] else f" ({r['at_that_start']} / {r['rollouts']})")
+        md.append(f"| {steps} | {r['box_at']} ({r['box_at_count']}) | {sv} | {start} | {whole(r)} | {float(r['accuracy']):.3f} [{float(r['accuracy_lo']):.3f}, "
                   f"{float(r['accuracy_hi']):.3f}] | {r['first_box_right']} / {n} | {r['brace_after_first_box']} / {n} | "
                   f"{r['ends_at_first_box']} / {n} | {fc} |")
 # s = 128 vs 32 on the same problems at each length: exact sign test (Holm over the three), and the
@@ -365,7 +373,7 @@ for k, i in enumerate(order):
 md += ["", "| trace steps | protected at the box, s = 128 vs 32 | Δ accuracy (s = 128 − 32) | right / wrong only with s = 128 | "
        "sign p | Holm p | 90% CI of Δ | TOST p (±0.05) |", "|---:|---|---:|---|---:|---:|---|---:|"]
 for (steps, a, b, pos, neg, d, lo, hi, tost), p, h in zip(rows3, ps3, holm3):
-    md.append(f"| {steps} | {a['whole_at_box']} vs {b['whole_at_box']} | {d:+.3f} | {pos} / {neg} | {p:.3g} | {h:.3g} | "
+    md.append(f"| {steps} | {whole(a)} vs {whole(b)} | {d:+.3f} | {pos} / {neg} | {p:.3g} | {h:.3g} | "
               f"[{lo:+.3f}, {hi:+.3f}] | {tost:.3g} |")
 md += ["", "| trace steps | policy | s | the task's trace exactly | right trace, then more | leaves it before the box | "
        "at the box's start (a `9` after the backslash) | inside the box |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
@@ -434,9 +442,12 @@ done
   echo "score may keep more of the older ones); read from the rollouts (one token per character; every trace of a task set has the"
   echo "same length, so a cell's rollouts share it unless counted)."
   echo "The fourth and fifth tables move the box instead: recall-m1 at 173 and 175 steps (other problems, same seed),"
-  echo "r = 32, B = 416 (K_sel 384), s = 32 and 128, with each length's full-cache accuracy; "box at token": where"
-  echo "most rollouts' first box ends. The fifth pairs s = 128 with s = 32 at each length (exact sign test, Holm"
-  echo "over its three rows; the paired difference's 90% Wald interval, equivalent at ±0.05 only if inside it)."
+  echo "r = 32, B = 416 (K_sel 384), s = 32 and 128, with each length's full-cache accuracy; \"box at token\": the"
+  echo "commonest end of the first box and how many rollouts have it; \"protected at the box's start\": W when the"
+  echo "character after the box's backslash (the first backslash written) is chosen. The fifth pairs s = 128 with"
+  echo "s = 32 at each length (exact sign test, Holm over its three rows, the 166 row repeating the third table's;"
+  echo "the paired difference's 90% Wald interval, equivalent at ±0.05 only if inside it). A pair at one length also"
+  echo "differs in peak slots (448 vs 544) and in how many rounds run."
   echo "The sixth says where each rollout first leaves the task's own trace (which the full cache writes), with"
   echo "random and rkv+prompt at 175 steps on the same problems and schedule (r = s = 32, B = 416) beside TriAttention."
   echo
