@@ -94,23 +94,21 @@ phase p5 final.pt "$OUT/p4/final.pt" --first-stage 7 --lr 3e-4 --final-steps 120
 # p6 (R16's flags, straight from R12's point: the lineage's R13-R15 are skipped): copy dropout
 # keeping a restatement before the last one, far recall tasks, running drawn twice as often, so
 # that a far copy of a recall value is read when the nearer ones are gone.
-phase p6 final.pt "$OUT/p5/final.pt" --first-stage 7 --lr 3e-4 --final-steps 3000 "${LATE[@]}" --drill 4 \
-  --copy-dropout 0.8 --copy-keep restatement --far-drill 6 --mix running=2
+P6=(--first-stage 7 --lr 3e-4 "${LATE[@]}" --drill 4 --copy-dropout 0.8 --copy-keep restatement --far-drill 6
+    --mix running=2)
+phase p6 final.pt "$OUT/p5/final.pt" "${P6[@]}" --final-steps 3000
 # p7 (R17's flags): half the steps at a lower lr, revisit drawn twice as often too, and the final
 # answer's characters (closing brace included) weighted 20, for revisit's last addition.
-phase p7 final.pt "$OUT/p6/final.pt" --first-stage 7 --lr 2e-4 --final-steps 1500 "${SKILLS[@]}" \
-  --kind-weight "sum=5,digit=5,answer=20" --drill 4 \
-  --copy-dropout 0.8 --copy-keep restatement --far-drill 6 --mix running=2,revisit=2
+P7=(--first-stage 7 --lr 2e-4 "${SKILLS[@]}" --kind-weight "sum=5,digit=5,answer=20" --drill 4
+    --copy-dropout 0.8 --copy-keep restatement --far-drill 6 --mix running=2,revisit=2)
+phase p7 final.pt "$OUT/p6/final.pt" "${P7[@]}" --final-steps 1500
 
 LAST=p7
 if [ "$LONG" = 1 ]; then
-  # p8, p9: the last two phases again, twice p6's steps and p7's, for the head counts whose p7
-  # missed the target (MODEL_CARD.md, "Next").
-  phase p8 final.pt "$OUT/p7/final.pt" --first-stage 7 --lr 3e-4 --final-steps 6000 "${LATE[@]}" --drill 4 \
-    --copy-dropout 0.8 --copy-keep restatement --far-drill 6 --mix running=2
-  phase p9 final.pt "$OUT/p8/final.pt" --first-stage 7 --lr 2e-4 --final-steps 3000 "${SKILLS[@]}" \
-    --kind-weight "sum=5,digit=5,answer=20" --drill 4 \
-    --copy-dropout 0.8 --copy-keep restatement --far-drill 6 --mix running=2,revisit=2
+  # p8, p9: p6's and p7's flags again for twice their steps, for the head counts whose p7 missed
+  # the target (MODEL_CARD.md, "Next").
+  phase p8 final.pt "$OUT/p7/final.pt" "${P6[@]}" --final-steps 6000
+  phase p9 final.pt "$OUT/p8/final.pt" "${P7[@]}" --final-steps 3000
   LAST=p9
 fi
 
