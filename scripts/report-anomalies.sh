@@ -50,7 +50,9 @@ TRI_IV=("416 32 128" "512 128 32" "416 32 32" "512 128 128" "480 32 128" "352 32
 # (s = 128 lost its 106); at 173, W = 155 and 59. "s acts through W" predicts s = 128 ~ s = 32 at
 # 175 steps and s = 128 >= s = 32 at 173.
 TRI_LEN=("175 416 32 128" "175 416 32 32" "173 416 32 128" "173 416 32 32")
+# shellcheck disable=SC2034,SC2154  # SET_GEN: report-common.sh's associative array (keys are set names)
 SET_GEN[recall-m1-n175]="--family recall --steps 175 --depth 6 --restate 1"
+# shellcheck disable=SC2034,SC2154
 SET_GEN[recall-m1-n173]="--family recall --steps 173 --depth 6 --restate 1"
 report_begin anomalies "$@"
 tri_cell_dir() {  # tri_cell_dir B R S [SET]: r = s = 32 is the grid's own triattention cell

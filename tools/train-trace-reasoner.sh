@@ -99,6 +99,7 @@ P6=(--first-stage 7 --lr 3e-4 "${LATE[@]}" --drill 4 --copy-dropout 0.8 --copy-k
 phase p6 final.pt "$OUT/p5/final.pt" "${P6[@]}" --final-steps 3000
 # p7 (R17's flags): half the steps at a lower lr, revisit drawn twice as often too, and the final
 # answer's characters (closing brace included) weighted 20, for revisit's last addition.
+# shellcheck disable=SC2054  # the commas are inside --kind-weight's value
 P7=(--first-stage 7 --lr 2e-4 "${SKILLS[@]}" --kind-weight "sum=5,digit=5,answer=20" --drill 4
     --copy-dropout 0.8 --copy-keep restatement --far-drill 6 --mix running=2,revisit=2)
 phase p7 final.pt "$OUT/p6/final.pt" "${P7[@]}" --final-steps 1500
