@@ -100,6 +100,25 @@ TEST(Bench, ThroughputCountsTheRoundsInsideTheTimedSteps) {
   EXPECT_GT(none["iso_batch"][0]["tok_per_s"].get<double>(), 0.0);
 }
 
+TEST(Bench, ThroughputRoundsFollowTheRoundInterval) {
+  // r = 16 with rounds every s = 8 / 32 steps (spec §2.3): the 64 warm-up steps end on a round in
+  // both, so 32 timed steps hold 4 / 1 rounds per sequence (3 sequences: 12 / 3), not r's 2.
+  ThroughputBenchConfig c = tiny_throughput(32);
+  c.common.interval = 8;
+  const nlohmann::json often = bench_throughput(c);
+  EXPECT_EQ(often["iso_batch"][0]["rounds_timed"], 12) << often.dump(2);
+  EXPECT_EQ(often["round_interval"], 8);
+  EXPECT_EQ(often["recent"], 16);
+  c.common.interval = 32;
+  const nlohmann::json rare = bench_throughput(c);
+  EXPECT_EQ(rare["iso_batch"][0]["rounds_timed"], 3) << rare.dump(2);
+  // The interleaved table needs --steps a multiple of s (48 is one of r = 16, not of s = 32).
+  c.iso_batch = false;
+  c.interleaved = true;
+  c.steps = 48;
+  EXPECT_THROW(bench_throughput(c), Error);
+}
+
 TEST(Bench, ProbsKernelPairForcesProbabilitiesEveryStepAndLayer) {
   // The forced batch must see one probability observation per (sequence, timed step, layer):
   // 3 sequences x 32 steps (4 blocks of 8) x the model's layers (from the JSON header, i.e. the
@@ -203,6 +222,13 @@ TEST(Bench, EvictRoundTimesEveryRequestedCell) {
     EXPECT_EQ(row["rounds_timed"], 2) << row.dump();
     EXPECT_GE(row["score_ms_per_layer"]["min"].get<double>(), 0.0);
   }
+  // With a round interval apart from r the cells still time whole rounds (the first at B + s).
+  c.common.interval = 24;
+  const nlohmann::json s = bench_evict_round(c);
+  ASSERT_EQ(s["rows"].size(), 4u) << s.dump(2);
+  for (const auto& row : s["rows"]) EXPECT_EQ(row["rounds_timed"], 2) << row.dump();
+  EXPECT_EQ(s["round_interval"], 24);
+  c.common.interval = 0;
   // A parameter for a policy that runs is used; one naming a policy that is not registered is refused.
   c.params = {"snapkv:window=8"};
   EXPECT_NO_THROW(bench_evict_round(c));

@@ -8,7 +8,9 @@
 #include <httplib.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/chat_template.h"
@@ -107,6 +109,27 @@ TEST(ServeApi, PropsReportsContextTemplateDefaultsAndKv) {
     EXPECT_EQ(p["kv"]["policy"], "full");
   }
   EXPECT_EQ(s.client()->Post("/props", "{}", kJson)->status, 405);
+}
+
+TEST(ServeApi, PropsReportsTheDefaultPolicysSchedule) {
+  // kv.round_interval is the schedule's s: r when --round-interval is not given (spec §2.3), the
+  // given s otherwise, null under `full` (as budget and buffer).
+  for (const auto& [interval, want] : {std::pair<std::optional<int64_t>, int64_t>{std::nullopt, 8}, {24, 24}}) {
+    serve::ApiOptions ao;
+    ao.policy_settings.policy = "random";
+    ao.policy_settings.budget = 32;
+    ao.policy_settings.recent = 8;
+    ao.policy_settings.interval = interval;
+    ao.policy = build_policy(ao.policy_settings, "random");
+    TestServer s(test::reasoner_model(), small_opts(), ao);
+    const json kv = json::parse(s.client()->Get("/props")->body)["kv"];
+    EXPECT_EQ(kv["policy"], "random");
+    EXPECT_EQ(kv["budget"], 32);
+    EXPECT_EQ(kv["buffer"], 8);
+    EXPECT_EQ(kv["round_interval"], want);
+  }
+  TestServer full(test::reasoner_model(), small_opts(), {});
+  EXPECT_TRUE(json::parse(full.client()->Get("/props")->body)["kv"]["round_interval"].is_null());
 }
 
 TEST(ServeApi, TokenizeAndDetokenizeInLlamaServersShape) {

@@ -178,7 +178,7 @@ class Reasoner(nn.Module):
         B, T = ids.shape
         x = self.tok(ids)
         cos, sin = self.cos[:T], self.sin[:T]
-        mask = torch.full((T, T), float("-inf")).triu(1)
+        mask = torch.full((T, T), float("-inf"), device=ids.device).triu(1)
         if hide is not None:
             mask = mask.expand(B, T, T).masked_fill(hide, float("-inf"))[:, None, None]
         for b in self.blocks:

@@ -26,10 +26,12 @@ CPU seconds), curve.csv (one row per --log-every steps), final.pt (weights + con
 
 import argparse
 import csv
+import hashlib
 import json
+import lzma
 import math
-import re
 import os
+import re
 import subprocess
 import sys
 import time
@@ -237,31 +239,60 @@ def token_kinds(trace, family=None):
 class Data:
     """Instances from the kvevict binary, per (stage, family), with persistent cursors."""
 
-    def __init__(self, binary, cursors):
+    def __init__(self, binary, cursors, cache=None):
+        """cache: optional folder of `tasks gen` outputs (one xz file per call, named by a hash of its
+        arguments): a call whose file is there is read from it, any other is run and its output
+        written there, so a machine without the binary (the GPU machine) can train from a filled
+        folder. The files hold what this binary wrote: fill a folder with the binary you mean."""
         self.binary = binary
         self.cursors = cursors  # "stage:family" -> next task index
         self.pool = {}
+        self.cache = cache
+
+    CHUNK = 2000  # tasks per `kvevict tasks gen` call; a (stage, family) cursor moves in these steps
+
+    @staticmethod
+    def gen_args(stage, family, first):
+        """The `kvevict` arguments that write tasks first .. first + CHUNK - 1 of (stage, family)."""
+        facts, steps, depth = stage_spec(stage, family)
+        # Training seeds are 1..999 (held-out evaluation uses seed >= 1000).
+        gen_family = "recall" if family in RECALL_DRILLS else WARMUP.get(family, family)
+        args = ["tasks", "gen", "--family", gen_family, "--count", str(Data.CHUNK), "--seed", str(100 + stage),
+                "--first", str(first), "--steps", steps, "--facts", facts]
+        if gen_family in TRACE_FAMILIES:
+            args += ["--depth", depth or "6", "--restate", "1,2,4,8"]
+        return args
+
+    def gen(self, args):
+        """stdout of `kvevict ARGS`, from the cache folder when it holds it."""
+        path = None
+        if self.cache:
+            path = os.path.join(self.cache, hashlib.sha1(" ".join(args).encode()).hexdigest()[:20] + ".jsonl.xz")
+            if os.path.exists(path):
+                with lzma.open(path, "rt") as f:
+                    return f.read()
+        if not os.access(self.binary, os.X_OK):
+            sys.exit(f"--kvevict {self.binary}: not executable, and the task cache {self.cache} has no "
+                     f"{path} for: kvevict {' '.join(args)}")
+        out = subprocess.run([self.binary] + args, check=True, capture_output=True, text=True).stdout
+        if path:
+            with lzma.open(path + ".tmp", "wt", preset=9) as f:
+                f.write(out)
+            os.replace(path + ".tmp", path)
+        return out
 
     def take(self, stage, family, k):
         key = f"{stage}:{family}"
         pool = self.pool.setdefault(key, [])
         while len(pool) < k:
             first = self.cursors.get(key, 0)
-            n = 2000
-            facts, steps, depth = stage_spec(stage, family)
-            # Training seeds are 1..999 (held-out evaluation uses seed >= 1000).
-            gen_family = "recall" if family in RECALL_DRILLS else WARMUP.get(family, family)
-            cmd = [self.binary, "tasks", "gen", "--family", gen_family, "--count", str(n), "--seed", str(100 + stage),
-                   "--first", str(first), "--steps", steps, "--facts", facts]
-            if gen_family in TRACE_FAMILIES:
-                cmd += ["--depth", depth or "6", "--restate", "1,2,4,8"]
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            out = self.gen(self.gen_args(stage, family, first))
             tasks = [json.loads(line) for line in out.splitlines() if line]
             if family in WARMUP:
                 for t in tasks:
                     t["trace"], t["family"] = warmup_trace(t["trace"], family), family
             pool.extend(tasks)
-            self.cursors[key] = first + n
+            self.cursors[key] = first + self.CHUNK
         taken, self.pool[key] = pool[:k], pool[k:]
         return taken
 
@@ -395,10 +426,15 @@ def parse_weights(flag, text, names, positive=False):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kvevict", required=True, help="path to the built kvevict binary")
+    ap.add_argument("--task-cache", help="folder of `kvevict tasks gen` outputs read before running the binary and "
+                    "filled by it (see Data): how a machine without the binary trains")
     ap.add_argument("--out", required=True, help="run folder (checkpoint, curve)")
     ap.add_argument("--resume", action="store_true", help="continue from <out>/ckpt.pt")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (2 was ~6x slower on a shared 2-core machine)")
+    ap.add_argument("--device", default="cpu",
+                    help="torch device of the model and batches: cpu (default; with --threads 1, bit-reproducible) or "
+                         "cuda / cuda:N (float32, TF32 off; not bit-reproducible: CUDA's backward sums in varying order)")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--final-steps", type=int, default=600, help="steps of the last stage (lr decays over them)")
     ap.add_argument("--stop-after-min", type=float, default=0, help="checkpoint and exit after this many wall minutes (0 = off)")
@@ -509,6 +545,17 @@ def main():
         sys.exit(f"--stop-after-stage {args.stop_after_stage}: must be -1 (off) or a stage before the last "
                  f"({len(STAGES) - 1}), which ends the run anyway")
 
+    try:
+        dev = torch.device(args.device)
+    except RuntimeError as e:
+        sys.exit(f"--device {args.device}: {e}")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        sys.exit(f"--device {args.device}: this torch build sees no CUDA device")
+    if dev.type not in ("cpu", "cuda"):
+        sys.exit(f"--device {args.device}: must be cpu or cuda[:N]")
+    # float32 throughout, as on the CPU: no TF32 matrix products on the GPU.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
     os.makedirs(args.out, exist_ok=True)
@@ -519,13 +566,13 @@ def main():
     cfg = Config(dim=args.dim, n_layers=args.layers, n_heads=args.heads, n_kv_heads=args.kv_heads,
                  hidden_dim=args.hidden, vocab_size=VOCAB_SIZE if args.curriculum == "v2" else 312,
                  head_dim=args.head_dim or None, rope_theta=args.rope_theta)
-    model = Reasoner(cfg, shared_embed=args.shared_embed)
+    model = Reasoner(cfg, shared_embed=args.shared_embed).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
     gen = torch.Generator().manual_seed(args.seed)
     state = {"step": 0, "stage": args.first_stage, "stage_step": 0, "cpu_s": 0.0, "wall_s": 0.0, "tokens": 0,
              "cursors": {}, "queue": [], "curriculum": args.curriculum}
     if args.init and not args.resume:
-        init = load_gguf(args.init) if args.init.endswith(".gguf") else torch.load(args.init)
+        init = load_gguf(args.init) if args.init.endswith(".gguf") else torch.load(args.init, map_location="cpu", weights_only=False)
         init_kv = Config.from_dict(init["config"]).n_kv_heads
         if init_kv != args.kv_heads:
             parent = Reasoner(Config.from_dict(init["config"]))
@@ -549,9 +596,9 @@ def main():
         model.load_state_dict(init["model"])
         print(f"initialised from {args.init}", flush=True)
     if args.resume:
-        ck = torch.load(ckpt_path)
+        ck = torch.load(ckpt_path, map_location="cpu", weights_only=False)
         cfg = Config.from_dict(ck["config"])
-        model = Reasoner(cfg)
+        model = Reasoner(cfg).to(dev)
         model.load_state_dict(ck["model"])
         opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), weight_decay=0.01)
         opt.load_state_dict(ck["opt"])
@@ -577,11 +624,16 @@ def main():
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params} parameters, config {cfg.to_dict()}", flush=True)
 
-    data = Data(args.kvevict, state["cursors"])
+    data = Data(args.kvevict, state["cursors"], args.task_cache)
+    if args.task_cache:
+        os.makedirs(args.task_cache, exist_ok=True)
     cpu0, wall0 = time.process_time(), time.time()
     cpu_base, wall_base = state["cpu_s"], state["wall_s"]
     last_ckpt = time.time()
-    win = {"loss": 0.0, "n": 0, "right": torch.zeros(len(KIND_NAMES)), "count": torch.zeros(len(KIND_NAMES)), "steps": 0}
+    def new_window():
+        return {"loss": 0.0, "n": 0, "right": torch.zeros(len(KIND_NAMES), device=dev),
+                "count": torch.zeros(len(KIND_NAMES), device=dev), "steps": 0}
+    win = new_window()
     recent = []  # (skill acc, all acc) of the last log windows, for the stage gate
     weights = torch.ones(len(KIND_NAMES))
     for k in SKILL_KINDS:
@@ -598,11 +650,16 @@ def main():
     for name, w in kind_weights.items():
         weights[KIND_NAMES.index(name)] = w
 
+    weights = weights.to(dev)
+
+    def cpu_state():  # checkpoints hold CPU tensors whatever --device trained them
+        return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
     def save(path=ckpt_path):
         state["cpu_s"] = cpu_base + time.process_time() - cpu0
         state["wall_s"] = wall_base + time.time() - wall0
         tmp = path + ".tmp"
-        torch.save({"config": cfg.to_dict(), "model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
+        torch.save({"config": cfg.to_dict(), "model": cpu_state(), "opt": opt.state_dict(), "gen": gen.get_state(),
                     "torch_rng": torch.get_rng_state(), "state": state}, tmp)
         os.replace(tmp, path)
 
@@ -622,6 +679,8 @@ def main():
             g["lr"] = lr
         tasks = sample_batch(data, st, gen, int(batch_tokens * args.batch_scale), state["queue"], mix)
         ids, tgt, msk, knd, hide = make_batch(tasks, args.copy_dropout, gen, args.copy_keep)
+        ids, tgt, msk, knd = ids.to(dev), tgt.to(dev), msk.to(dev), knd.to(dev)
+        hide = hide.to(dev) if hide is not None else None
         logits = model(ids, hide=hide)
         ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), reduction="none").view_as(msk)
         wmsk = msk * weights[knd]
@@ -658,7 +717,7 @@ def main():
             skill = min(acc_k[k] if win["count"][k] >= GATE_MIN_COUNT else 1.0 for k in gate_kinds)
             recent.append((skill, acc_all))
             recent = recent[-3:]
-            win = {"loss": 0.0, "n": 0, "right": torch.zeros(len(KIND_NAMES)), "count": torch.zeros(len(KIND_NAMES)), "steps": 0}
+            win = new_window()
             if st < last and state["stage_step"] >= min_steps:
                 passed = len(recent) == 3 and all(l >= gate_skill and a >= gate_all for l, a in recent)
                 if passed or state["stage_step"] >= max_steps:
@@ -682,7 +741,7 @@ def main():
             print(f"stopping at step {state['step']} (a --stop-after limit); resume with --resume", flush=True)
             return
     save()
-    torch.save({"config": cfg.to_dict(), "model": model.state_dict(), "state": state}, os.path.join(args.out, "final.pt"))
+    torch.save({"config": cfg.to_dict(), "model": cpu_state(), "state": state}, os.path.join(args.out, "final.pt"))
     print(f"done: step {state['step']} cpu {state['cpu_s']:.0f}s wall {state['wall_s']:.0f}s", flush=True)
 
 

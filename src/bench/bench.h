@@ -75,7 +75,8 @@ struct BenchCommon {
   KvType kv_type = KvType::F32;
   int reps = 5;  ///< repetitions per figure
   uint64_t seed = 0;
-  int64_t recent = 64;  ///< r
+  int64_t recent = 64;   ///< r
+  int64_t interval = 0;  ///< s, decode steps between rounds (0 = r; EvictionConfig::interval, spec §2.3)
   /// Called after each measured cell (a sweep length, a (policy, B) pair, a policy of a table)
   /// with a short label; the CLI drives its progress display from it. May be empty.
   std::function<void(const std::string& label)> on_cell;

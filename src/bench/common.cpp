@@ -41,6 +41,19 @@ std::vector<int32_t> random_tokens(int64_t n, int32_t n_vocab, uint64_t seed) {
 
 int32_t step_token(int64_t i, int32_t n_vocab) { return static_cast<int32_t>((i * 7919 + 13) % n_vocab); }
 
+EvictionConfig eviction_config(const BenchCommon& c, int64_t budget) {
+  EvictionConfig ec;
+  ec.budget = budget;
+  ec.recent = c.recent;
+  ec.interval = c.interval;
+  ec.seed = c.seed;
+  return ec;
+}
+
+std::string schedule_label(const BenchCommon& c) {
+  return c.interval > 0 ? fmt::format("r = {}, s = {}", c.recent, c.interval) : fmt::format("r = {}", c.recent);
+}
+
 void fast_forward(Sequence& seq, int64_t L, uint64_t seed) {
   SequenceKv& kv = seq.kv;
   const KvShape& s = kv.shape();

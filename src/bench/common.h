@@ -44,6 +44,13 @@ int32_t step_token(int64_t i, int32_t n_vocab);
 /// when n_slots exceeds the cache's capacity.
 void fast_forward(Sequence& seq, int64_t L, uint64_t seed);
 
+/// The eviction settings of a benchmarked sequence: budget B, c's recent buffer r, round interval
+/// s and seed (spec §2.3).
+EvictionConfig eviction_config(const BenchCommon& c, int64_t budget);
+
+/// "r = 64", or "r = 8, s = 128" with a round interval apart from r: a table's schedule label.
+std::string schedule_label(const BenchCommon& c);
+
 /// A model and an engine over it.
 struct Loaded {
   std::unique_ptr<Model> model;

@@ -278,8 +278,8 @@ nlohmann::json bench_decode(const DecodeBenchConfig& cfg) {
   }
 
   // 2. Step time vs generated length, full vs bounded.
-  fmt::print("\n## decode step time vs generated length (full vs {} B = {}, r = {})\n", cfg.policy, cfg.budget,
-             cfg.common.recent);
+  fmt::print("\n## decode step time vs generated length (full vs {} B = {}, {})\n", cfg.policy, cfg.budget,
+             schedule_label(cfg.common));
   fmt::print(
       "| generated | mode | live slots | step ms (min-max) | tok/s | % of roofline | vs first length "
       "|\n|---|---|---|---|---|---|---|\n");
@@ -290,12 +290,9 @@ nlohmann::json bench_decode(const DecodeBenchConfig& cfg) {
     if (len < kPromptLen + 1) throw Error(fmt::format("--lengths: {} is below the {}-token prompt", len, kPromptLen));
     for (const bool bounded : {false, true}) {
       const Policy pol = bounded ? make_policy(cfg.policy) : make_policy("full");
-      EvictionConfig ec;
-      ec.budget = cfg.budget;
-      ec.recent = cfg.common.recent;
-      ec.seed = cfg.common.seed;
-      // Bounded runs time two recent buffers' worth of steps per repetition (2 rounds each).
-      const int steps = bounded ? static_cast<int>(2 * cfg.common.recent) : cfg.steps;
+      const EvictionConfig ec = eviction_config(cfg.common, cfg.budget);
+      // Bounded runs time two round intervals' worth of steps per repetition (2 rounds each).
+      const int steps = bounded ? static_cast<int>(2 * ec.round_interval()) : cfg.steps;
       auto seq = engine.new_sequence(1, pol, ec, kPromptLen, len + 2 + int64_t{cfg.common.reps} * steps);
       engine.prefill(*seq, prompt, logits);
       fast_forward(*seq, len, cfg.common.seed);
@@ -321,6 +318,7 @@ nlohmann::json bench_decode(const DecodeBenchConfig& cfg) {
   out["length_sweep"] = sweep;
   out["budget"] = cfg.budget;
   out["recent"] = cfg.common.recent;
+  out["round_interval"] = eviction_config(cfg.common, cfg.budget).round_interval();
   out["load_after"] = load_average();
   print_load("after");
   return out;

@@ -23,8 +23,8 @@ nlohmann::json bench_evict_round(const EvictBenchConfig& cfg) {
   const auto prompt = random_tokens(kPromptLen, V, cfg.common.seed);
   std::vector<float> logits;
   nlohmann::json rows = nlohmann::json::array(), skipped = nlohmann::json::array();
-  fmt::print("\n## eviction round cost per layer (ms; median over {} rounds, min-max), r = {}\n", cfg.common.reps,
-             cfg.common.recent);
+  fmt::print("\n## eviction round cost per layer (ms; median over {} rounds, min-max), {}\n", cfg.common.reps,
+             schedule_label(cfg.common));
   fmt::print(
       "| policy | B | score ms/layer | compact ms/layer | total ms/layer | total (min-max) "
       "|\n|---|---|---|---|---|---|\n");
@@ -33,15 +33,12 @@ nlohmann::json bench_evict_round(const EvictBenchConfig& cfg) {
       try {
         const Policy pol = policy_with_params(name, cfg.params);
         if (!pol.evicts) continue;
-        EvictionConfig ec;
-        ec.budget = B;
-        ec.recent = cfg.common.recent;
-        ec.seed = cfg.common.seed;
+        const EvictionConfig ec = eviction_config(cfg.common, B);
         auto seq = engine.new_sequence(2, pol, ec, kPromptLen, 1 << 30);
         engine.prefill(*seq, prompt, logits);
-        // Synthetic slots up to B + r - warmup, then real decode steps up to the first round.
-        const int64_t warm = std::min<int64_t>(cfg.warmup_steps, B + ec.recent - kPromptLen - 1);
-        fast_forward(*seq, B + ec.recent - warm, cfg.common.seed);
+        // Synthetic slots up to B + s - warmup, then real decode steps up to the first round.
+        const int64_t warm = std::min<int64_t>(cfg.warmup_steps, B + ec.round_interval() - kPromptLen - 1);
+        fast_forward(*seq, B + ec.round_interval() - warm, cfg.common.seed);
         std::vector<double> score, compact, total;
         const auto cell_t0 = Clock::now();
         while (static_cast<int>(score.size()) < cfg.common.reps &&
@@ -75,6 +72,7 @@ nlohmann::json bench_evict_round(const EvictBenchConfig& cfg) {
   out["rows"] = rows;
   out["skipped"] = skipped;
   out["recent"] = cfg.common.recent;
+  out["round_interval"] = eviction_config(cfg.common, 1).round_interval();
   out["load_after"] = load_average();
   print_load("after");
   return out;

@@ -91,10 +91,7 @@ class BatchRun {
  public:
   BatchRun(Engine& engine, const Policy& pol, const ThroughputBenchConfig& cfg, int batch)
       : engine_(engine), V_(engine.model().config().n_vocab), toks_(static_cast<size_t>(batch)) {
-    EvictionConfig ec;
-    ec.budget = cfg.budget;
-    ec.recent = cfg.common.recent;
-    ec.seed = cfg.common.seed;
+    const EvictionConfig ec = eviction_config(cfg.common, cfg.budget);
     const int64_t max_new = max_new_tokens(cfg);
     for (int i = 0; i < batch; ++i) {
       auto s = engine.new_sequence(static_cast<uint64_t>(i), pol, ec, kPromptLen, max_new);
@@ -250,11 +247,12 @@ std::vector<InterleavedRow> run_interleaved(Engine& engine, const std::vector<Po
 }
 
 nlohmann::json interleaved_table(Engine& engine, const ThroughputBenchConfig& cfg) {
-  if (cfg.steps % cfg.common.recent != 0)
+  const int64_t s = eviction_config(cfg.common, cfg.budget).round_interval();
+  if (cfg.steps % s != 0)
     throw Error(fmt::format(
-        "bench throughput: the interleaved table needs --steps ({}) a multiple of -r ({}), so that every "
-        "repetition holds the same number of eviction rounds",
-        cfg.steps, cfg.common.recent));
+        "bench throughput: the interleaved table needs --steps ({}) a multiple of the round interval ({}, {}), so "
+        "that every repetition holds the same number of eviction rounds",
+        cfg.steps, s, cfg.common.interval > 0 ? "--round-interval" : "-r"));
   std::vector<Policy> pols;
   size_t base = SIZE_MAX;
   for (const std::string& name : policy_list(cfg.policies, false)) {
@@ -267,9 +265,7 @@ nlohmann::json interleaved_table(Engine& engine, const ThroughputBenchConfig& cf
   const int64_t slot_bytes = engine.kv_shape().bytes_per_token();
   int64_t need = 0;
   for (const Policy& p : pols) {
-    EvictionConfig ec;
-    ec.budget = cfg.budget;
-    ec.recent = cfg.common.recent;
+    const EvictionConfig ec = eviction_config(cfg.common, cfg.budget);
     const int64_t max_new = max_new_tokens(cfg);
     need += cfg.batch * required_capacity(ec, p, kPromptLen, max_new) * slot_bytes;
   }
@@ -279,11 +275,11 @@ nlohmann::json interleaved_table(Engine& engine, const ThroughputBenchConfig& cf
         "--pool-mib {:.0f} (fewer policies, a smaller --batch or a larger --pool-mib)",
         static_cast<double>(need) / (1 << 20), static_cast<double>(cfg.pool_bytes) / (1 << 20)));
   fmt::print(
-      "\n## interleaved: batch {}, B = {}, r = {}, from {} generated tokens; {} repetitions of {} steps, every "
+      "\n## interleaved: batch {}, B = {}, {}, from {} generated tokens; {} repetitions of {} steps, every "
       "policy in each, in a seeded random order; gain = t / t_{} - 1 per repetition, median [sign-test interval]\n"
       "| policy | tok/s | step ms (min-max) | rounds ms/step | {}'s gain | of which rounds | rest |\n"
       "|---|---|---|---|---|---|---|\n",
-      cfg.batch, cfg.budget, cfg.common.recent, cfg.start_length, cfg.common.reps, cfg.steps, cfg.baseline,
+      cfg.batch, cfg.budget, schedule_label(cfg.common), cfg.start_length, cfg.common.reps, cfg.steps, cfg.baseline,
       cfg.baseline);
   std::vector<std::vector<int64_t>> orders;
   const std::vector<InterleavedRow> rows = run_interleaved(engine, pols, cfg, base, orders);
@@ -342,6 +338,7 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
   out["bytes_per_slot"] = slot_bytes;
   out["budget"] = cfg.budget;
   out["recent"] = cfg.common.recent;
+  out["round_interval"] = eviction_config(cfg.common, cfg.budget).round_interval();
   out["start_length"] = cfg.start_length;
   out["pool_bytes"] = cfg.pool_bytes;
   nlohmann::json iso_batch = nlohmann::json::array(), iso_mem = nlohmann::json::array(),
@@ -349,8 +346,8 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
 
   if (cfg.interleaved) out["interleaved"] = interleaved_table(engine, cfg);
   if (cfg.iso_batch) {
-    fmt::print("\n## iso-batch: batch {}, B = {}, r = {}, timed from {} generated tokens ({} steps x {} reps)\n",
-               cfg.batch, cfg.budget, cfg.common.recent, cfg.start_length, cfg.steps, cfg.common.reps);
+    fmt::print("\n## iso-batch: batch {}, B = {}, {}, timed from {} generated tokens ({} steps x {} reps)\n",
+               cfg.batch, cfg.budget, schedule_label(cfg.common), cfg.start_length, cfg.steps, cfg.common.reps);
     fmt::print(
         "| policy | tok/s | step ms (min-max) | of which rounds ms | of which observing ms | KV MiB/seq "
         "|\n|---|---|---|---|---|---|\n");
@@ -374,8 +371,8 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
       if (pol.evicts && r.rounds_timed == 0)
         fmt::print(stderr,
                    "kvevict: warning: bench throughput: no eviction round fell inside the {} timed steps of '{}' "
-                   "(a round comes every r = {} steps per sequence): its rounds cost is not measured\n",
-                   int64_t{cfg.common.reps} * cfg.steps, pol.name, cfg.common.recent);
+                   "(a round comes every {} steps per sequence): its rounds cost is not measured\n",
+                   int64_t{cfg.common.reps} * cfg.steps, pol.name, eviction_config(cfg.common, cfg.budget).round_interval());
       fmt::print("| {} | {:.2f} | {:.2f} ({:.2f}-{:.2f}) | {:.2f} | {:.2f} | {:.1f} |\n", pol.name, r.tok_per_s,
                  r.step_ms.median, r.step_ms.min, r.step_ms.max, r.round_ms_per_step, r.observe_ms_per_step,
                  static_cast<double>(r.kv_bytes_per_seq) / (1 << 20));
@@ -390,11 +387,11 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
   nlohmann::json probs_kernel = nlohmann::json::array();
   if (!cfg.probs_kernel.empty())
     fmt::print(
-        "\n## probability kernel, paired: batch {}, B = {}, r = {}, from {} generated tokens; the same policy with "
+        "\n## probability kernel, paired: batch {}, B = {}, {}, from {} generated tokens; the same policy with "
         "and without the attention kernel forced to produce probabilities, timed in alternating blocks of {} steps\n"
         "| policy | plain step ms (min-max) | forced step ms (min-max) | forced - plain ms/step, median of pairs "
         "(min-max) | % of plain |\n|---|---|---|---|---|\n",
-        cfg.batch, cfg.budget, cfg.common.recent, cfg.start_length, kPairBlock);
+        cfg.batch, cfg.budget, schedule_label(cfg.common), cfg.start_length, kPairBlock);
   for (const std::string& name : cfg.probs_kernel) {
     const Policy plain = policy_with_params(name, cfg.params);
     Policy forced = plain;
@@ -435,11 +432,9 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
   for (const std::string& name : cfg.iso_memory ? policy_list(cfg.policies, false) : std::vector<std::string>{}) {
     try {
       const Policy pol = policy_with_params(name, cfg.params);
-      EvictionConfig ec;
-      ec.budget = cfg.budget;
-      ec.recent = cfg.common.recent;
+      const EvictionConfig ec = eviction_config(cfg.common, cfg.budget);
       const int64_t max_new = max_new_tokens(cfg);
-      // Slots each sequence holds at its peak: B + r when it evicts, else all it will see.
+      // Slots each sequence holds at its peak: B + s when it evicts, else all it will see.
       const int64_t slots = required_capacity(ec, pol, kPromptLen, max_new);
       const int64_t max_batch = cfg.pool_bytes / (slots * slot_bytes);
       if (max_batch < 1) throw Error("the pool does not hold one sequence");

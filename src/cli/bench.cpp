@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "bench/bench.h"
@@ -21,7 +22,8 @@ struct CommonArgs {
   int threads = 0, reps = 5;
   uint64_t seed = 0;
   int64_t recent = 64;
-  bool recent_given = false;  ///< -r/--buffer was on the command line
+  bool recent_given = false;       ///< -r/--buffer was on the command line
+  std::optional<int64_t> interval;  ///< --round-interval; unset = r
   double max_load = -1;       ///< wait until the 1-minute load is below this (negative: don't wait)
   int max_wait_s = 600;
 };
@@ -43,6 +45,9 @@ void add_common(CLI::App* cmd, CommonArgs& a, bool model_required = true) {
       ->check(int_range(1, limits::kTokens))
       ->each([&a](const std::string&) { a.recent_given = true; })
       ->capture_default_str();
+  cmd->add_option("--round-interval", a.interval,
+                  "Round interval s: decode steps between eviction rounds, the cache peaking at B + s (default: r)")
+      ->check(int_range(1, limits::kTokens));
   cmd->add_option("--json", a.json, "Write all results (with samples and load averages) to this JSON file");
   cmd->add_option("--max-load", a.max_load, "Wait until the 1-minute load average is below this before measuring");
   cmd->add_option("--max-wait", a.max_wait_s,
@@ -59,6 +64,7 @@ BenchCommon common(const CommonArgs& a) {
   c.reps = a.reps;
   c.seed = a.seed;
   c.recent = a.recent;
+  c.interval = a.interval.value_or(0);
   if (a.threads < 0) throw Error(fmt::format("--threads {}: must be >= 0", a.threads));
   if (a.recent < 1) throw Error(fmt::format("--buffer {}: must be >= 1", a.recent));
   if (a.recent_given) warn_if_recent_looks_like_reps(a.recent, fmt::format("--reps (now {})", a.reps));
@@ -284,9 +290,11 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
                      tc->common.on_cell = [progress](const std::string& label) { progress->add(1, label); };
                      const std::string note = wait_for_load(*ta);
                      warn_if_loaded("before");
-                     if (int64_t{tc->steps} * ta->reps < ta->recent)
-                       warn(fmt::format("--steps {} x --reps {} < r = {}: the timed steps may hold no eviction round",
-                                        tc->steps, ta->reps, ta->recent));
+                     const int64_t s = ta->interval.value_or(ta->recent);
+                     if (int64_t{tc->steps} * ta->reps < s)
+                       warn(fmt::format("--steps {} x --reps {} < the round interval {}: the timed steps may hold no "
+                                        "eviction round",
+                                        tc->steps, ta->reps, s));
                      return finish(*ta, bench_throughput(*tc), note);
                    }
                    return 2;

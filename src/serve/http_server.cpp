@@ -552,7 +552,8 @@ struct ApiServer::Impl {
                {"policy", opt.policy.name},
                {"budget", evicts ? json(ps.budget) : json(nullptr)},
                {"buffer", evicts ? json(ps.recent) : json(nullptr)},
-               {"round_interval", evicts ? json(ps.interval.value_or(ps.recent)) : json(nullptr)}};
+               // The schedule's own rule (s unset = r), from the one settings builder.
+               {"round_interval", evicts ? json(build_schedule(ps, opt.policy).eviction().round_interval()) : json(nullptr)}};
     json j = {{"model", opt.model_name},
               {"n_ctx", ctx},
               {"max_tokens", opt.max_tokens_limit},
