@@ -182,10 +182,11 @@ print(",".join(r[k] for k in ("rollouts", "accuracy", "accuracy_lo", "accuracy_h
   # model writes that trace: 1.000 / 0.997): never, before the box, at the box's start (the character
   # after its backslash), inside the box, or after a right box (it goes on writing).
   ends=()
-  for sbrs in "${TRI_LEN[@]}" "175 416 32 32 random" "175 416 32 32 rkv+prompt"; do
+  for sbrs in "166 416 32 128" "166 416 32 32" "${TRI_LEN[@]}" "175 416 32 32 random" "175 416 32 32 rkv+prompt"; do
     read -r len b r sv pol <<< "$sbrs"
-    if [ -n "$pol" ]; then d=$(cell_dir "recall-m1-n$len" "$pol" "$b"); else pol=triattention; d=$(tri_cell_dir "$b" "$r" "$sv" "recall-m1-n$len"); fi
-    ends+=("$len:$pol:$sv:$(grid_tasks "recall-m1-n$len"):$d")
+    set=recall-m1; [ "$len" = 166 ] || set+="-n$len"
+    if [ -n "$pol" ]; then d=$(cell_dir "$set" "$pol" "$b"); else pol=triattention; d=$(tri_cell_dir "$b" "$r" "$sv" "$set"); fi
+    ends+=("$len:$pol:$sv:$(grid_tasks "$set"):$d")
   done
   /usr/bin/python3 - "$DATA/moved-box-ends.csv" "${ends[@]}" <<'PY'
 import csv, json, os, sys
@@ -341,8 +342,8 @@ for (what, fixed, _, _), p, h, (pos, neg, d, moved) in zip(tests, ps, holm, cell
 full = {r["steps"]: r for r in csv.DictReader(open(sys.argv[3]))}
 at = {(r["steps"], int(r["interval"])): r for r in every if int(r["budget"]) == 416 and r["recent"] == "32"}
 md += ["", "| trace steps | box at token (rollouts) | round interval s | protected at the box's start | protected at the box | "
-       "accuracy [95% CI] | first answer right | extra `}` after it | ends at it | full cache [95% CI] |",
-       "|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"]
+       "accuracy [95% CI] | first answer right | of those, graded right | extra `}` after it | ends at it | full cache [95% CI] |",
+       "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|"]
 for steps in ("166", "173", "175"):
     for sv in (32, 128):
         r, n = at[(steps, sv)], int(at[(steps, sv)]["rollouts"])
@@ -350,8 +351,9 @@ for steps in ("166", "173", "175"):
         fc = f"{float(f['accuracy']):.3f} [{float(f['accuracy_lo']):.3f}, {float(f['accuracy_hi']):.3f}]"
         start = r["whole_at_box_start"] + ("" if r["at_that_start"] == r["rollouts"] else f" ({r['at_that_start']} / {r['rollouts']})")
         md.append(f"| {steps} | {r['box_at']} ({r['box_at_count']}) | {sv} | {start} | {whole(r)} | {float(r['accuracy']):.3f} [{float(r['accuracy_lo']):.3f}, "
-                  f"{float(r['accuracy_hi']):.3f}] | {r['first_box_right']} / {n} | {r['brace_after_first_box']} / {n} | "
-                  f"{r['ends_at_first_box']} / {n} | {fc} |")
+                  f"{float(r['accuracy_hi']):.3f}] | {r['first_box_right']} / {n} | "
+                  f"{sum(a == '1' and b == '1' for a, b in zip(r['correct'], r['first_right']))} | "
+                  f"{r['brace_after_first_box']} / {n} | {r['ends_at_first_box']} / {n} | {fc} |")
 # s = 128 vs 32 on the same problems at each length: exact sign test (Holm over the three), and the
 # paired difference's 90% Wald interval for a two one-sided test at +-5 points (equivalent when the
 # interval lies inside +-0.05).
@@ -450,8 +452,11 @@ done
   echo "s = 32 at each length (exact sign test, Holm over its three rows, the 166 row repeating the third table's;"
   echo "the paired difference's 90% Wald interval, equivalent at ±0.05 only if inside it). A pair at one length also"
   echo "differs in peak slots (448 vs 544) and in how many rounds run."
-  echo "The sixth says where each rollout first leaves the task's own trace (which the full cache writes), with"
-  echo "random and rkv+prompt at 175 steps on the same problems and schedule (r = s = 32, B = 416) beside TriAttention."
+  echo "The lengths were chosen to move W at the stop: 175 steps puts s = 128's at 41, where s = 32's is at 166 steps,"
+  echo "and 173 puts it at 155. The sixth table says where each rollout first leaves the task's own trace (which the full"
+  echo "cache writes): never, after it (writing on), before the box, at the box's start (the backslash or the character"
+  echo "after it; in brackets, how many write a 9 there) or inside the box; with random and rkv+prompt at 175 steps on"
+  echo "the same problems and schedule (r = s = 32, B = 416) beside TriAttention."
   echo
   cat "$out/triattention.md"
   echo

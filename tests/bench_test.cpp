@@ -112,11 +112,26 @@ TEST(Bench, ThroughputRoundsFollowTheRoundInterval) {
   c.common.interval = 32;
   const nlohmann::json rare = bench_throughput(c);
   EXPECT_EQ(rare["iso_batch"][0]["rounds_timed"], 3) << rare.dump(2);
-  // The interleaved table needs --steps a multiple of s (48 is one of r = 16, not of s = 32).
+  // The interleaved table needs --steps a multiple of s (48 is one of r = 16, not of s = 32), and
+  // says so before loading anything (a caller checks before waiting for a quiet machine).
   c.iso_batch = false;
   c.interleaved = true;
   c.steps = 48;
+  c.common.model = "/nonexistent/model.gguf";
+  try {
+    check_throughput(c);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--steps (48) a multiple of the round interval (32, --round-interval)"),
+              std::string::npos)
+        << e.what();
+  }
   EXPECT_THROW(bench_throughput(c), Error);
+  c.steps = 64;
+  c.baseline = "tova";
+  EXPECT_THROW(check_throughput(c), Error);
+  c.baseline = "random";
+  EXPECT_NO_THROW(check_throughput(c));
 }
 
 TEST(Bench, ProbsKernelPairForcesProbabilitiesEveryStepAndLayer) {
@@ -229,6 +244,16 @@ TEST(Bench, EvictRoundTimesEveryRequestedCell) {
   for (const auto& row : s["rows"]) EXPECT_EQ(row["rounds_timed"], 2) << row.dump();
   EXPECT_EQ(s["round_interval"], 24);
   c.common.interval = 0;
+  // A policy that keeps every token has no round to time: a skipped row that says so, not silence.
+  c.policies = {"full", "random"};
+  c.budgets = {48};
+  const nlohmann::json f = bench_evict_round(c);
+  ASSERT_EQ(f["rows"].size(), 1u) << f.dump(2);
+  ASSERT_EQ(f["skipped"].size(), 1u) << f.dump(2);
+  EXPECT_EQ(f["skipped"][0]["policy"], "full");
+  EXPECT_NE(f["skipped"][0]["reason"].get<std::string>().find("keeps every token"), std::string::npos);
+  c.policies = {"random", "snapkv"};
+  c.budgets = {48, 96};
   // A parameter for a policy that runs is used; one naming a policy that is not registered is refused.
   c.params = {"snapkv:window=8"};
   EXPECT_NO_THROW(bench_evict_round(c));

@@ -146,9 +146,9 @@ def stage_spec(stage, family):
 
 
 (KIND_OTHER, KIND_LOOKUP, KIND_DIGIT, KIND_SUM, KIND_PASS, KIND_ANSWER, KIND_MEMO, KIND_COPY, KIND_RECALL,
- KIND_REVISIT, KIND_RESTATE, KIND_JUMP, KIND_END, KIND_GO, KIND_HOLD, KIND_COUNT) = range(16)
+ KIND_REVISIT, KIND_RESTATE, KIND_JUMP, KIND_END, KIND_GO, KIND_HOLD, KIND_COUNT, KIND_RESUME) = range(17)
 KIND_NAMES = ["other", "lookup", "digit", "sum", "pass", "answer", "memo", "copy", "recall", "revisit", "restate",
-              "jump", "end", "go", "hold", "count"]
+              "jump", "end", "go", "hold", "count", "resume"]
 # Kinds whose accuracy gates a stage (a kind seen fewer than GATE_MIN_COUNT times in a log window
 # counts as passed).
 GATE_MIN_COUNT = 20
@@ -181,7 +181,11 @@ def token_kinds(trace, family=None):
     checkpoint "!W" (the step line two above less one; every 10th a borrow, 159 after 160). A
     run that tracked only 'end' had it at 0.95 while ending phase A after 3 lines of 5 in greedy runs; with both tracked
     and weighted alike, a run sat at 0.83 over both, what the count prior "end after 3-6 lines"
-    scores in stage 4."""
+    scores in stage 4. resume = X of a step line right after a restatement "&V" or checkpoint "!W"
+    (the previous step line's Y, read across that line): the 8-KV-head run's p7 wrote it wrong in 18
+    of 25 failures on recall R = 2 (it took the X of the step line above instead), where as 'other'
+    it weighed 1. Not a skill kind: weighted only through --kind-weight resume=N, so earlier
+    recipes train as before."""
     kinds = [KIND_OTHER] * len(trace)
     if trace[:3].isdigit():
         kinds[0:3] = [KIND_COUNT] * 3
@@ -194,6 +198,8 @@ def token_kinds(trace, family=None):
         step = len(line) >= 6 and line[:3].isdigit()
         if (after_memo or prev_extra) and step:
             kinds[pos:pos + 3] = [KIND_COUNT] * 3
+        if prev_extra and step:
+            kinds[pos + 3] = KIND_RESUME
         prev_extra = len(line) == 2 and line[0] in "&!"
         if after_memo and step:
             kinds[pos + 3] = KIND_JUMP

@@ -32,7 +32,7 @@ nlohmann::json bench_evict_round(const EvictBenchConfig& cfg) {
     for (int64_t B : cfg.budgets) {
       try {
         const Policy pol = policy_with_params(name, cfg.params);
-        if (!pol.evicts) continue;
+        if (!pol.evicts) throw Error(fmt::format("policy '{}' keeps every token: it runs no eviction round", pol.name));
         const EvictionConfig ec = eviction_config(cfg.common, B);
         auto seq = engine.new_sequence(2, pol, ec, kPromptLen, 1 << 30);
         engine.prefill(*seq, prompt, logits);

@@ -247,20 +247,12 @@ std::vector<InterleavedRow> run_interleaved(Engine& engine, const std::vector<Po
 }
 
 nlohmann::json interleaved_table(Engine& engine, const ThroughputBenchConfig& cfg) {
-  const int64_t s = eviction_config(cfg.common, cfg.budget).round_interval();
-  if (cfg.steps % s != 0)
-    throw Error(fmt::format(
-        "bench throughput: the interleaved table needs --steps ({}) a multiple of the round interval ({}, {}), so "
-        "that every repetition holds the same number of eviction rounds",
-        cfg.steps, s, cfg.common.interval > 0 ? "--round-interval" : "-r"));
   std::vector<Policy> pols;
-  size_t base = SIZE_MAX;
+  size_t base = 0;  // check_throughput made sure the baseline is among the policies
   for (const std::string& name : policy_list(cfg.policies, false)) {
     pols.push_back(policy_with_params(name, cfg.params));
     if (pols.back().name == cfg.baseline) base = pols.size() - 1;
   }
-  if (base == SIZE_MAX)
-    throw Error(fmt::format("bench throughput: --baseline '{}' is not among --policies", cfg.baseline));
   // Every batch lives at once: refuse before allocating what the pool does not hold.
   const int64_t slot_bytes = engine.kv_shape().bytes_per_token();
   int64_t need = 0;
@@ -320,7 +312,7 @@ nlohmann::json interleaved_table(Engine& engine, const ThroughputBenchConfig& cf
 
 }  // namespace
 
-nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
+void check_throughput(const ThroughputBenchConfig& cfg) {
   if (cfg.batch < 1 || cfg.steps < 1 || cfg.max_batch < 1 || cfg.pool_bytes <= 0)
     throw Error("bench throughput: --batch, --steps, --max-batch and --pool-mib must be positive");
   for (const std::string& name : cfg.probs_kernel)
@@ -329,6 +321,21 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
           fmt::format("bench throughput: --probs-kernel policy '{}' has no selector to force "
                       "attention probabilities for (give an evicting policy)",
                       name));
+  if (!cfg.interleaved) return;
+  const int64_t s = eviction_config(cfg.common, cfg.budget).round_interval();
+  if (cfg.steps % s != 0)
+    throw Error(fmt::format(
+        "bench throughput: the interleaved table needs --steps ({}) a multiple of the round interval ({}, {}), so "
+        "that every repetition holds the same number of eviction rounds",
+        cfg.steps, s, cfg.common.interval > 0 ? "--round-interval" : "-r"));
+  bool found = false;
+  for (const std::string& name : policy_list(cfg.policies, false))
+    found = found || policy_with_params(name, cfg.params).name == cfg.baseline;
+  if (!found) throw Error(fmt::format("bench throughput: --baseline '{}' is not among --policies", cfg.baseline));
+}
+
+nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
+  check_throughput(cfg);
   Loaded L = load(cfg.common);
   Engine& engine = *L.engine;
   nlohmann::json out = header(cfg.common, *L.model, engine);
@@ -380,7 +387,7 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
       if (cfg.common.on_cell) cfg.common.on_cell("iso-batch " + pol.name);
     } catch (const Error& e) {
       skipped.push_back({{"policy", name}, {"table", "iso-batch"}, {"reason", e.what()}});
-      fmt::print("| {} | skipped: {} | | |\n", name, e.what());
+      fmt::print("| {} | skipped: {} | | | | |\n", name, e.what());
     }
   }
 
@@ -458,7 +465,7 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
       if (cfg.common.on_cell) cfg.common.on_cell("iso-memory " + pol.name);
     } catch (const Error& e) {
       skipped.push_back({{"policy", name}, {"table", "iso-memory"}, {"reason", e.what()}});
-      fmt::print("| {} | skipped: {} | | | | |\n", name, e.what());
+      fmt::print("| {} | skipped: {} | | | | | |\n", name, e.what());
     }
   }
   out["iso_batch"] = iso_batch;

@@ -288,6 +288,7 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
                              static_cast<int64_t>(tc->probs_kernel.size()),
                          "cells", 0, false);
                      tc->common.on_cell = [progress](const std::string& label) { progress->add(1, label); };
+                     check_throughput(*tc);  // bad arguments fail now, not after waiting for a quiet machine
                      const std::string note = wait_for_load(*ta);
                      warn_if_loaded("before");
                      const int64_t s = ta->interval.value_or(ta->recent);
