@@ -134,7 +134,7 @@ struct ThroughputBenchConfig {
   /// in turn instead of on one policy's block of repetitions. Each repetition also gives `baseline`'s throughput gain over every
   /// other policy measured side by side (t_policy / t_baseline - 1), with the share of it the
   /// eviction rounds account for; medians with a sign-test interval (median_ci). Needs steps a
-  /// multiple of r (every repetition then holds the same number of rounds) and all batches' KV
+  /// multiple of the round interval s (r by default; every repetition then holds the same number of rounds) and all batches' KV
   /// within pool_bytes at once (Error otherwise, before anything runs).
   bool interleaved = false;
   std::string baseline = "random";
