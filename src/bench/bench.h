@@ -146,6 +146,10 @@ nlohmann::json bench_decode(const DecodeBenchConfig& cfg);
 nlohmann::json bench_evict_round(const EvictBenchConfig& cfg);
 nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg);
 
+/// The decode steps between rounds of c's schedule: c.interval, or r when unset (EvictionConfig's
+/// round_interval, spec §2.3).
+int64_t round_interval(const BenchCommon& c);
+
 /// The checks of bench_throughput's arguments that need no model (positive sizes, --probs-kernel
 /// policies with a selector; for the interleaved table, --steps a multiple of the round interval and
 /// the baseline among the policies), so a caller can refuse bad input before waiting for a quiet
