@@ -134,7 +134,7 @@ struct ThroughputBenchConfig {
   /// in turn instead of on one policy's block of repetitions. Each repetition also gives `baseline`'s throughput gain over every
   /// other policy measured side by side (t_policy / t_baseline - 1), with the share of it the
   /// eviction rounds account for; medians with a sign-test interval (median_ci). Needs steps a
-  /// multiple of r (every repetition then holds the same number of rounds) and all batches' KV
+  /// multiple of the round interval s (r by default; every repetition then holds the same number of rounds) and all batches' KV
   /// within pool_bytes at once (Error otherwise, before anything runs).
   bool interleaved = false;
   std::string baseline = "random";
@@ -145,6 +145,10 @@ struct ThroughputBenchConfig {
 nlohmann::json bench_decode(const DecodeBenchConfig& cfg);
 nlohmann::json bench_evict_round(const EvictBenchConfig& cfg);
 nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg);
+
+/// The decode steps between rounds of c's schedule: c.interval, or r when unset (EvictionConfig's
+/// round_interval, spec §2.3).
+int64_t round_interval(const BenchCommon& c);
 
 /// The checks of bench_throughput's arguments that need no model (positive sizes, --probs-kernel
 /// policies with a selector; for the interleaved table, --steps a multiple of the round interval and

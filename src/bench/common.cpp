@@ -50,6 +50,12 @@ EvictionConfig eviction_config(const BenchCommon& c, int64_t budget) {
   return ec;
 }
 
+}  // namespace bench_detail
+
+int64_t round_interval(const BenchCommon& c) { return bench_detail::eviction_config(c, 1).round_interval(); }
+
+namespace bench_detail {
+
 std::string schedule_label(const BenchCommon& c) {
   return c.interval > 0 ? fmt::format("r = {}, s = {}", c.recent, c.interval) : fmt::format("r = {}", c.recent);
 }

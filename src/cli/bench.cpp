@@ -291,7 +291,7 @@ void add_bench(CLI::App& root, std::vector<Command>& out) {
                      check_throughput(*tc);  // bad arguments fail now, not after waiting for a quiet machine
                      const std::string note = wait_for_load(*ta);
                      warn_if_loaded("before");
-                     const int64_t s = ta->interval.value_or(ta->recent);
+                     const int64_t s = round_interval(tc->common);
                      if (int64_t{tc->steps} * ta->reps < s)
                        warn(fmt::format("--steps {} x --reps {} < the round interval {}: the timed steps may hold no "
                                         "eviction round",
