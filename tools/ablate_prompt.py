@@ -26,7 +26,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reasoner_model import BOS, Config, Reasoner, encode, load_gguf  # noqa: E402
+from reasoner_model import BOS, encode, load_reasoner  # noqa: E402
 from train_reasoner import KIND_LOOKUP, token_kinds  # noqa: E402
 
 
@@ -51,10 +51,7 @@ def main():
     ap.add_argument("--seed", type=int, default=2000)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    ck = load_gguf(args.weights) if args.weights.endswith(".gguf") else torch.load(args.weights)
-    model = Reasoner(Config.from_dict(ck["config"]))
-    model.load_state_dict(ck["model"])
-    model.eval()
+    model = load_reasoner(args.weights)
     print("| family | lookups scored | full | prompt hidden |")
     print("|---|---:|---:|---:|")
     for fam in args.families.split(","):

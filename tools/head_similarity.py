@@ -28,7 +28,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reasoner_model import BOS, Config, Reasoner, encode, load_gguf  # noqa: E402
+from reasoner_model import BOS, encode, load_reasoner  # noqa: E402
 
 FAMILIES = ["chain", "running", "once", "recall", "revisit"]
 
@@ -54,11 +54,8 @@ def main():
     ap.add_argument("--json", help="also write the numbers here")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    ck = load_gguf(args.model) if args.model.endswith(".gguf") else torch.load(args.model)
-    c = Config.from_dict(ck["config"])
-    model = Reasoner(c)
-    model.load_state_dict(ck["model"])
-    model.eval()
+    model = load_reasoner(args.model)
+    c = model.c
     group = c.n_heads // c.n_kv_heads
     layers = []
     for layer in range(c.n_layers):

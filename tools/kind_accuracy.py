@@ -26,7 +26,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reasoner_model import BOS, Config, Reasoner, encode, load_gguf  # noqa: E402
+from reasoner_model import BOS, encode, load_reasoner  # noqa: E402
 from train_reasoner import KIND_NAMES, token_kinds  # noqa: E402
 
 DEFAULT_SETS = ["recall --steps 166 --depth 6 --restate 1", "recall --steps 166 --depth 6 --restate 2",
@@ -75,11 +75,7 @@ def main():
         tasks += [json.loads(line) for line in out.splitlines() if line]
     counts = {}
     for path in args.models:
-        ck = load_gguf(path) if path.endswith(".gguf") else torch.load(path, map_location="cpu", weights_only=False)
-        model = Reasoner(Config.from_dict(ck["config"]))
-        model.load_state_dict(ck["model"])
-        model.eval()
-        counts[path] = kind_counts(model, tasks)
+        counts[path] = kind_counts(load_reasoner(path), tasks)
     names = [os.path.basename(os.path.dirname(p)) + "/" + os.path.basename(p) for p in args.models]
     print(f"Teacher-forced accuracy per token kind: {len(tasks)} tasks ({args.n} per set, seed {args.seed}): "
           + "; ".join(args.sets or DEFAULT_SETS))

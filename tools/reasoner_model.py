@@ -266,3 +266,20 @@ def load_gguf(path):
                 raise ValueError(f"{path}: missing tensor {key}")
             sd[f"blocks.{layer}.{pt}"] = tensors[key]
     return {"config": c.to_dict(), "model": sd}
+
+
+def load_weights(path):
+    """{"config": dict, "model": state dict} from a GGUF (load_gguf) or a train_reasoner.py
+    checkpoint (final.pt / ckpt.pt / stageN.pt, read onto the CPU whatever device wrote it)."""
+    if path.endswith(".gguf"):
+        return load_gguf(path)
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def load_reasoner(path):
+    """The Reasoner of load_weights(path), in eval mode (its config: model.c)."""
+    ck = load_weights(path)
+    model = Reasoner(Config.from_dict(ck["config"]))
+    model.load_state_dict(ck["model"])
+    model.eval()
+    return model

@@ -33,13 +33,12 @@ DEVICE=${DEVICE:-cpu}
 LONG=${LONG:-0}
 TRAIN="$(cd "$(dirname "$0")" && pwd)/train_reasoner.py"
 case $KVH in 1|2|4|8) ;; *) echo "KV_HEADS $KVH: must divide the 8 query heads (1, 2, 4 or 8)" >&2; exit 2 ;; esac
-[ -x "$KV" ] || [ -n "${TASK_CACHE:-}" ] || { echo "kvevict binary $KV: not found or not executable (build it, or pass its path)" >&2; exit 2; }
+# Without the binary, tasks come from a filled TASK_CACHE folder only (train_reasoner.py --task-cache).
+[ -x "$KV" ] || [ -d "${TASK_CACHE:-}" ] ||
+  { echo "kvevict binary $KV: not found or not executable (build it, pass its path, or give a filled TASK_CACHE folder)" >&2; exit 2; }
 [[ $SEED =~ ^[0-9]+$ ]] || { echo "SEED '$SEED': must be a non-negative integer" >&2; exit 2; }
 [[ $LONG =~ ^[01]$ ]] || { echo "LONG '$LONG': must be 0 or 1" >&2; exit 2; }
 [[ ${STOP_AT:-0} =~ ^[0-9]+$ ]] || { echo "STOP_AT '$STOP_AT': must be unix seconds" >&2; exit 2; }
-if [ -n "${TASK_CACHE:-}" ]; then
-  [ -x "$KV" ] || [ -d "$TASK_CACHE" ] || { echo "TASK_CACHE $TASK_CACHE: no such folder, and no binary to fill it" >&2; exit 2; }
-fi
 mkdir -p "$OUT"
 # A run resumed with another SEED would mix two runs' batches: OUT/seed records the first one's.
 if [ -f "$OUT/seed" ]; then

@@ -254,6 +254,8 @@ class Data:
         self.cursors = cursors  # "stage:family" -> next task index
         self.pool = {}
         self.cache = cache
+        if cache:
+            os.makedirs(cache, exist_ok=True)
 
     CHUNK = 2000  # tasks per `kvevict tasks gen` call; a (stage, family) cursor moves in these steps
 
@@ -631,8 +633,6 @@ def main():
     print(f"model: {n_params} parameters, config {cfg.to_dict()}", flush=True)
 
     data = Data(args.kvevict, state["cursors"], args.task_cache)
-    if args.task_cache:
-        os.makedirs(args.task_cache, exist_ok=True)
     cpu0, wall0 = time.process_time(), time.time()
     cpu_base, wall_base = state["cpu_s"], state["wall_s"]
     last_ckpt = time.time()

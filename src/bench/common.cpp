@@ -50,12 +50,6 @@ EvictionConfig eviction_config(const BenchCommon& c, int64_t budget) {
   return ec;
 }
 
-}  // namespace bench_detail
-
-int64_t round_interval(const BenchCommon& c) { return bench_detail::eviction_config(c, 1).round_interval(); }
-
-namespace bench_detail {
-
 std::string schedule_label(const BenchCommon& c) {
   return c.interval > 0 ? fmt::format("r = {}, s = {}", c.recent, c.interval) : fmt::format("r = {}", c.recent);
 }
@@ -138,6 +132,8 @@ std::vector<std::string> policy_list(const std::vector<std::string>& given, bool
 void print_load(const char* when) { fmt::print("# load average {}: {}\n", when, load_average()); }
 
 }  // namespace bench_detail
+
+int64_t round_interval(const BenchCommon& c) { return bench_detail::eviction_config(c, 1).round_interval(); }
 
 nlohmann::json Summary::to_json() const {
   return {{"median", median}, {"min", min}, {"max", max}, {"spread_pct", spread_pct()}, {"samples", samples}};

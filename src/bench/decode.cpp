@@ -318,7 +318,7 @@ nlohmann::json bench_decode(const DecodeBenchConfig& cfg) {
   out["length_sweep"] = sweep;
   out["budget"] = cfg.budget;
   out["recent"] = cfg.common.recent;
-  out["round_interval"] = eviction_config(cfg.common, cfg.budget).round_interval();
+  out["round_interval"] = round_interval(cfg.common);
   out["load_after"] = load_average();
   print_load("after");
   return out;

@@ -72,7 +72,7 @@ nlohmann::json bench_evict_round(const EvictBenchConfig& cfg) {
   out["rows"] = rows;
   out["skipped"] = skipped;
   out["recent"] = cfg.common.recent;
-  out["round_interval"] = eviction_config(cfg.common, 1).round_interval();
+  out["round_interval"] = round_interval(cfg.common);
   out["load_after"] = load_average();
   print_load("after");
   return out;

@@ -322,7 +322,7 @@ void check_throughput(const ThroughputBenchConfig& cfg) {
                       "attention probabilities for (give an evicting policy)",
                       name));
   if (!cfg.interleaved) return;
-  const int64_t s = eviction_config(cfg.common, cfg.budget).round_interval();
+  const int64_t s = round_interval(cfg.common);
   if (cfg.steps % s != 0)
     throw Error(fmt::format(
         "bench throughput: the interleaved table needs --steps ({}) a multiple of the round interval ({}, {}), so "
@@ -345,7 +345,7 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
   out["bytes_per_slot"] = slot_bytes;
   out["budget"] = cfg.budget;
   out["recent"] = cfg.common.recent;
-  out["round_interval"] = eviction_config(cfg.common, cfg.budget).round_interval();
+  out["round_interval"] = round_interval(cfg.common);
   out["start_length"] = cfg.start_length;
   out["pool_bytes"] = cfg.pool_bytes;
   nlohmann::json iso_batch = nlohmann::json::array(), iso_mem = nlohmann::json::array(),
@@ -379,7 +379,7 @@ nlohmann::json bench_throughput(const ThroughputBenchConfig& cfg) {
         fmt::print(stderr,
                    "kvevict: warning: bench throughput: no eviction round fell inside the {} timed steps of '{}' "
                    "(a round comes every {} steps per sequence): its rounds cost is not measured\n",
-                   int64_t{cfg.common.reps} * cfg.steps, pol.name, eviction_config(cfg.common, cfg.budget).round_interval());
+                   int64_t{cfg.common.reps} * cfg.steps, pol.name, round_interval(cfg.common));
       fmt::print("| {} | {:.2f} | {:.2f} ({:.2f}-{:.2f}) | {:.2f} | {:.2f} | {:.1f} |\n", pol.name, r.tok_per_s,
                  r.step_ms.median, r.step_ms.min, r.step_ms.max, r.round_ms_per_step, r.observe_ms_per_step,
                  static_cast<double>(r.kv_bytes_per_seq) / (1 << 20));
