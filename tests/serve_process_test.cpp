@@ -176,6 +176,15 @@ TEST(ServeProcess, BadOptionsExitWithOneLineError) {
     EXPECT_EQ(q.code, 2) << v;
     EXPECT_NE(q.out.find(std::string("--kv-memory '") + v + "': expected a positive size"), std::string::npos) << q.out;
   }
+  // A pool over the machine's available memory would let admitted requests exhaust it (every
+  // sequence allocates its reservation whole): refused at start. 100 TiB is over any machine here.
+  const test::CliResult big = test::run_shell(test::kvevict_binary() + " serve -m '" + test::reasoner_model() +
+                                              "' --port 0 --kv-memory 100000G 2>&1");
+  EXPECT_EQ(big.code, 2);
+  EXPECT_NE(big.out.find("kvevict: error: --kv-memory 100000G: 107374182400000 bytes is more than the "),
+            std::string::npos)
+      << big.out;
+  EXPECT_NE(big.out.find("of memory available now (MemAvailable); lower it"), std::string::npos) << big.out;
   // An origin with a path could never match a browser's Origin header: refused before the model loads.
   const test::CliResult c = test::run_shell(test::kvevict_binary() + " serve -m '" + test::reasoner_model() +
                                             "' --port 0 --cors-origin http://localhost:3000/ 2>&1");

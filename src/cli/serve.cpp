@@ -11,7 +11,6 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "cli/common.h"
@@ -21,6 +20,7 @@
 #include "serve/http_server.h"
 #include "serve/scheduler.h"
 #include "util/error.h"
+#include "util/memory.h"
 
 namespace kvevict::cli {
 
@@ -87,17 +87,6 @@ int64_t parse_bytes(const std::string& flag, const std::string& s) {
   return static_cast<int64_t>(v * mult);
 }
 
-// Bytes of memory available now (MemAvailable in /proc/meminfo), 0 when unknown.
-int64_t mem_available_bytes() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (f >> key >> kib >> unit)
-    if (key == "MemAvailable:") return kib * 1024;
-  return 0;
-}
-
 int run_serve(const ServeArgs& a) {
   // SIGINT/SIGTERM: the handler only writes the signal number to a pipe (async-signal-safe,
   // and it works whichever thread receives the signal, OpenBLAS's included); a thread reading
@@ -129,10 +118,17 @@ int run_serve(const ServeArgs& a) {
 
   // Default pool: half of the memory available after the model is loaded.
   int64_t pool_bytes = 0;
+  const int64_t available = available_memory_bytes();
   if (!a.kv_memory.empty()) {
     pool_bytes = parse_bytes("--kv-memory", a.kv_memory);
+    // Every admitted sequence allocates its reservation whole, so a pool over what is free would
+    // let requests run the machine out of memory instead of queueing.
+    if (available > 0 && pool_bytes > available)
+      throw Error(fmt::format("--kv-memory {}: {} bytes is more than the {} bytes ({:.1f} GiB) of memory available "
+                              "now (MemAvailable); lower it",
+                              a.kv_memory, pool_bytes, available, static_cast<double>(available) / (1 << 30)));
   } else {
-    pool_bytes = mem_available_bytes() / 2;
+    pool_bytes = available / 2;
     if (pool_bytes <= 0) throw Error("cannot read MemAvailable from /proc/meminfo: give --kv-memory BYTES");
   }
   serve::SchedulerOptions so;

@@ -5,6 +5,8 @@
 #include <chrono>
 
 #include "util/error.h"
+#include "util/field_error.h"
+#include "util/memory.h"
 
 namespace kvevict {
 namespace {
@@ -48,6 +50,17 @@ void check_kv_type(KvType kv_type, const CheckedPolicy& kv) {
                      " f16 cannot be combined with position mode cache (keys are re-rotated in float32)");
 }
 
+void Engine::check_fits_memory(int64_t capacity, Field cause) const {
+  const int64_t bytes = kv_shape().bytes_per_token() * capacity;
+  const int64_t available = available_memory_bytes();
+  if (available <= 0 || bytes <= available) return;
+  const std::string need =
+      fmt::format("KV cache of {} slots per (layer, KV head) needs {} bytes ({:.1f} GiB), more than the {:.1f} GiB "
+                  "of memory available now; lower ",
+                  capacity, bytes, static_cast<double>(bytes) / (1 << 30), static_cast<double>(available) / (1 << 30));
+  throw FieldError(cause, need, "");
+}
+
 std::unique_ptr<Sequence> Engine::new_sequence(uint64_t id, const Policy& policy, const EvictionConfig& cfg,
                                                int64_t prompt_len, int64_t max_new_tokens) {
   return new_sequence(id, CheckedPolicy::check(policy, cfg), prompt_len, max_new_tokens);
@@ -61,6 +74,9 @@ std::unique_ptr<Sequence> Engine::new_sequence(uint64_t id, const CheckedPolicy&
   if (prompt_len < 1) throw Error("a sequence needs a prompt of at least one token");
   if (max_new_tokens < 0) throw Error(fmt::format("max new tokens {} must be >= 0", max_new_tokens));
   const int64_t cap = required_capacity(cfg, policy, prompt_len, max_new_tokens);
+  check_fits_memory(cap, eviction_disabled(cfg, policy, prompt_len) ? Field::MaxNewTokens
+                         : cfg.round_interval() > cfg.budget ? Field::RoundInterval
+                                                             : Field::Budget);
   auto seq = std::make_unique<Sequence>(id, policy, cfg, SequenceKv(kv_shape(), cap));
   seq->prompt_len = prompt_len;
   if (policy.selector) seq->state = policy.selector->make_state(kv_shape());

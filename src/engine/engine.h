@@ -17,6 +17,7 @@
 #include "kvcache/kv_cache.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "util/field_error.h"
 #include "util/thread_pool.h"
 
 namespace kvevict {
@@ -79,7 +80,9 @@ class Engine {
   /// to `max_new_tokens` decode steps (capacity from required_capacity), under a policy the
   /// settings builder (engine/policy_settings.h) or CheckedPolicy::check already validated.
   /// Throws kvevict::Error for prompt_len < 1 or max_new_tokens < 0, FieldError(KvType) from
-  /// check_kv_type.
+  /// check_kv_type, FieldError(Budget or RoundInterval, or MaxNewTokens without eviction) when
+  /// the cache's bytes exceed the memory available now (util/memory.h): the cache is allocated
+  /// whole, and past that size the allocation would be killed, not refused.
   std::unique_ptr<Sequence> new_sequence(uint64_t id, const CheckedPolicy& kv, int64_t prompt_len,
                                          int64_t max_new_tokens);
   /// The same for a policy and schedule built by hand: validates them first (validate_eviction).
@@ -157,6 +160,10 @@ class Engine {
                                std::span<const int32_t> chunk, std::vector<float>& logits);
 
  private:
+  // Throws FieldError(cause) when `capacity` slots of kv_shape() exceed the memory available now;
+  // cause: the setting that made the capacity large (max new tokens without eviction, else the
+  // larger of B and s, capacity = max(B, prompt) + s).
+  void check_fits_memory(int64_t capacity, Field cause) const;
   void after_step(Sequence& seq);
   void forward_step(std::span<Sequence* const> seqs, std::span<const int32_t> tokens, Sequence* prefill_seq,
                     std::span<const int32_t> chunk, std::vector<float>& logits);
