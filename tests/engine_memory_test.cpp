@@ -1,6 +1,6 @@
 // A KV cache is allocated whole when its sequence is made (kvcache/kv_cache.h). One larger than
-// the machine's available memory must be refused by Engine::new_sequence with an error that names
-// the setting behind it, not zero-filled until the kernel kills the process. The reference is the
+// the machine's available memory must be refused by Engine::new_sequence with an error that gives
+// the terms of its size, not zero-filled until the kernel kills the process. The reference is the
 // machine's own MemAvailable (/proc/meminfo), read here independently of util/memory.h.
 #include <gtest/gtest.h>
 
@@ -11,7 +11,6 @@
 #include "engine/engine.h"
 #include "eviction/registry.h"
 #include "model_fixture.h"
-#include "util/field_error.h"
 #include "util/memory.h"
 
 namespace kvevict {
@@ -33,7 +32,7 @@ TEST(EngineMemory, AvailableMemoryIsMeminfos) {
   EXPECT_LT(std::llabs(a - b), int64_t{1} << 30) << a << " vs " << b;
 }
 
-TEST(EngineMemory, ACacheLargerThanTheMemoryIsRefusedNamingItsSetting) {
+TEST(EngineMemory, ACacheLargerThanTheMemoryIsRefusedWithTheTermsOfItsSize) {
   KVEVICT_REQUIRE_MODEL(m);
   if (meminfo_available() == 0) GTEST_SKIP() << "no MemAvailable in /proc/meminfo";
   Engine e(*m, 1);
@@ -42,11 +41,13 @@ TEST(EngineMemory, ACacheLargerThanTheMemoryIsRefusedNamingItsSetting) {
   try {
     e.new_sequence(0, make_policy("full"), {}, 8, int64_t{1'000'000'000'000});
     FAIL() << "no error";
-  } catch (const FieldError& err) {
-    EXPECT_EQ(err.field(), Field::MaxNewTokens);
+  } catch (const MemoryError& err) {
     const std::string msg = err.what();
-    EXPECT_NE(msg.find("KV cache of 1000000000008 slots per (layer, KV head)"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("of memory available now; lower max new tokens"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("KV cache of 1000000000008 slots per (layer, KV head) = prompt 8 + up to 1000000000000 new "
+                       "tokens needs "),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("GiB of memory available now"), std::string::npos) << msg;
   }
   // The same sequence at a size that fits is made.
   EXPECT_EQ(e.new_sequence(0, make_policy("full"), {}, 8, 100)->kv.capacity(), 108);

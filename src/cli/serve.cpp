@@ -146,6 +146,12 @@ int run_serve(const ServeArgs& a) {
     throw Error(fmt::format("--prompt-cache '{}': expected 0 (off) or a positive size such as 268435456, 256MiB or 2GiB",
                             a.prompt_cache));
   }
+  // The prompt cache holds its segments on top of the pool: both must fit what is free.
+  if (available > 0 && so.prompt_cache_bytes > 0 && pool_bytes + so.prompt_cache_bytes > available)
+    throw Error(fmt::format("--prompt-cache {}: {} bytes on top of the KV pool's {} is more than the {} bytes "
+                            "({:.1f} GiB) of memory available now (MemAvailable); lower one of them",
+                            a.prompt_cache, so.prompt_cache_bytes, pool_bytes, available,
+                            static_cast<double>(available) / (1 << 30)));
   if (so.prompt_cache_bytes > 0 && a.no_share_prompt)
     throw Error("--prompt-cache needs shared prompt KV: it cannot be combined with --no-share-prompt");
   serve::ApiOptions ao;

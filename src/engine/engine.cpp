@@ -5,7 +5,7 @@
 #include <chrono>
 
 #include "util/error.h"
-#include "util/field_error.h"
+#include "kvcache/kv_pool.h"
 #include "util/memory.h"
 
 namespace kvevict {
@@ -50,17 +50,6 @@ void check_kv_type(KvType kv_type, const CheckedPolicy& kv) {
                      " f16 cannot be combined with position mode cache (keys are re-rotated in float32)");
 }
 
-void Engine::check_fits_memory(int64_t capacity, Field cause) const {
-  const int64_t bytes = kv_shape().bytes_per_token() * capacity;
-  const int64_t available = available_memory_bytes();
-  if (available <= 0 || bytes <= available) return;
-  const std::string need =
-      fmt::format("KV cache of {} slots per (layer, KV head) needs {} bytes ({:.1f} GiB), more than the {:.1f} GiB "
-                  "of memory available now; lower ",
-                  capacity, bytes, static_cast<double>(bytes) / (1 << 30), static_cast<double>(available) / (1 << 30));
-  throw FieldError(cause, need, "");
-}
-
 std::unique_ptr<Sequence> Engine::new_sequence(uint64_t id, const Policy& policy, const EvictionConfig& cfg,
                                                int64_t prompt_len, int64_t max_new_tokens) {
   return new_sequence(id, CheckedPolicy::check(policy, cfg), prompt_len, max_new_tokens);
@@ -68,16 +57,32 @@ std::unique_ptr<Sequence> Engine::new_sequence(uint64_t id, const Policy& policy
 
 std::unique_ptr<Sequence> Engine::new_sequence(uint64_t id, const CheckedPolicy& kv, int64_t prompt_len,
                                                int64_t max_new_tokens) {
+  return make_sequence(id, kv, prompt_len, max_new_tokens, false);
+}
+
+std::unique_ptr<Sequence> Engine::make_sequence(uint64_t id, const CheckedPolicy& kv, int64_t prompt_len,
+                                                int64_t max_new_tokens, bool share_prompt) {
   const Policy& policy = kv.policy();
   const EvictionConfig& cfg = kv.eviction();
   check_kv_type(kv_type_, kv);
   if (prompt_len < 1) throw Error("a sequence needs a prompt of at least one token");
   if (max_new_tokens < 0) throw Error(fmt::format("max new tokens {} must be >= 0", max_new_tokens));
   const int64_t cap = required_capacity(cfg, policy, prompt_len, max_new_tokens);
-  check_fits_memory(cap, eviction_disabled(cfg, policy, prompt_len) ? Field::MaxNewTokens
-                         : cfg.round_interval() > cfg.budget ? Field::RoundInterval
-                                                             : Field::Budget);
-  auto seq = std::make_unique<Sequence>(id, policy, cfg, SequenceKv(kv_shape(), cap));
+  const int64_t shared = share_prompt ? std::min(shared_prompt_slots(kv, prompt_len), cap - 1) : 0;
+  // The cache is allocated whole and zero-filled (once: a shared prompt is made in place, not
+  // swapped in afterwards): past the free memory that is the OOM killer, not an error.
+  const std::string how = eviction_disabled(cfg, policy, prompt_len)
+                              ? fmt::format("prompt {} + up to {} new tokens", prompt_len, max_new_tokens)
+                              : fmt::format("max(budget {}, prompt {}) + round interval {}", cfg.budget, prompt_len,
+                                            cfg.round_interval());
+  check_available_memory(
+      kv_bytes_for_capacity(kv_shape(), cap, shared) +
+          (shared > 0 ? shared_prompt_bytes(kv_shape(), shared) : 0),
+      fmt::format("KV cache of {} slots per (layer, KV head) = {}", cap, how));
+  auto seq = std::make_unique<Sequence>(
+      id, policy, cfg,
+      shared > 0 ? SequenceKv(kv_shape(), cap, std::make_shared<SharedPromptKv>(kv_shape(), shared))
+                 : SequenceKv(kv_shape(), cap));
   seq->prompt_len = prompt_len;
   if (policy.selector) seq->state = policy.selector->make_state(kv_shape());
   return seq;
@@ -97,11 +102,7 @@ int64_t Engine::shared_prompt_slots(const CheckedPolicy& kv, int64_t prompt_len)
 
 std::unique_ptr<Sequence> Engine::new_shared_sequence(uint64_t id, const CheckedPolicy& kv, int64_t prompt_len,
                                                       int64_t max_new_tokens) {
-  auto seq = new_sequence(id, kv, prompt_len, max_new_tokens);
-  const int64_t n = std::min(shared_prompt_slots(kv, prompt_len), seq->kv.capacity() - 1);
-  if (n < 1) return seq;
-  seq->kv = SequenceKv(kv_shape(), seq->kv.capacity(), std::make_shared<SharedPromptKv>(kv_shape(), n));
-  return seq;
+  return make_sequence(id, kv, prompt_len, max_new_tokens, true);
 }
 
 std::unique_ptr<Sequence> Engine::fork(const Sequence& leader, uint64_t id) {
@@ -112,6 +113,11 @@ std::unique_ptr<Sequence> Engine::fork(const Sequence& leader, uint64_t id) {
     state = leader.state->clone();
     if (!state) throw Error(fmt::format("fork: the selector state of policy {} cannot be copied", leader.policy.name));
   }
+  check_available_memory(
+      kv_bytes_for_capacity(kv_shape(), leader.kv.capacity(), leader.kv.shared_slots()),
+      fmt::format("KV cache of a copy of a prefilled sequence (a rollout or choice: {} slots per (layer, KV head), {} "
+                  "of them shared)",
+                  leader.kv.capacity(), leader.kv.shared_slots()));
   auto seq = std::make_unique<Sequence>(id, leader.policy, leader.eviction, leader.kv.fork());
   seq->prompt_len = leader.prompt_len;
   seq->n_seen = leader.n_seen;

@@ -17,7 +17,6 @@
 #include "kvcache/kv_cache.h"
 #include "model/forward.h"
 #include "model/model.h"
-#include "util/field_error.h"
 #include "util/thread_pool.h"
 
 namespace kvevict {
@@ -80,9 +79,10 @@ class Engine {
   /// to `max_new_tokens` decode steps (capacity from required_capacity), under a policy the
   /// settings builder (engine/policy_settings.h) or CheckedPolicy::check already validated.
   /// Throws kvevict::Error for prompt_len < 1 or max_new_tokens < 0, FieldError(KvType) from
-  /// check_kv_type, FieldError(Budget or RoundInterval, or MaxNewTokens without eviction) when
-  /// the cache's bytes exceed the memory available now (util/memory.h): the cache is allocated
-  /// whole, and past that size the allocation would be killed, not refused.
+  /// check_kv_type, MemoryError (util/memory.h) when the cache's bytes exceed the memory available
+  /// now, its message giving the capacity's terms (max(B, prompt) + s, or prompt + max new tokens
+  /// without eviction): the cache is allocated whole, and past that size it would be killed, not
+  /// refused.
   std::unique_ptr<Sequence> new_sequence(uint64_t id, const CheckedPolicy& kv, int64_t prompt_len,
                                          int64_t max_new_tokens);
   /// The same for a policy and schedule built by hand: validates them first (validate_eviction).
@@ -109,7 +109,8 @@ class Engine {
   /// selector state. For a leader right after its prefill, so its followers skip the prefill;
   /// their outputs equal those of sequences prefilled separately bit for bit (same cache, same
   /// state). Statistics start at zero but for peak_slots. Throws kvevict::Error when the
-  /// leader's selector state cannot be copied or the leader has decoded (stats.decode_steps > 0).
+  /// leader's selector state cannot be copied or the leader has decoded (stats.decode_steps > 0),
+  /// MemoryError when the copy's own slots exceed the memory available now (as new_sequence).
   std::unique_ptr<Sequence> fork(const Sequence& leader, uint64_t id);
 
   /// Runs the prompt in one pass (no eviction). logits: [n_vocab] of the last token, or
@@ -160,10 +161,9 @@ class Engine {
                                std::span<const int32_t> chunk, std::vector<float>& logits);
 
  private:
-  // Throws FieldError(cause) when `capacity` slots of kv_shape() exceed the memory available now;
-  // cause: the setting that made the capacity large (max new tokens without eviction, else the
-  // larger of B and s, capacity = max(B, prompt) + s).
-  void check_fits_memory(int64_t capacity, Field cause) const;
+  // new_sequence (share_prompt false) and new_shared_sequence (true): one allocation either way.
+  std::unique_ptr<Sequence> make_sequence(uint64_t id, const CheckedPolicy& kv, int64_t prompt_len,
+                                          int64_t max_new_tokens, bool share_prompt);
   void after_step(Sequence& seq);
   void forward_step(std::span<Sequence* const> seqs, std::span<const int32_t> tokens, Sequence* prefill_seq,
                     std::span<const int32_t> chunk, std::vector<float>& logits);

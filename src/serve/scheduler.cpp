@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "util/error.h"
+#include "util/memory.h"
 
 namespace kvevict::serve {
 
@@ -257,8 +258,10 @@ void Scheduler::admit_locked() {
     } catch (const std::exception& e) {
       pool_.release(need);
       metrics_.requests_failed += 1;
+      // Memory taken by something else since the pool was sized: the request may fit later (503).
+      const int status = dynamic_cast<const MemoryError*>(&e) ? 503 : 500;
       r->push({RequestEvent::Kind::Failed, 0, fmt::format("cannot start the request: {}", e.what()),
-               FinishReason::Error, 500, {}});
+               FinishReason::Error, status, {}});
       continue;
     }
     r->remaining_ = n;

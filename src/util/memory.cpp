@@ -1,5 +1,7 @@
 #include "util/memory.h"
 
+#include <fmt/format.h>
+
 #include <fstream>
 #include <string>
 
@@ -12,6 +14,15 @@ int64_t available_memory_bytes() {
   while (f >> key >> kib >> unit)
     if (key == "MemAvailable:") return kib * 1024;
   return 0;
+}
+
+void check_available_memory(int64_t bytes, const std::string& what) {
+  const int64_t available = available_memory_bytes();
+  if (available <= 0 || bytes <= available) return;
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  throw MemoryError(fmt::format("{} needs {} bytes ({:.1f} GiB), more than the {:.1f} GiB of memory available now",
+                                what, bytes, static_cast<double>(bytes) / kGiB,
+                                static_cast<double>(available) / kGiB));
 }
 
 }  // namespace kvevict
