@@ -47,7 +47,7 @@ TEST(EngineMemory, ACacheLargerThanTheMemoryIsRefusedWithTheTermsOfItsSize) {
                        "tokens needs "),
               std::string::npos)
         << msg;
-    EXPECT_NE(msg.find("GiB of memory available now"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("MiB of memory available now"), std::string::npos) << msg;
   }
   // The same sequence at a size that fits is made.
   EXPECT_EQ(e.new_sequence(0, make_policy("full"), {}, 8, 100)->kv.capacity(), 108);

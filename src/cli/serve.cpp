@@ -237,9 +237,11 @@ int run_serve(const ServeArgs& a) {
   api.run();  // already started: serves until the stopper's stop()
   stopper.join();
   const serve::MetricsGauges g = sched.gauges();
-  fmt::print(stderr, "kvevict serve: stopped ({} requests finished, {} cancelled, {} rejected; peak {} sequences)\n",
+  fmt::print(stderr,
+             "kvevict serve: stopped ({} requests finished, {} cancelled, {} rejected, {} failed; peak {} sequences)\n",
              sched.metrics().requests_success.load(), sched.metrics().requests_cancelled.load(),
-             sched.metrics().requests_rejected.load(), g.peak_sequences_running);
+             sched.metrics().requests_rejected.load(), sched.metrics().requests_failed.load(),
+             g.peak_sequences_running);
   return 0;
 }
 

@@ -297,7 +297,7 @@ void Scheduler::admit_locked() {
   }
 }
 
-void Scheduler::finish(Active& a, FinishReason why, const std::string& error) {
+void Scheduler::finish(Active& a, FinishReason why, const std::string& error, int status) {
   if (a.done) return;
   a.done = true;
   // The reservation is released the step the sequence ends, and its cache freed with it.
@@ -322,7 +322,11 @@ void Scheduler::finish(Active& a, FinishReason why, const std::string& error) {
       o.cached_prompt_tokens = r.cached_tokens_;
     }
   }
-  if (why == FinishReason::Error) r.failed_ = true;
+  if (why == FinishReason::Error && !r.failed_) {
+    r.failed_ = true;
+    r.error_ = error;
+    r.error_status_ = status;
+  }
   r.push({RequestEvent::Kind::ChoiceDone, a.choice, error, why, 200, {}});
   if (--r.remaining_ == 0) {
     // Every choice's sequence is gone: so is this request's hold on the prompt segment (the
@@ -333,7 +337,8 @@ void Scheduler::finish(Active& a, FinishReason why, const std::string& error) {
     metrics_.e2e_seconds.observe(std::chrono::duration<double>(Clock::now() - r.arrival).count());
     if (r.failed_) {
       metrics_.requests_failed += 1;
-      r.push({RequestEvent::Kind::Failed, 0, error.empty() ? "engine error" : error, FinishReason::Error, 500, {}});
+      r.push({RequestEvent::Kind::Failed, 0, r.error_.empty() ? "engine error" : r.error_, FinishReason::Error,
+              r.error_status_, {}});
     } else if (r.cancelled()) {
       metrics_.requests_cancelled += 1;
       r.push({RequestEvent::Kind::Failed, 0, "the request was cancelled (client disconnected or server shutting down)",
@@ -474,7 +479,8 @@ void Scheduler::step(StepRecord& rec) {
             ap->prefilled = a.prefilled;
             followers.push_back(ap.get());
           } catch (const std::exception& e) {
-            finish(*ap, FinishReason::Error, e.what());
+            finish(*ap, FinishReason::Error, fmt::format("cannot start choice {}: {}", ap->choice, e.what()),
+                   dynamic_cast<const MemoryError*>(&e) ? 503 : 500);
           }
         }
       // A cache miss stores a template of this prefill (before choice 0 decodes), so later

@@ -137,6 +137,10 @@ class Request {
   /// when choice 0's prefill ends.
   std::optional<PromptCacheKey> cache_key_;
   bool failed_ = false;
+  /// The first failing choice's message and HTTP status (503 for MemoryError: may fit later),
+  /// reported for the whole request when its last choice ends.
+  std::string error_;
+  int error_status_ = 500;
 };
 
 /// What one scheduler iteration ran: one forward pass with at most one prefill chunk and a
@@ -239,7 +243,7 @@ class Scheduler {
   void admit_locked();
   void step(StepRecord& rec);
   void on_step(Active& a, std::span<const float> logits);
-  void finish(Active& a, FinishReason why, const std::string& error = {});
+  void finish(Active& a, FinishReason why, const std::string& error = {}, int status = 500);
   void drop_finished();
   void start_cache_hits();
 

@@ -19,10 +19,10 @@ int64_t available_memory_bytes() {
 void check_available_memory(int64_t bytes, const std::string& what) {
   const int64_t available = available_memory_bytes();
   if (available <= 0 || bytes <= available) return;
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  throw MemoryError(fmt::format("{} needs {} bytes ({:.1f} GiB), more than the {:.1f} GiB of memory available now",
-                                what, bytes, static_cast<double>(bytes) / kGiB,
-                                static_cast<double>(available) / kGiB));
+  constexpr double kMiB = 1024.0 * 1024.0;
+  throw MemoryError(fmt::format("{} needs {} bytes ({:.1f} MiB), more than the {:.1f} MiB of memory available now",
+                                what, bytes, static_cast<double>(bytes) / kMiB,
+                                static_cast<double>(available) / kMiB));
 }
 
 }  // namespace kvevict
