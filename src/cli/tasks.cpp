@@ -6,7 +6,6 @@
 
 #include <atomic>
 #include <cstdio>
-#include <exception>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -22,6 +21,7 @@
 #include "model/model.h"
 #include "tasks/generator.h"
 #include "util/error.h"
+#include "util/thread_pool.h"
 
 namespace kvevict::cli {
 namespace {
@@ -128,11 +128,11 @@ int run_eval(const EvalArgs& a) {
   const auto model = Model::load(a.model);
   std::vector<std::string> outputs(tasks.size());
   std::atomic<size_t> next{0};
-  // An error in any worker (e.g. a cache over the free memory) stops the others and is rethrown
-  // here: an exception escaping a std::thread would abort the process without a message.
-  std::mutex error_mu;
-  std::exception_ptr error;
-  auto worker = [&] {
+  // One Engine per worker, tasks taken in turn. The pool rethrows a worker's error here (an
+  // exception escaping a bare std::thread would abort without a message); the first error also
+  // ends the others' turns.
+  ThreadPool workers(jobs);
+  workers.parallel_for(jobs, [&](int64_t, int64_t) {
     try {
       Engine engine(*model, 1);
       for (size_t i = next++; i < tasks.size(); i = next++) {
@@ -140,16 +140,10 @@ int run_eval(const EvalArgs& a) {
         outputs[i] = greedy_solve(engine, *model, t.problem, default_max_new(t), i);
       }
     } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mu);
-      if (!error) error = std::current_exception();
       next = tasks.size();
+      throw;
     }
-  };
-  std::vector<std::thread> threads;
-  for (int j = 1; j < jobs; ++j) threads.emplace_back(worker);
-  worker();
-  for (auto& th : threads) th.join();
-  if (error) std::rethrow_exception(error);
+  });
 
   fmt::print("{:<8} {:>6} {:>6} {:>8} {:>12} {:>12}\n", "family", "n", "right", "accuracy", "steps", "trace_tok");
   for (TaskFamily f : all_task_families()) {

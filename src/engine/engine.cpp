@@ -4,8 +4,8 @@
 
 #include <chrono>
 
-#include "util/error.h"
 #include "kvcache/kv_pool.h"
+#include "util/error.h"
 #include "util/memory.h"
 
 namespace kvevict {
