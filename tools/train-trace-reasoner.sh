@@ -20,7 +20,8 @@
 #   LONG (1: after p7, p8 = p6's flags for 6,000 steps and p9 = p7's for 3,000, exported instead
 #   of p7; the longer schedule tried for the 1/2/8-KV-head variants, MODEL_CARD.md).
 # Cost: the committed file's lineage took 27,919 CPU s on one core of this project's 2-core VM;
-# this script's own runs are recorded in MODEL_CARD.md once measured.
+# this script's own runs are recorded in MODEL_CARD.md (CPU, one thread: 8,666-9,754 CPU s for
+# p1-p7 in the four runs that finished it; one H200 shared by 9-11 runs: 630-703 s of wall time each for p1-p6).
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 KV_HEADS OUT_DIR [KVEVICT_BINARY]" >&2; exit 2; }
 KVH=$1

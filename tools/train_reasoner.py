@@ -284,9 +284,10 @@ class Data:
                      f"{path} for: kvevict {' '.join(args)}")
         out = subprocess.run([self.binary] + args, check=True, capture_output=True, text=True).stdout
         if path:
-            with lzma.open(path + ".tmp", "wt", preset=9) as f:
+            tmp = f"{path}.{os.getpid()}.tmp"  # runs sharing a cache may write the same file at once
+            with lzma.open(tmp, "wt", preset=9) as f:
                 f.write(out)
-            os.replace(path + ".tmp", path)
+            os.replace(tmp, path)
         return out
 
     def take(self, stage, family, k):
@@ -637,7 +638,9 @@ def main():
     cpu_base, wall_base = state["cpu_s"], state["wall_s"]
     last_ckpt = time.time()
     def new_window():
-        return {"loss": 0.0, "n": 0, "right": torch.zeros(len(KIND_NAMES), device=dev),
+        # Sums stay on the device until a log row: no per-step host sync (a GPU step is ~ms).
+        return {"loss": torch.zeros((), dtype=torch.float64, device=dev), "n": 0,
+                "right": torch.zeros(len(KIND_NAMES), device=dev),
                 "count": torch.zeros(len(KIND_NAMES), device=dev), "steps": 0}
     win = new_window()
     recent = []  # (skill acc, all acc) of the last log windows, for the stage gate
@@ -685,6 +688,7 @@ def main():
             g["lr"] = lr
         tasks = sample_batch(data, st, gen, int(batch_tokens * args.batch_scale), state["queue"], mix)
         ids, tgt, msk, knd, hide = make_batch(tasks, args.copy_dropout, gen, args.copy_keep)
+        n_tokens = int((ids != 0).sum())  # on the host copy: no device sync
         ids, tgt, msk, knd = ids.to(dev), tgt.to(dev), msk.to(dev), knd.to(dev)
         hide = hide.to(dev) if hide is not None else None
         logits = model(ids, hide=hide)
@@ -696,16 +700,16 @@ def main():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         with torch.no_grad():
+            # Per-kind counts of right and scored targets: integers, so exact in any summation order.
             right = (logits.argmax(-1) == tgt).float() * msk
-            for k in range(len(KIND_NAMES)):
-                sel = (knd == k).float() * msk
-                win["right"][k] += (right * sel).sum()
-                win["count"][k] += sel.sum()
-        win["loss"] += float(loss)
+            flat = knd.reshape(-1)
+            win["right"] += torch.bincount(flat, weights=right.reshape(-1), minlength=len(KIND_NAMES)).float()
+            win["count"] += torch.bincount(flat, weights=msk.reshape(-1), minlength=len(KIND_NAMES)).float()
+            win["loss"] += loss.detach().double()  # float32 -> double, summed as float(loss) was
         win["n"] += 1
         state["step"] += 1
         state["stage_step"] += 1
-        state["tokens"] += int((ids != 0).sum())
+        state["tokens"] += n_tokens
 
         if state["step"] % args.log_every == 0:
             acc_k = (win["right"] / win["count"].clamp(min=1)).tolist()
@@ -713,7 +717,7 @@ def main():
             cpu = cpu_base + time.process_time() - cpu0
             wall = wall_base + time.time() - wall0
             row = [state["step"], st, state["tokens"], round(cpu, 1), round(wall, 1), f"{lr:.2e}",
-                   f"{win['loss'] / win['n']:.4f}", f"{acc_all:.4f}"] + [f"{a:.4f}" for a in acc_k[1:]]
+                   f"{float(win['loss']) / win['n']:.4f}", f"{acc_all:.4f}"] + [f"{a:.4f}" for a in acc_k[1:]]
             with open(curve_path, "a", newline="") as f:
                 csv.writer(f).writerow(row)
             print(" ".join(str(x) for x in row), flush=True)
