@@ -638,7 +638,8 @@ def main():
     cpu_base, wall_base = state["cpu_s"], state["wall_s"]
     last_ckpt = time.time()
     def new_window():
-        # Sums stay on the device until a log row: no per-step host sync (a GPU step is ~ms).
+        # Sums stay on the device until a log row, so they add no host sync to a step (a GPU step is
+        # a few ms; the batch's copy from pageable host memory still waits once per step).
         return {"loss": torch.zeros((), dtype=torch.float64, device=dev), "n": 0,
                 "right": torch.zeros(len(KIND_NAMES), device=dev),
                 "count": torch.zeros(len(KIND_NAMES), device=dev), "steps": 0}
@@ -701,10 +702,11 @@ def main():
         opt.step()
         with torch.no_grad():
             # Per-kind counts of right and scored targets: integers, so exact in any summation order.
+            # index_add_, not bincount: CUDA's bincount reads the index range back to the host.
             right = (logits.argmax(-1) == tgt).float() * msk
             flat = knd.reshape(-1)
-            win["right"] += torch.bincount(flat, weights=right.reshape(-1), minlength=len(KIND_NAMES)).float()
-            win["count"] += torch.bincount(flat, weights=msk.reshape(-1), minlength=len(KIND_NAMES)).float()
+            win["right"].index_add_(0, flat, right.reshape(-1))
+            win["count"].index_add_(0, flat, msk.reshape(-1))
             win["loss"] += loss.detach().double()  # float32 -> double, summed as float(loss) was
         win["n"] += 1
         state["step"] += 1
