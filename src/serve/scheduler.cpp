@@ -62,6 +62,10 @@ struct PoolLease {
   std::atomic<int64_t>& gauge;  // Scheduler::shared_bytes_
   const int64_t bytes;
 };
+
+// HTTP status of a sequence that could not be made: 503 when the memory check refused it (memory
+// taken by something else since the pool was sized: the request may fit later), else 500.
+int start_error_status(const std::exception& e) { return dynamic_cast<const MemoryError*>(&e) ? 503 : 500; }
 }  // namespace
 
 // One running sequence (one choice of one request).
@@ -258,10 +262,8 @@ void Scheduler::admit_locked() {
     } catch (const std::exception& e) {
       pool_.release(need);
       metrics_.requests_failed += 1;
-      // Memory taken by something else since the pool was sized: the request may fit later (503).
-      const int status = dynamic_cast<const MemoryError*>(&e) ? 503 : 500;
       r->push({RequestEvent::Kind::Failed, 0, fmt::format("cannot start the request: {}", e.what()),
-               FinishReason::Error, status, {}});
+               FinishReason::Error, start_error_status(e), {}});
       continue;
     }
     r->remaining_ = n;
@@ -480,7 +482,7 @@ void Scheduler::step(StepRecord& rec) {
             followers.push_back(ap.get());
           } catch (const std::exception& e) {
             finish(*ap, FinishReason::Error, fmt::format("cannot start choice {}: {}", ap->choice, e.what()),
-                   dynamic_cast<const MemoryError*>(&e) ? 503 : 500);
+                   start_error_status(e));
           }
         }
       // A cache miss stores a template of this prefill (before choice 0 decodes), so later
