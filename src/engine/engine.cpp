@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <exception>
+#include <string>
 
 #include "kvcache/kv_pool.h"
 #include "util/error.h"
@@ -230,8 +232,35 @@ void Engine::forward_step(std::span<Sequence* const> seqs, std::span<const int32
     p.stats.peak_slots = std::max(p.stats.peak_slots, p.kv.length(0));
     p.stats.prefill_ms += per_row * static_cast<double>(chunk.size());
   }
-  for (Sequence* s : seqs) after_step(*s);
+  // Every sequence's round runs even when one throws: the pass has appended all their tokens, so
+  // the caller must learn which sequences are intact rather than retry the batch.
+  std::vector<RoundError::Failure> failed;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    try {
+      after_step(*seqs[i]);
+    } catch (...) {
+      failed.push_back({i, std::current_exception()});
+    }
+  }
+  if (!failed.empty()) throw RoundError(std::move(failed), seqs.size());
 }
+
+namespace {
+std::string exception_text(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+}  // namespace
+
+RoundError::RoundError(std::vector<Failure> failures, size_t batch)
+    : Error(fmt::format("eviction round failed for {} of {} sequences in the batch; first: {}", failures.size(), batch,
+                        exception_text(failures.at(0).error))),
+      failures_(std::move(failures)) {}
 
 void Engine::after_step(Sequence& seq) {
   if (seq.eviction_off() || !round_due(seq.kv.length(0), seq.eviction)) return;

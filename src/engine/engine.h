@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <span>
 #include <vector>
@@ -61,6 +62,27 @@ class Sequence {
 /// §5). Throws FieldError(Field::KvType). Engine::new_sequence calls it; a front end may call it
 /// first to refuse a setting before any request runs.
 void check_kv_type(KvType kv_type, const CheckedPolicy& kv);
+
+/// Thrown by Engine::decode_batch and decode_batch_with_chunk when the forward pass ran but the
+/// eviction rounds of some sequences threw (a selector's error, a refused allocation). Every
+/// sequence of the batch has appended its token and its logits row is written; the other
+/// sequences' rounds ran. A failed sequence holds more slots than its schedule allows (its round
+/// did not run) and should be ended; the others go on as after a normal step. Without this
+/// distinction a caller that retries the batch one sequence at a time would append every token
+/// twice.
+class RoundError : public Error {
+ public:
+  struct Failure {
+    size_t index = 0;          ///< position in the batch (the `seqs` argument)
+    std::exception_ptr error;  ///< what the round threw
+  };
+  /// Message: how many sequences failed and the first failure's text. failures is non-empty.
+  explicit RoundError(std::vector<Failure> failures, size_t batch);
+  const std::vector<Failure>& failures() const { return failures_; }
+
+ private:
+  std::vector<Failure> failures_;
+};
 
 /// Runs sequences of one model. Not thread-safe: one caller drives it.
 class Engine {
@@ -132,7 +154,9 @@ class Engine {
   void prefill_chunk(Sequence& seq, std::span<const int32_t> tokens, std::vector<float>& logits);
 
   /// Appends one token, returns next-token logits [n_vocab], then runs an eviction round if the
-  /// schedule says one is due.
+  /// schedule says one is due. An exception from the round (a selector's error, a refused
+  /// allocation) leaves the token appended, logits written and the round not run: the sequence
+  /// then holds more slots than its schedule allows and should be ended.
   void decode(Sequence& seq, int32_t token, std::vector<float>& logits);
 
   /// One decode step for N sequences at once: sequence i appends tokens[i]; the weights are
@@ -143,7 +167,7 @@ class Engine {
   /// (sequences join after their prefill and leave whenever the caller stops passing them).
   /// Each sequence's decode_ms grows by the step time / N. Throws kvevict::Error when the sizes
   /// differ, a sequence appears twice, or any sequence's token/cache is invalid (then no cache
-  /// was modified).
+  /// was modified); RoundError when the pass ran but some sequences' eviction rounds threw.
   void decode_batch(std::span<Sequence* const> seqs, std::span<const int32_t> tokens, std::vector<float>& logits);
 
   /// decode_batch and prefill_chunk in one forward pass (weights streamed once): sequence i
@@ -156,7 +180,7 @@ class Engine {
   /// rounds run for the decoding sequences only (none in prefill, eviction-spec.md §2.2). Time is
   /// shared out per row: prefill_ms of prefill_seq grows by |chunk| rows' share. Throws
   /// kvevict::Error as decode_batch and prefill_chunk, or when prefill_seq is also in seqs (then
-  /// no cache was modified).
+  /// no cache was modified); RoundError as decode_batch.
   void decode_batch_with_chunk(std::span<Sequence* const> seqs, std::span<const int32_t> tokens, Sequence& prefill_seq,
                                std::span<const int32_t> chunk, std::vector<float>& logits);
 

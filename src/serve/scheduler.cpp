@@ -324,11 +324,7 @@ void Scheduler::finish(Active& a, FinishReason why, const std::string& error, in
       o.cached_prompt_tokens = r.cached_tokens_;
     }
   }
-  if (why == FinishReason::Error && !r.failed_) {
-    r.failed_ = true;
-    r.error_ = error;
-    r.error_status_ = status;
-  }
+  if (why == FinishReason::Error && !r.failure_) r.failure_ = Request::Failure{error, status};
   r.push({RequestEvent::Kind::ChoiceDone, a.choice, error, why, 200, {}});
   if (--r.remaining_ == 0) {
     // Every choice's sequence is gone: so is this request's hold on the prompt segment (the
@@ -337,10 +333,10 @@ void Scheduler::finish(Active& a, FinishReason why, const std::string& error, in
     r.cache_key_.reset();
     running_requests_ -= 1;
     metrics_.e2e_seconds.observe(std::chrono::duration<double>(Clock::now() - r.arrival).count());
-    if (r.failed_) {
+    if (r.failure_) {
       metrics_.requests_failed += 1;
-      r.push({RequestEvent::Kind::Failed, 0, r.error_.empty() ? "engine error" : r.error_, FinishReason::Error,
-              r.error_status_, {}});
+      r.push({RequestEvent::Kind::Failed, 0, r.failure_->message.empty() ? "engine error" : r.failure_->message,
+              FinishReason::Error, r.failure_->status, {}});
     } else if (r.cancelled()) {
       metrics_.requests_cancelled += 1;
       r.push({RequestEvent::Kind::Failed, 0, "the request was cancelled (client disconnected or server shutting down)",
@@ -424,6 +420,18 @@ void Scheduler::step(StepRecord& rec) {
       engine_.decode_batch_with_chunk(seqs, toks, *pre->seq, chunk, logits_);
     else
       engine_.decode_batch(seqs, toks, logits_);
+  } catch (const RoundError& e) {
+    // The pass ran (every row of logits_ is valid): only the sequences whose round threw end.
+    for (const RoundError::Failure& f : e.failures()) {
+      ok[f.index] = false;
+      try {
+        std::rethrow_exception(f.error);
+      } catch (const std::exception& x) {
+        finish(*batch[f.index], FinishReason::Error, x.what(), start_error_status(x));
+      } catch (...) {
+        finish(*batch[f.index], FinishReason::Error, "eviction round failed");
+      }
+    }
   } catch (const std::exception&) {
     // The pass modified no cache: run the parts one by one so only a faulty one fails.
     std::vector<float> all((batch.size() + (pre ? 1 : 0)) * V), one;
@@ -533,8 +541,10 @@ void Scheduler::loop() {
       }
       admit_locked();
     }
+    // A failed choice fails its whole request (one Failed event, no partial result), so its
+    // other choices would only spend steps and KV memory on output nobody gets: end them now.
     for (auto& a : active_)
-      if (!a->done && a->req->cancelled()) finish(*a, FinishReason::Cancelled);
+      if (!a->done && (a->req->cancelled() || a->req->failure_)) finish(*a, FinishReason::Cancelled);
     drop_finished();
     StepRecord rec;
     step(rec);
