@@ -126,6 +126,27 @@ TEST_F(EvalCli, OutputDirectoryOfAnotherConfigurationIsRefusedUntouched) {
   EXPECT_EQ(test::slurp(out + "/rollouts.jsonl"), rollouts);
 }
 
+TEST_F(EvalCli, AFolderWithoutRolloutsIsTakenOverByAnotherConfiguration) {
+  // A run refused before its first rollout leaves config.json and an empty rollouts.jsonl; a
+  // retry with other settings must not be refused as "mixing runs". The refusal here is the
+  // memory check of the whole batch of rollouts (generate_batch): an evicting sequence holds
+  // max(B, prompt) + s slots (required_capacity), 1.36 GB at B = 10^6 for stories260K, times
+  // 1,024 rollouts, checked before any cache is allocated.
+  const std::string out = root_ + "/out";
+  // random's cell first: the grid runs cells in --policies order, and full's would fit.
+  std::vector<std::string> big = args(tasks_, out, {"--policies", "random,full", "--budgets", "1000000"});
+  *std::find(big.begin(), big.end(), "--rollouts").operator++() = "1024";
+  const test::RunResult refused = run(big);
+  ASSERT_EQ(refused.code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("KV caches of 1024 sequences decoded as one batch"), std::string::npos) << refused.err;
+  ASSERT_TRUE(fs::exists(out + "/config.json"));
+  ASSERT_TRUE(test::slurp(out + "/rollouts.jsonl").empty());
+  const test::RunResult retry = run(args(tasks_, out, {"--policies", "full,random", "--budgets", "128"}));
+  ASSERT_EQ(retry.code, 0) << retry.err;
+  EXPECT_EQ(count_lines(test::slurp(out + "/rollouts.jsonl")), 4);
+  EXPECT_NE(test::slurp(out + "/config.json").find("\"budget\": 128"), std::string::npos);
+}
+
 TEST_F(EvalCli, MarginReachesTheSummaryAndOnlyTheSummary) {
   // --margin changes the TOST of summary.json, not the rollouts: the same folder resumes with
   // another margin and re-summarizes; kvevict merge takes it too.

@@ -266,6 +266,13 @@ void write_file_atomic(const std::string& path, const std::string& text) {
 }
 
 bool check_settings_match(const std::string& dir, const EvalSettings& settings) {
+  // A config.json beside no rollout (a run refused or stopped before its first rollout, e.g. by
+  // the memory check) holds nothing to mix with: the folder is taken over, not refused, so a
+  // retry with smaller settings needs no manual clean-up.
+  std::error_code ec;
+  const fs::path rollouts = fs::path(dir) / ResultsDir::kRollouts;
+  const bool no_rollouts = !fs::exists(rollouts) || fs::file_size(rollouts, ec) == 0;
+  if (fs::exists(fs::path(dir) / ResultsDir::kConfig) && no_rollouts) return false;
   if (fs::exists(fs::path(dir) / ResultsDir::kConfig)) {
     const EvalSettings there = read_settings(dir);
     if (there.model_digest.empty() && !settings.model_digest.empty())

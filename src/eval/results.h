@@ -124,7 +124,9 @@ RolloutFile read_rollouts(const std::string& path, bool keep_text, const std::fu
 EvalSettings read_settings(const std::string& dir);
 
 /// Checks that `dir` may hold a run with `settings`: a config.json there must equal them, and a
-/// rollouts.jsonl there must come with a config.json. Returns whether config.json exists.
+/// rollouts.jsonl there must come with a config.json. Returns whether a config.json with rollouts
+/// beside it exists (one beside no rollouts or an empty rollouts.jsonl is a run that never wrote a
+/// result: false, and the caller replaces it).
 /// Throws kvevict::Error ("refusing to mix runs", naming the first difference) otherwise.
 bool check_settings_match(const std::string& dir, const EvalSettings& settings);
 
