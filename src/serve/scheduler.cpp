@@ -413,25 +413,14 @@ void Scheduler::step(StepRecord& rec) {
   const auto V = static_cast<size_t>(model_.config().n_vocab);
   std::vector<bool> ok(batch.size(), true);
   bool pre_ok = pre != nullptr;
+  std::vector<StepFailure> step_failures;
   try {
     // Row-exact kernels throughout: the output does not depend on --prefill-chunk or on which
     // sequences share the pass (engine.h).
     if (pre)
-      engine_.decode_batch_with_chunk(seqs, toks, *pre->seq, chunk, logits_);
+      engine_.decode_batch_with_chunk(seqs, toks, *pre->seq, chunk, logits_, &step_failures);
     else
-      engine_.decode_batch(seqs, toks, logits_);
-  } catch (const RoundError& e) {
-    // The pass ran (every row of logits_ is valid): only the sequences whose round threw end.
-    for (const RoundError::Failure& f : e.failures()) {
-      ok[f.index] = false;
-      try {
-        std::rethrow_exception(f.error);
-      } catch (const std::exception& x) {
-        finish(*batch[f.index], FinishReason::Error, x.what(), start_error_status(x));
-      } catch (...) {
-        finish(*batch[f.index], FinishReason::Error, "eviction round failed");
-      }
-    }
+      engine_.decode_batch(seqs, toks, logits_, &step_failures);
   } catch (const std::exception&) {
     // The pass modified no cache: run the parts one by one so only a faulty one fails.
     std::vector<float> all((batch.size() + (pre ? 1 : 0)) * V), one;
@@ -454,6 +443,23 @@ void Scheduler::step(StepRecord& rec) {
       }
     }
     logits_.swap(all);
+  }
+  // A sequence whose round or observation threw after the pass ran (every row of logits_ is
+  // valid): only that sequence ends.
+  for (const StepFailure& f : step_failures) {
+    const bool is_pre = f.index == batch.size();
+    Active& a = is_pre ? *pre : *batch[f.index];
+    if (is_pre)
+      pre_ok = false;
+    else
+      ok[f.index] = false;
+    try {
+      std::rethrow_exception(f.error);
+    } catch (const std::exception& x) {
+      finish(a, FinishReason::Error, x.what(), start_error_status(x));
+    } catch (...) {
+      finish(a, FinishReason::Error, "the eviction policy failed");
+    }
   }
   for (size_t i = 0; i < batch.size(); ++i) {
     if (!ok[i]) continue;
