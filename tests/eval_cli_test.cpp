@@ -4,7 +4,9 @@
 // unknown policies, an output directory holding another configuration).
 #include <gtest/gtest.h>
 
+#include "eval/results.h"
 #include "eval_cli_helpers.h"
+#include "util/memory.h"
 
 namespace kvevict {
 namespace {
@@ -124,6 +126,58 @@ TEST_F(EvalCli, OutputDirectoryOfAnotherConfigurationIsRefusedUntouched) {
   std::ofstream(tasks_, std::ios::app) << "{\"id\": \"t3\", \"problem\": \"A dog\", \"answer\": \"z\"}\n";
   expect_one_line_error(run(args(tasks_, out, {"--policies", "full,random", "--budgets", "128"})), "/tasks/", "tasks");
   EXPECT_EQ(test::slurp(out + "/rollouts.jsonl"), rollouts);
+}
+
+TEST_F(EvalCli, AFolderWithoutRolloutsIsTakenOverByAnotherConfiguration) {
+  // A run refused before its first rollout leaves config.json and an empty rollouts.jsonl; a
+  // retry with other settings must not be refused as "mixing runs". The refusal here is the
+  // memory check of the whole batch of rollouts (generate_batch): an evicting sequence holds
+  // max(B, prompt) + s slots (required_capacity), 1.36 GB at B = 10^6 for stories260K, times
+  // 1,024 rollouts, checked before any cache is allocated.
+  if (available_memory_bytes() == 0) GTEST_SKIP() << "no MemAvailable here: the memory check that refuses is off";
+  const std::string out = root_ + "/out";
+  // random's cell first: the grid runs cells in --policies order, and full's would fit.
+  std::vector<std::string> big = args(tasks_, out, {"--policies", "random,full", "--budgets", "1000000"});
+  *std::find(big.begin(), big.end(), "--rollouts").operator++() = "1024";
+  const test::RunResult refused = run(big);
+  ASSERT_EQ(refused.code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("KV caches of 1024 sequences decoded as one batch"), std::string::npos) << refused.err;
+  ASSERT_TRUE(fs::exists(out + "/config.json"));
+  ASSERT_TRUE(test::slurp(out + "/rollouts.jsonl").empty());
+  const test::RunResult retry = run(args(tasks_, out, {"--policies", "full,random", "--budgets", "128"}));
+  ASSERT_EQ(retry.code, 0) << retry.err;
+  EXPECT_EQ(count_lines(test::slurp(out + "/rollouts.jsonl")), 4);
+  EXPECT_NE(test::slurp(out + "/config.json").find("\"budget\": 128"), std::string::npos);
+
+  // A torn first line (a run killed while writing its first rollout) is no rollout either.
+  const std::string torn = root_ + "/torn";
+  ASSERT_EQ(run(args(tasks_, torn, {"--policies", "full,random", "--budgets", "160"})).code, 0);
+  std::ofstream(torn + "/rollouts.jsonl", std::ios::trunc) << "{\"budget\":16";
+  const test::RunResult over = run(args(tasks_, torn, {"--policies", "full,random", "--budgets", "128"}));
+  ASSERT_EQ(over.code, 0) << over.err;
+  EXPECT_EQ(count_lines(test::slurp(torn + "/rollouts.jsonl")), 4);
+}
+
+TEST_F(EvalCli, AFolderLockedByAnotherRunIsRefusedUntouched) {
+  // A run holds its folder's lock from before config.json is written to its end, so a second run
+  // neither appends beside it nor takes over a folder whose first rollout is still running.
+  const std::string out = root_ + "/out";
+  const test::RunResult first = run(args(tasks_, out, {"--policies", "full,random", "--budgets", "128"}));
+  ASSERT_EQ(first.code, 0) << first.err;
+  const std::string rollouts = test::slurp(out + "/rollouts.jsonl"), config = test::slurp(out + "/config.json");
+  ASSERT_EQ(run(args(tasks_, root_ + "/other", {"--policies", "full,random", "--budgets", "128"})).code, 0);
+  {
+    const DirLock held = DirLock::acquire(out);  // this process plays the running one
+    for (const auto& budgets : {"128", "160"})
+      expect_one_line_error(run(args(tasks_, out, {"--policies", "full,random", "--budgets", budgets})),
+                            "is in use by another kvevict run", budgets);
+    std::vector<std::string> merge = {"merge", root_ + "/other", "-o", out};
+    expect_one_line_error(run(merge), "is in use by another kvevict run", "merge");
+    EXPECT_EQ(test::slurp(out + "/rollouts.jsonl"), rollouts);
+    EXPECT_EQ(test::slurp(out + "/config.json"), config);
+  }
+  const test::RunResult resumed = run(args(tasks_, out, {"--policies", "full,random", "--budgets", "128"}));
+  EXPECT_EQ(resumed.code, 0) << "the lock is released with its holder: " << resumed.err;
 }
 
 TEST_F(EvalCli, MarginReachesTheSummaryAndOnlyTheSummary) {

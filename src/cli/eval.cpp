@@ -306,6 +306,7 @@ int run_merge(const MergeArgs& a) {
   fs::create_directories(a.out, ec);
   if (ec) throw Error(fmt::format("{}: cannot create the output directory: {}", a.out, ec.message()));
   const std::string config_path = (fs::path(a.out) / ResultsDir::kConfig).string();
+  const DirLock lock = DirLock::acquire(a.out);
   check_settings_match(a.out, merged);
   for (const std::string& d : a.dirs)
     if (fs::equivalent(d, a.out, ec)) throw Error(fmt::format("--out {} is one of the merged directories", a.out));

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <exception>
 
 #include "kvcache/kv_pool.h"
 #include "util/error.h"
@@ -19,20 +20,32 @@ SelectorState* observer(Sequence& seq) {
 bool wants_probs(const Sequence& seq) { return seq.policy.selector && seq.policy.selector->needs().attention; }
 
 // Forwards observations to the sequence's state and adds the time spent to stats.observe_ms, so
-// per-token selector work is counted next to the per-round score and compaction times.
+// per-token selector work is counted next to the per-round score and compaction times. An
+// exception from the state is held until the pass ends (error()): thrown inside the pass it would
+// stop it half-way, with some caches of a batch written and others not.
 class TimedObserver final : public SelectorState {
  public:
   explicit TimedObserver(Sequence& seq) : inner_(observer(seq)), ms_(seq.stats.observe_ms) {}
   SelectorState* get() { return inner_ ? this : nullptr; }
   void observe(const AttentionObservation& obs) override {
+    if (error_) return;  // the state is no longer consistent; its sequence will be ended
     const auto t0 = Clock::now();
-    inner_->observe(obs);
+    try {
+      inner_->observe(obs);
+    } catch (...) {
+      error_ = std::current_exception();
+    }
     ms_ += ms_since(t0);
+  }
+  const std::exception_ptr& error() const { return error_; }
+  void rethrow_if_failed() const {
+    if (error_) std::rethrow_exception(error_);
   }
 
  private:
   SelectorState* inner_;
   double& ms_;
+  std::exception_ptr error_;
 };
 }  // namespace
 
@@ -155,6 +168,7 @@ void Engine::run_prefill(Sequence& seq, std::span<const int32_t> tokens, std::ve
                  .wanted = all_logits ? LogitsWanted::All : LogitsWanted::Last,
                  .allow_blas = allow_blas},
                 seg, logits);
+  timed.rethrow_if_failed();
   seq.n_seen += static_cast<int64_t>(tokens.size());
   seq.prompt_len = seq.n_seen;
   seq.stats.peak_slots = std::max(seq.stats.peak_slots, seq.kv.length(0));
@@ -168,6 +182,7 @@ void Engine::decode(Sequence& seq, int32_t token, std::vector<float>& logits) {
   const ForwardSegment seg{
       &seq.kv, tok, seq.n_seen, seq.eviction.positions, timed.get(), wants_probs(seq), /*is_prefill=*/false};
   model_forward({.model = model_, .rope = rope_, .pool = pool_, .buf = buf_}, seg, logits);
+  timed.rethrow_if_failed();
   seq.n_seen += 1;
   seq.stats.decode_steps += 1;
   seq.stats.decode_ms += ms_since(t0);
@@ -176,25 +191,27 @@ void Engine::decode(Sequence& seq, int32_t token, std::vector<float>& logits) {
 }
 
 void Engine::decode_batch(std::span<Sequence* const> seqs, std::span<const int32_t> tokens,
-                          std::vector<float>& logits) {
+                          std::vector<float>& logits, std::vector<StepFailure>* step_failures) {
   if (seqs.empty()) throw Error("decode_batch: empty batch");
-  forward_step(seqs, tokens, nullptr, {}, logits);
+  forward_step(seqs, tokens, nullptr, {}, logits, step_failures);
 }
 
 void Engine::decode_batch_with_chunk(std::span<Sequence* const> seqs, std::span<const int32_t> tokens,
                                      Sequence& prefill_seq, std::span<const int32_t> chunk,
-                                     std::vector<float>& logits) {
+                                     std::vector<float>& logits, std::vector<StepFailure>* step_failures) {
   if (chunk.empty()) throw Error("decode_batch_with_chunk: empty prompt chunk");
   for (const Sequence* s : seqs)
     if (s == &prefill_seq)
       throw Error(fmt::format("decode_batch_with_chunk: sequence {} is both decoded and prefilled", s->id));
-  forward_step(seqs, tokens, &prefill_seq, chunk, logits);
+  forward_step(seqs, tokens, &prefill_seq, chunk, logits, step_failures);
 }
 
 // Decode segments (one token each) and optionally one prompt chunk, through one forward pass on
 // the row-exact kernels.
 void Engine::forward_step(std::span<Sequence* const> seqs, std::span<const int32_t> tokens, Sequence* prefill_seq,
-                          std::span<const int32_t> chunk, std::vector<float>& logits) {
+                          std::span<const int32_t> chunk, std::vector<float>& logits,
+                          std::vector<StepFailure>* step_failures) {
+  if (step_failures) step_failures->clear();
   if (seqs.size() != tokens.size())
     throw Error(fmt::format("decode_batch: {} sequences but {} tokens", seqs.size(), tokens.size()));
   const auto t0 = Clock::now();
@@ -230,7 +247,24 @@ void Engine::forward_step(std::span<Sequence* const> seqs, std::span<const int32
     p.stats.peak_slots = std::max(p.stats.peak_slots, p.kv.length(0));
     p.stats.prefill_ms += per_row * static_cast<double>(chunk.size());
   }
-  for (Sequence* s : seqs) after_step(*s);
+  // A sequence's failure (its selector state's observation, its round) ends only that sequence:
+  // the pass has appended every token, so the caller must learn which sequences are intact
+  // rather than retry the batch.
+  std::vector<StepFailure> local;
+  std::vector<StepFailure>& failed = step_failures ? *step_failures : local;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (timed[i]->error()) {
+      failed.push_back({i, timed[i]->error()});
+      continue;
+    }
+    try {
+      after_step(*seqs[i]);
+    } catch (...) {
+      failed.push_back({i, std::current_exception()});
+    }
+  }
+  if (prefill_seq && timed.back()->error()) failed.push_back({seqs.size(), timed.back()->error()});
+  if (!step_failures && !failed.empty()) std::rethrow_exception(failed.front().error);
 }
 
 void Engine::after_step(Sequence& seq) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <span>
 #include <vector>
@@ -61,6 +62,18 @@ class Sequence {
 /// §5). Throws FieldError(Field::KvType). Engine::new_sequence calls it; a front end may call it
 /// first to refuse a setting before any request runs.
 void check_kv_type(KvType kv_type, const CheckedPolicy& kv);
+
+/// A sequence's part of a batched step (Engine::decode_batch, decode_batch_with_chunk) that threw
+/// after the forward pass had run: its eviction round, or its selector state's observation of the
+/// pass (held until the pass ends; a selector's error, a refused allocation). Every sequence of
+/// the batch appended its tokens and its logits row is written; the other sequences' rounds ran.
+/// The failed sequence should be ended (its state or schedule is off: a failed round leaves it
+/// holding more slots than its schedule allows); a caller that retried the batch one sequence at
+/// a time would append every token twice.
+struct StepFailure {
+  size_t index = 0;          ///< position in `seqs`; seqs.size() for the prefill sequence
+  std::exception_ptr error;  ///< what was thrown, unchanged
+};
 
 /// Runs sequences of one model. Not thread-safe: one caller drives it.
 class Engine {
@@ -132,7 +145,9 @@ class Engine {
   void prefill_chunk(Sequence& seq, std::span<const int32_t> tokens, std::vector<float>& logits);
 
   /// Appends one token, returns next-token logits [n_vocab], then runs an eviction round if the
-  /// schedule says one is due.
+  /// schedule says one is due. An exception from the round (a selector's error, a refused
+  /// allocation) leaves the token appended, logits written and the round not run: the sequence
+  /// then holds more slots than its schedule allows and should be ended.
   void decode(Sequence& seq, int32_t token, std::vector<float>& logits);
 
   /// One decode step for N sequences at once: sequence i appends tokens[i]; the weights are
@@ -143,8 +158,12 @@ class Engine {
   /// (sequences join after their prefill and leave whenever the caller stops passing them).
   /// Each sequence's decode_ms grows by the step time / N. Throws kvevict::Error when the sizes
   /// differ, a sequence appears twice, or any sequence's token/cache is invalid (then no cache
-  /// was modified).
-  void decode_batch(std::span<Sequence* const> seqs, std::span<const int32_t> tokens, std::vector<float>& logits);
+  /// was modified). A sequence whose round or observation throws does not stop the others
+  /// (StepFailure): with `step_failures`, each is recorded there (cleared first) and the call
+  /// returns; without, the first is rethrown unchanged once every round ran (a Python selector's
+  /// exception reaches Python as raised).
+  void decode_batch(std::span<Sequence* const> seqs, std::span<const int32_t> tokens, std::vector<float>& logits,
+                    std::vector<StepFailure>* step_failures = nullptr);
 
   /// decode_batch and prefill_chunk in one forward pass (weights streamed once): sequence i
   /// appends tokens[i] as in decode_batch, and `prefill_seq` appends the prompt chunk `chunk` as in
@@ -156,9 +175,11 @@ class Engine {
   /// rounds run for the decoding sequences only (none in prefill, eviction-spec.md §2.2). Time is
   /// shared out per row: prefill_ms of prefill_seq grows by |chunk| rows' share. Throws
   /// kvevict::Error as decode_batch and prefill_chunk, or when prefill_seq is also in seqs (then
-  /// no cache was modified).
+  /// no cache was modified); step failures as decode_batch (the prefill sequence's observation
+  /// too, at index seqs.size()).
   void decode_batch_with_chunk(std::span<Sequence* const> seqs, std::span<const int32_t> tokens, Sequence& prefill_seq,
-                               std::span<const int32_t> chunk, std::vector<float>& logits);
+                               std::span<const int32_t> chunk, std::vector<float>& logits,
+                               std::vector<StepFailure>* step_failures = nullptr);
 
  private:
   // new_sequence (share_prompt false) and new_shared_sequence (true): one allocation either way.
@@ -166,7 +187,8 @@ class Engine {
                                           int64_t max_new_tokens, bool share_prompt);
   void after_step(Sequence& seq);
   void forward_step(std::span<Sequence* const> seqs, std::span<const int32_t> tokens, Sequence* prefill_seq,
-                    std::span<const int32_t> chunk, std::vector<float>& logits);
+                    std::span<const int32_t> chunk, std::vector<float>& logits,
+                    std::vector<StepFailure>* step_failures);
   void run_prefill(Sequence& seq, std::span<const int32_t> tokens, std::vector<float>& logits, bool all_logits,
                    bool allow_blas);
   const Model& model_;

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <limits>
 
+#include "kvcache/kv_pool.h"
 #include "util/error.h"
 #include "util/field_error.h"
 #include "util/limits.h"
+#include "util/memory.h"
 #include "util/rng.h"
 
 namespace kvevict {
@@ -180,6 +182,30 @@ void generate_batch(Engine& engine, const CheckedPolicy& kv, std::span<const Gen
           break;
         }
     live.push_back(Live{nullptr, std::move(state)});  // sequences are made below
+  }
+  // The batch's caches are checked against the free memory together first: allocated one by one
+  // (each checked alone), 1,024 rollouts would fill the machine before the last was refused.
+  // Sizes as Engine::new_sequence / new_shared_sequence / fork allocate them.
+  {
+    const KvShape shape = engine.kv_shape();
+    std::vector<int64_t> shared(inputs.size(), 0);
+    int64_t total = 0, largest = 0;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const auto prompt_len = static_cast<int64_t>(inputs[i].prompt.size());
+      const int64_t cap = required_capacity(kv.eviction(), kv.policy(), prompt_len, live[i].state.limit());
+      largest = std::max(largest, cap);
+      const bool leads = leader[i] == i && std::find(leader.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                                                     leader.end(), i) != leader.end();
+      if (leads) {
+        shared[i] = std::min(engine.shared_prompt_slots(kv, prompt_len), cap - 1);
+        if (shared[i] > 0) total += shared_prompt_bytes(shape, shared[i]);
+      }
+      total += kv_bytes_for_capacity(shape, cap, shared[leader[i]]);
+    }
+    if (inputs.size() > 1)
+      check_available_memory(total, fmt::format("KV caches of {} sequences decoded as one batch (up to {} slots per "
+                                                "(layer, KV head) each)",
+                                                inputs.size(), largest));
   }
   // Leaders with followers write their prompt into a shared segment; every other input gets a
   // sequence of its own. All are created before any prefill, so a refusal starts nothing.

@@ -221,8 +221,9 @@ enum class PromptSharing {
 /// (Engine::fork) when the policy lets sequences share the prompt (Engine::shared_prompt_slots
 /// > 0); the outputs do not change. Sequences end in step order, within a step in input order
 /// (on_finished is called in that order). Throws FieldError from validate_generation,
-/// kvevict::Error when a prompt is empty or leaves no room (generation_limit <= 0), or from
-/// the engine.
+/// kvevict::Error when a prompt is empty or leaves no room (generation_limit <= 0), MemoryError
+/// (util/memory.h) before any allocation when the batch's caches together exceed the memory
+/// available, or from the engine.
 void generate_batch(Engine& engine, const CheckedPolicy& kv, std::span<const GenerationInput> inputs,
                     const GenerationConfig& cfg, const GenerationCallbacks& callbacks = {},
                     PromptSharing sharing = PromptSharing::On);

@@ -1,7 +1,12 @@
 #include "eval/results.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/file.h>
 #include <unistd.h>
+
+#include <cstring>
 
 #include <filesystem>
 #include <fstream>
@@ -265,7 +270,53 @@ void write_file_atomic(const std::string& path, const std::string& text) {
   if (ec) throw Error(fmt::format("{}: cannot rename to {}: {}", tmp, path, ec.message()));
 }
 
+namespace {
+// Whether `path` exists and holds a newline: a finished rollout (a torn line alone is a run killed
+// in its first write). Stops at the first newline, so a long file is not read.
+bool has_complete_line(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  char c = 0;
+  while (in.get(c))
+    if (c == '\n') return true;
+  return false;
+}
+}  // namespace
+
+DirLock DirLock::acquire(const std::string& dir) {
+  const std::string path = (fs::path(dir) / ".lock").string();
+  DirLock l;
+  l.fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (l.fd_ < 0) throw Error(fmt::format("{}: cannot create the lock file: {}", path, std::strerror(errno)));
+  if (::flock(l.fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    if (err == EWOULDBLOCK)
+      throw Error(fmt::format("{} is in use by another kvevict run (it holds {}); wait for it to end or use another --out",
+                              dir, path));
+    ::close(l.fd_);
+    l.fd_ = -1;  // no flock on this file system: unlocked, as before locks existed
+  }
+  return l;
+}
+
+DirLock& DirLock::operator=(DirLock&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = o.fd_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+DirLock::~DirLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing the last descriptor releases the flock
+}
+
 bool check_settings_match(const std::string& dir, const EvalSettings& settings) {
+  // A config.json beside no rollout (a run refused or stopped before its first rollout, e.g. by
+  // the memory check) holds nothing to mix with: the folder is taken over, not refused, so a
+  // retry with smaller settings needs no manual clean-up.
+  if (fs::exists(fs::path(dir) / ResultsDir::kConfig) && !has_complete_line(fs::path(dir) / ResultsDir::kRollouts))
+    return false;
   if (fs::exists(fs::path(dir) / ResultsDir::kConfig)) {
     const EvalSettings there = read_settings(dir);
     if (there.model_digest.empty() && !settings.model_digest.empty())
@@ -294,8 +345,9 @@ ResultsDir ResultsDir::open(const std::string& dir, const EvalSettings& settings
   if (ec) throw Error(fmt::format("{}: cannot create the output directory: {}", dir, ec.message()));
   const std::string config_path = (fs::path(dir) / kConfig).string();
   const std::string rollouts_path = (fs::path(dir) / kRollouts).string();
-  const bool has_config = check_settings_match(dir, settings), has_rollouts = fs::exists(rollouts_path);
   ResultsDir r;
+  r.lock_ = DirLock::acquire(dir);
+  const bool has_config = check_settings_match(dir, settings), has_rollouts = fs::exists(rollouts_path);
   r.dir_ = dir;
   if (has_rollouts) {
     RolloutFile file = read_rollouts(rollouts_path, /*keep_text=*/false, {});

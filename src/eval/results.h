@@ -124,9 +124,32 @@ RolloutFile read_rollouts(const std::string& path, bool keep_text, const std::fu
 EvalSettings read_settings(const std::string& dir);
 
 /// Checks that `dir` may hold a run with `settings`: a config.json there must equal them, and a
-/// rollouts.jsonl there must come with a config.json. Returns whether config.json exists.
+/// rollouts.jsonl there must come with a config.json. Returns whether a config.json with rollouts
+/// beside it exists (one beside no rollouts.jsonl, or one without a complete line, is a run that
+/// never finished a rollout: false, and the caller replaces it). Call it holding the directory's
+/// DirLock, so that run is known to be over.
 /// Throws kvevict::Error ("refusing to mix runs", naming the first difference) otherwise.
 bool check_settings_match(const std::string& dir, const EvalSettings& settings);
+
+/// An exclusive lock on an output directory (flock on DIR/.lock), held by the process that
+/// writes the directory: two runs never append to one rollouts.jsonl, and a folder whose run is
+/// still before its first rollout is never taken over (check_settings_match). Released when
+/// destroyed or when the process ends, however it ends.
+class DirLock {
+ public:
+  DirLock() = default;
+  /// Throws kvevict::Error naming `dir` when another process holds its lock. Where the file
+  /// system has no flock (an error other than "held"), the run goes on unlocked.
+  static DirLock acquire(const std::string& dir);
+  DirLock(DirLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  DirLock& operator=(DirLock&& o) noexcept;
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+  ~DirLock();
+
+ private:
+  int fd_ = -1;
+};
 
 /// An output directory opened for a run.
 class ResultsDir {
@@ -134,8 +157,9 @@ class ResultsDir {
   static constexpr const char* kConfig = "config.json";
   static constexpr const char* kRollouts = "rollouts.jsonl";
 
-  /// Creates `dir` if needed and claims it for `settings`; truncates a torn last line of
-  /// rollouts.jsonl. Throws kvevict::Error (leaving every file as it was) when: `dir` holds a config.json with
+  /// Creates `dir` if needed, locks it (DirLock) for as long as this object lives and claims it
+  /// for `settings`; truncates a torn last line of rollouts.jsonl. Throws kvevict::Error (leaving
+  /// every file as it was) when: another process holds the lock; `dir` holds a config.json with
   /// different settings (the message names the first difference); it holds rollouts.jsonl but no config.json; it holds
   /// finished rollouts and `resume` is false; a file cannot be read or written.
   static ResultsDir open(const std::string& dir, const EvalSettings& settings, bool resume,
@@ -153,6 +177,7 @@ class ResultsDir {
       if (f) std::fclose(f);
     }
   };
+  DirLock lock_;
   std::string dir_;
   std::vector<RolloutRecord> existing_;
   std::unique_ptr<std::FILE, FileCloser> out_;

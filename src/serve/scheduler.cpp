@@ -324,11 +324,7 @@ void Scheduler::finish(Active& a, FinishReason why, const std::string& error, in
       o.cached_prompt_tokens = r.cached_tokens_;
     }
   }
-  if (why == FinishReason::Error && !r.failed_) {
-    r.failed_ = true;
-    r.error_ = error;
-    r.error_status_ = status;
-  }
+  if (why == FinishReason::Error && !r.failure_) r.failure_ = Request::Failure{error, status};
   r.push({RequestEvent::Kind::ChoiceDone, a.choice, error, why, 200, {}});
   if (--r.remaining_ == 0) {
     // Every choice's sequence is gone: so is this request's hold on the prompt segment (the
@@ -337,10 +333,10 @@ void Scheduler::finish(Active& a, FinishReason why, const std::string& error, in
     r.cache_key_.reset();
     running_requests_ -= 1;
     metrics_.e2e_seconds.observe(std::chrono::duration<double>(Clock::now() - r.arrival).count());
-    if (r.failed_) {
+    if (r.failure_) {
       metrics_.requests_failed += 1;
-      r.push({RequestEvent::Kind::Failed, 0, r.error_.empty() ? "engine error" : r.error_, FinishReason::Error,
-              r.error_status_, {}});
+      r.push({RequestEvent::Kind::Failed, 0, r.failure_->message.empty() ? "engine error" : r.failure_->message,
+              FinishReason::Error, r.failure_->status, {}});
     } else if (r.cancelled()) {
       metrics_.requests_cancelled += 1;
       r.push({RequestEvent::Kind::Failed, 0, "the request was cancelled (client disconnected or server shutting down)",
@@ -417,13 +413,14 @@ void Scheduler::step(StepRecord& rec) {
   const auto V = static_cast<size_t>(model_.config().n_vocab);
   std::vector<bool> ok(batch.size(), true);
   bool pre_ok = pre != nullptr;
+  std::vector<StepFailure> step_failures;
   try {
     // Row-exact kernels throughout: the output does not depend on --prefill-chunk or on which
     // sequences share the pass (engine.h).
     if (pre)
-      engine_.decode_batch_with_chunk(seqs, toks, *pre->seq, chunk, logits_);
+      engine_.decode_batch_with_chunk(seqs, toks, *pre->seq, chunk, logits_, &step_failures);
     else
-      engine_.decode_batch(seqs, toks, logits_);
+      engine_.decode_batch(seqs, toks, logits_, &step_failures);
   } catch (const std::exception&) {
     // The pass modified no cache: run the parts one by one so only a faulty one fails.
     std::vector<float> all((batch.size() + (pre ? 1 : 0)) * V), one;
@@ -446,6 +443,23 @@ void Scheduler::step(StepRecord& rec) {
       }
     }
     logits_.swap(all);
+  }
+  // A sequence whose round or observation threw after the pass ran (every row of logits_ is
+  // valid): only that sequence ends.
+  for (const StepFailure& f : step_failures) {
+    const bool is_pre = f.index == batch.size();
+    Active& a = is_pre ? *pre : *batch[f.index];
+    if (is_pre)
+      pre_ok = false;
+    else
+      ok[f.index] = false;
+    try {
+      std::rethrow_exception(f.error);
+    } catch (const std::exception& x) {
+      finish(a, FinishReason::Error, x.what(), start_error_status(x));
+    } catch (...) {
+      finish(a, FinishReason::Error, "the eviction policy failed");
+    }
   }
   for (size_t i = 0; i < batch.size(); ++i) {
     if (!ok[i]) continue;
@@ -533,8 +547,10 @@ void Scheduler::loop() {
       }
       admit_locked();
     }
+    // A failed choice fails its whole request (one Failed event, no partial result), so its
+    // other choices would only spend steps and KV memory on output nobody gets: end them now.
     for (auto& a : active_)
-      if (!a->done && a->req->cancelled()) finish(*a, FinishReason::Cancelled);
+      if (!a->done && (a->req->cancelled() || a->req->failure_)) finish(*a, FinishReason::Cancelled);
     drop_finished();
     StepRecord rec;
     step(rec);

@@ -136,11 +136,14 @@ class Request {
   /// Set on a prompt-cache miss that may fill the cache: the template is stored under this key
   /// when choice 0's prefill ends.
   std::optional<PromptCacheKey> cache_key_;
-  bool failed_ = false;
   /// The first failing choice's message and HTTP status (503 for MemoryError: may fit later),
-  /// reported for the whole request when its last choice ends.
-  std::string error_;
-  int error_status_ = 500;
+  /// reported for the whole request when its last choice ends; set, the request's other choices
+  /// are ended within one scheduler step (scheduler thread only).
+  struct Failure {
+    std::string message;
+    int status = 500;
+  };
+  std::optional<Failure> failure_;
 };
 
 /// What one scheduler iteration ran: one forward pass with at most one prefill chunk and a
