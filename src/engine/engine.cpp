@@ -80,18 +80,16 @@ std::unique_ptr<Sequence> Engine::make_sequence(uint64_t id, const CheckedPolicy
   check_kv_type(kv_type_, kv);
   if (prompt_len < 1) throw Error("a sequence needs a prompt of at least one token");
   if (max_new_tokens < 0) throw Error(fmt::format("max new tokens {} must be >= 0", max_new_tokens));
-  const int64_t cap = required_capacity(cfg, policy, prompt_len, max_new_tokens);
-  const int64_t shared = share_prompt ? std::min(shared_prompt_slots(kv, prompt_len), cap - 1) : 0;
+  const KvBytes bytes = sequence_kv_bytes(kv, prompt_len, max_new_tokens, share_prompt);
+  const int64_t cap = bytes.capacity, shared = bytes.shared_slots;
   // The cache is allocated whole and zero-filled (once: a shared prompt is made in place, not
   // swapped in afterwards): past the free memory that is the OOM killer, not an error.
   const std::string how = eviction_disabled(cfg, policy, prompt_len)
                               ? fmt::format("prompt {} + up to {} new tokens", prompt_len, max_new_tokens)
                               : fmt::format("max(budget {}, prompt {}) + round interval {}", cfg.budget, prompt_len,
                                             cfg.round_interval());
-  check_available_memory(
-      kv_bytes_for_capacity(kv_shape(), cap, shared) +
-          (shared > 0 ? shared_prompt_bytes(kv_shape(), shared) : 0),
-      fmt::format("KV cache of {} slots per (layer, KV head) = {}", cap, how));
+  check_available_memory(bytes.own + bytes.shared,
+                         fmt::format("KV cache of {} slots per (layer, KV head) = {}", cap, how));
   auto seq = std::make_unique<Sequence>(
       id, policy, cfg,
       shared > 0 ? SequenceKv(kv_shape(), cap, std::make_shared<SharedPromptKv>(kv_shape(), shared))
@@ -111,6 +109,17 @@ int64_t Engine::shared_prompt_slots(const CheckedPolicy& kv, int64_t prompt_len)
     if (state && !state->clone()) return 0;
   }
   return evicts ? std::min(prompt_len, pinned_positions(cfg, policy, prompt_len)) : prompt_len;
+}
+
+Engine::KvBytes Engine::sequence_kv_bytes(const CheckedPolicy& kv, int64_t prompt_len, int64_t max_new_tokens,
+                                          bool share_prompt) const {
+  KvBytes b;
+  b.capacity = required_capacity(kv.eviction(), kv.policy(), prompt_len, max_new_tokens);
+  // At most capacity - 1 shared slots: a sequence must own room for the token it appends.
+  b.shared_slots = share_prompt ? std::min(shared_prompt_slots(kv, prompt_len), b.capacity - 1) : 0;
+  b.own = kv_bytes_for_capacity(kv_shape(), b.capacity, b.shared_slots);
+  b.shared = b.shared_slots > 0 ? shared_prompt_bytes(kv_shape(), b.shared_slots) : 0;
+  return b;
 }
 
 std::unique_ptr<Sequence> Engine::new_shared_sequence(uint64_t id, const CheckedPolicy& kv, int64_t prompt_len,

@@ -111,6 +111,18 @@ class Engine {
   /// selector whose per-sequence state cannot be copied (SelectorState::clone).
   int64_t shared_prompt_slots(const CheckedPolicy& kv, int64_t prompt_len) const;
 
+  /// The KV memory of a sequence of `kv` before it is made: what new_sequence (share_prompt
+  /// false) or new_shared_sequence (true) allocates, and each fork() of the latter. One formula
+  /// for the engine's own memory check, the server's pool reservations and a batch's check.
+  struct KvBytes {
+    int64_t capacity = 0;      ///< slots per (layer, KV head): required_capacity
+    int64_t shared_slots = 0;  ///< prompt slots in the shared segment (0: none)
+    int64_t own = 0;           ///< bytes of the sequence's own slots (each fork allocates this)
+    int64_t shared = 0;        ///< bytes of the shared segment (once for all that read it)
+  };
+  KvBytes sequence_kv_bytes(const CheckedPolicy& kv, int64_t prompt_len, int64_t max_new_tokens,
+                            bool share_prompt) const;
+
   /// new_sequence whose first shared_prompt_slots slots (at most capacity - 1) live in a new
   /// SharedPromptKv: its prefill writes them, fork() hands them on read-only. A plain sequence
   /// when nothing can be shared. Throws as new_sequence.

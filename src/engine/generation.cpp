@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <limits>
 
-#include "kvcache/kv_pool.h"
 #include "util/error.h"
 #include "util/field_error.h"
 #include "util/limits.h"
@@ -183,38 +182,33 @@ void generate_batch(Engine& engine, const CheckedPolicy& kv, std::span<const Gen
         }
     live.push_back(Live{nullptr, std::move(state)});  // sequences are made below
   }
+  // has_followers[i]: input i leads others, so its prompt goes into a shared segment.
+  std::vector<bool> has_followers(inputs.size(), false);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (leader[i] != i) has_followers[leader[i]] = true;
   // The batch's caches are checked against the free memory together first: allocated one by one
   // (each checked alone), 1,024 rollouts would fill the machine before the last was refused.
-  // Sizes as Engine::new_sequence / new_shared_sequence / fork allocate them.
-  {
-    const KvShape shape = engine.kv_shape();
-    std::vector<int64_t> shared(inputs.size(), 0);
+  if (inputs.size() > 1) {
     int64_t total = 0, largest = 0;
     for (size_t i = 0; i < inputs.size(); ++i) {
-      const auto prompt_len = static_cast<int64_t>(inputs[i].prompt.size());
-      const int64_t cap = required_capacity(kv.eviction(), kv.policy(), prompt_len, live[i].state.limit());
-      largest = std::max(largest, cap);
-      const bool leads = leader[i] == i && std::find(leader.begin() + static_cast<std::ptrdiff_t>(i) + 1,
-                                                     leader.end(), i) != leader.end();
-      if (leads) {
-        shared[i] = std::min(engine.shared_prompt_slots(kv, prompt_len), cap - 1);
-        if (shared[i] > 0) total += shared_prompt_bytes(shape, shared[i]);
-      }
-      total += kv_bytes_for_capacity(shape, cap, shared[leader[i]]);
+      // A follower allocates what its leader's fork() does: the leader's own slots.
+      const size_t l = leader[i];
+      const Engine::KvBytes b = engine.sequence_kv_bytes(kv, static_cast<int64_t>(inputs[l].prompt.size()),
+                                                         live[l].state.limit(), has_followers[l]);
+      total += b.own + (l == i ? b.shared : 0);
+      largest = std::max(largest, b.capacity);
     }
-    if (inputs.size() > 1)
-      check_available_memory(total, fmt::format("KV caches of {} sequences decoded as one batch (up to {} slots per "
-                                                "(layer, KV head) each)",
-                                                inputs.size(), largest));
+    check_available_memory(total, fmt::format("KV caches of {} sequences decoded as one batch (up to {} slots per "
+                                              "(layer, KV head) each)",
+                                              inputs.size(), largest));
   }
   // Leaders with followers write their prompt into a shared segment; every other input gets a
   // sequence of its own. All are created before any prefill, so a refusal starts nothing.
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (leader[i] != i) continue;
-    const bool shared = std::find(leader.begin() + static_cast<std::ptrdiff_t>(i) + 1, leader.end(), i) != leader.end();
     const auto prompt_len = static_cast<int64_t>(inputs[i].prompt.size());
-    live[i].seq = shared ? engine.new_shared_sequence(inputs[i].id, kv, prompt_len, live[i].state.limit())
-                         : engine.new_sequence(inputs[i].id, kv, prompt_len, live[i].state.limit());
+    live[i].seq = has_followers[i] ? engine.new_shared_sequence(inputs[i].id, kv, prompt_len, live[i].state.limit())
+                                   : engine.new_sequence(inputs[i].id, kv, prompt_len, live[i].state.limit());
   }
   // Ends sequence i: hands its sequence and result to the caller (or drops them).
   const auto finish = [&](size_t i) {

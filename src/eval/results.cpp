@@ -315,9 +315,8 @@ bool check_settings_match(const std::string& dir, const EvalSettings& settings) 
   // A config.json beside no rollout (a run refused or stopped before its first rollout, e.g. by
   // the memory check) holds nothing to mix with: the folder is taken over, not refused, so a
   // retry with smaller settings needs no manual clean-up.
-  if (fs::exists(fs::path(dir) / ResultsDir::kConfig) && !has_complete_line(fs::path(dir) / ResultsDir::kRollouts))
-    return false;
   if (fs::exists(fs::path(dir) / ResultsDir::kConfig)) {
+    if (!has_complete_line(fs::path(dir) / ResultsDir::kRollouts)) return false;
     const EvalSettings there = read_settings(dir);
     if (there.model_digest.empty() && !settings.model_digest.empty())
       throw Error(fmt::format("{} was written by a kvevict that did not record the model's digest, so it cannot "

@@ -112,28 +112,22 @@ Scheduler::~Scheduler() {
   if (thread_.joinable()) shutdown(std::chrono::milliseconds(0));
 }
 
-int64_t Scheduler::sequence_bytes(const GenerationParams& p) const {
+namespace {
+// Engine::sequence_kv_bytes of one choice of `p`.
+Engine::KvBytes choice_kv_bytes(const Engine& engine, const GenerationParams& p, bool share_prompt) {
   const auto prompt_len = static_cast<int64_t>(p.prompt.size());
-  const int64_t cap = required_capacity(p.kv.eviction(), p.kv.policy(), prompt_len,
-                                        std::max<int64_t>(0, generation_limit(p.generation, prompt_len)));
-  return kv_bytes_for_capacity(engine_.kv_shape(), cap);
+  return engine.sequence_kv_bytes(p.kv, prompt_len, std::max<int64_t>(0, generation_limit(p.generation, prompt_len)),
+                                  share_prompt);
 }
+}  // namespace
+
+int64_t Scheduler::sequence_bytes(const GenerationParams& p) const { return choice_kv_bytes(engine_, p, false).own; }
 
 Scheduler::RequestKvBytes Scheduler::request_bytes(const GenerationParams& p) const {
-  RequestKvBytes b;
-  b.per_choice = sequence_bytes(p);
-  const auto prompt_len = static_cast<int64_t>(p.prompt.size());
-  const int64_t cap = required_capacity(p.kv.eviction(), p.kv.policy(), prompt_len,
-                                        std::max<int64_t>(0, generation_limit(p.generation, prompt_len)));
-  b.capacity = cap;
   // One choice shares with nobody unless the prompt cache may hand its segment on.
-  if (!opt_.share_prompt || (p.n < 2 && !cache_.enabled())) return b;
-  // As Engine::new_shared_sequence: at most capacity - 1 slots.
-  b.shared_slots = std::min(engine_.shared_prompt_slots(p.kv, prompt_len), cap - 1);
-  if (b.shared_slots < 1) return RequestKvBytes{0, b.per_choice, 0, cap};
-  b.shared = shared_prompt_bytes(engine_.kv_shape(), b.shared_slots);
-  b.per_choice = kv_bytes_for_capacity(engine_.kv_shape(), cap, b.shared_slots);
-  return b;
+  const bool share = opt_.share_prompt && (p.n >= 2 || cache_.enabled());
+  const Engine::KvBytes b = choice_kv_bytes(engine_, p, share);
+  return RequestKvBytes{b.shared, b.own, b.shared_slots, b.capacity};
 }
 
 Admission Scheduler::submit(const std::shared_ptr<Request>& req) {
